@@ -1,0 +1,154 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Config describes one simulated storage site.
+type Config struct {
+	// Name of the site, e.g. "east".
+	Name string `yaml:"name"`
+	// GRPCAddr is where the CSI-Addons services are served:
+	// "unix:///path/to.sock" or "host:port".
+	GRPCAddr string `yaml:"grpc"`
+	// DataAddr (host:port) serves the block data path and the replication
+	// link the peer site connects to.
+	DataAddr string `yaml:"data"`
+	// ControlAddr (host:port, optional) serves the control API: state,
+	// faults, site and link down/up. It stays up while the site is down.
+	ControlAddr string `yaml:"control"`
+	// PeerAddr is the peer site's DataAddr.
+	PeerAddr string `yaml:"peer"`
+	// StateDir holds the persisted state; empty keeps it in memory only.
+	StateDir string `yaml:"stateDir"`
+	// Fsync makes every state write durable against power loss, not only
+	// against a killed process.
+	Fsync bool `yaml:"fsync"`
+	// TLS for the gRPC endpoint (optional).
+	TLS *TLSConfig `yaml:"tls"`
+	// Secrets, when set, must accompany every fence and replication call;
+	// calls without them get UNAUTHENTICATED.
+	Secrets map[string]string `yaml:"secrets"`
+	// SyncInterval is how often a primary ships changes to the peer
+	// (default 1s); a unit's schedulingInterval parameter overrides it.
+	SyncInterval time.Duration `yaml:"syncInterval"`
+	// Primary: on first start, this site holds the primary copies.
+	Primary bool `yaml:"primary"`
+	// Groups and Volumes are the inventory created on first start.
+	Groups  []GroupSpec `yaml:"groups"`
+	Volumes []string    `yaml:"volumes"`
+	// Unimplemented lists RPC names (e.g. "GetFenceClients") the site
+	// answers with UNIMPLEMENTED, like a driver without that feature.
+	Unimplemented []string `yaml:"unimplemented"`
+	// Faults injected from the start.
+	Faults []FaultRule `yaml:"faults"`
+	// Seed for probabilistic faults (0 picks one from the clock).
+	Seed uint64 `yaml:"seed"`
+	// DriverName and Version are reported by GetIdentity.
+	DriverName string `yaml:"driverName"`
+	Version    string `yaml:"version"`
+}
+
+// GroupSpec is a volume group and its volumes.
+type GroupSpec struct {
+	ID      string   `yaml:"id"`
+	Volumes []string `yaml:"volumes"`
+}
+
+// TLSConfig is the gRPC endpoint's certificate, and the CA that client
+// certificates must chain to for mutual TLS.
+type TLSConfig struct {
+	CertFile     string `yaml:"cert"`
+	KeyFile      string `yaml:"key"`
+	ClientCAFile string `yaml:"clientCA"`
+}
+
+// GenerateGroups returns n groups "vg-0001"… with perGroup volumes each,
+// named "<group>-vol-1"….
+func GenerateGroups(n, perGroup int) []GroupSpec {
+	out := make([]GroupSpec, 0, n)
+	width := len(fmt.Sprint(n))
+	if width < 4 {
+		width = 4
+	}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("vg-%0*d", width, i)
+		g := GroupSpec{ID: id}
+		for v := 1; v <= perGroup; v++ {
+			g.Volumes = append(g.Volumes, fmt.Sprintf("%s-vol-%d", id, v))
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	var errs []string
+	if c.Name == "" {
+		errs = append(errs, "name is required")
+	}
+	if c.GRPCAddr == "" {
+		errs = append(errs, "grpc address is required")
+	}
+	if c.DataAddr == "" {
+		errs = append(errs, "data address is required")
+	}
+	seen := map[string]string{}
+	for _, g := range c.Groups {
+		if g.ID == "" {
+			errs = append(errs, "a volume group has no id")
+		}
+		if len(g.Volumes) == 0 {
+			errs = append(errs, fmt.Sprintf("volume group %q has no volumes", g.ID))
+		}
+		for _, v := range g.Volumes {
+			if prev, ok := seen[v]; ok {
+				errs = append(errs, fmt.Sprintf("volume %q is in both %s and %s", v, prev, g.ID))
+			}
+			seen[v] = g.ID
+		}
+	}
+	for _, v := range c.Volumes {
+		if prev, ok := seen[v]; ok {
+			errs = append(errs, fmt.Sprintf("volume %q is listed twice (also in %s)", v, prev))
+		}
+		seen[v] = "volumes"
+	}
+	for _, m := range c.Unimplemented {
+		if !knownMethod(m) {
+			errs = append(errs, fmt.Sprintf("unimplemented: unknown RPC %q", m))
+		}
+	}
+	for i, f := range c.Faults {
+		if err := f.validate(); err != nil {
+			errs = append(errs, fmt.Sprintf("faults[%d]: %v", i, err))
+		}
+	}
+	if c.TLS != nil && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
+		errs = append(errs, "tls needs both cert and key")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("site %q: %s", c.Name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Methods lists the RPC names the simulator serves, by service.
+var Methods = map[string][]string{
+	"identity.Identity":       {"GetIdentity", "GetCapabilities", "Probe"},
+	"fence.FenceController":   {"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients"},
+	"replication.Controller":  {"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo"},
+}
+
+func knownMethod(name string) bool {
+	for _, ms := range Methods {
+		for _, m := range ms {
+			if m == name {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,64 @@
+// Package sim is a storage-site simulator that speaks CSI-Addons the way
+// real replicated storage drivers do, so that Drover's demos, drills and
+// tests run against real gRPC over real sockets.
+//
+// # What a site serves
+//
+// A Site serves identity.Identity, fence.FenceController and
+// replication.Controller on a unix socket or TCP address (optionally TLS or
+// mutual TLS), a block data path over HTTP (PUT/GET
+// /v1/volumes/{vol}/blocks/{n}), the replication link its peer connects to,
+// and a control API (state, faults, site and link down/up) that stays up
+// while the site is down. cmd/drover-sim runs one or several sites per
+// process.
+//
+// # The storage model
+//
+// The unit of replication is a volume group, or a volume that belongs to
+// none. Each site holds a copy of every unit with a role (primary or
+// secondary), a replication-enabled flag, a demoted flag and a resync
+// state. Writes are accepted only by a primary copy; each gets a sequence
+// number and the copy's epoch, and is persisted before it is acknowledged.
+//
+// A primary ships its changes to the peer every interval (the site's, or a
+// unit's schedulingInterval parameter), as snapshot-based mirroring does:
+// GetVolumeReplicationInfo reports the point in time the peer holds
+// (last_sync_time), how long shipping it took and how many bytes it moved,
+// and a status (HEALTHY, DEGRADED when the link or the peer is down so the
+// lag grows, ERROR on split-brain).
+//
+// Every promotion starts a new epoch; a copy's lineage records where each
+// epoch forked. A copy that went past a fork (it took writes its peer never
+// saw before the peer was promoted) has diverged: it is demoted with force
+// and resynced, which discards its divergent writes and replaces its data
+// with the primary's; ResyncVolume answers ready=true only once that full
+// copy has arrived. A promotion without force needs the peer demoted and
+// its final sync received; a demotion without force needs the peer
+// reachable so that the final sync can ship. Errors follow the spec's
+// tables: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, ABORTED for a
+// concurrent call on the same unit, UNIMPLEMENTED, UNAUTHENTICATED when
+// configured secrets are missing, UNKNOWN when the site cannot persist.
+// Every RPC is idempotent.
+//
+// # Fencing
+//
+// The two sites of a pair form one fence domain: a fence set through either
+// site applies to both, is pushed to the peer at once, exchanged on every
+// round and adopted by a site that comes back before it serves I/O. The
+// data path refuses reads and writes from any client whose source address
+// falls in a fenced CIDR; clients bind to 127.0.0.2, 127.0.0.3, … to stand
+// for the nodes of different sites. GetFenceClients reports the clients a
+// site has served.
+//
+// # Faults, persistence, invariants
+//
+// FaultRule injects latency and error codes per RPC, by count or
+// probability, at start-up or at run time; Site.Down/Up and SetLink take a
+// site or its link away and back. State lives in a directory (site.json
+// and one file per unit) written atomically, so a killed site restarts with
+// every acknowledged write and role. Check verifies, over the sites'
+// states, that no two primaries accepted writes at once, that no fenced
+// client's write was accepted, that the writes lost on a failover are
+// exactly those acknowledged after the last completed sync, and that every
+// copy's data is what its surviving writes say.
+package sim

@@ -1,0 +1,187 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// FaultRule injects latency and errors into one RPC (or "*" for all of
+// them). Latency is served while the call holds its volume, so concurrent
+// calls on the same volume see ABORTED, as on a real driver. An error fires
+// for the next Count calls, or with Probability on each call.
+type FaultRule struct {
+	Method      string        `yaml:"method" json:"method"`
+	Code        string        `yaml:"code,omitempty" json:"code,omitempty"`
+	Count       int           `yaml:"count,omitempty" json:"count,omitempty"`
+	Probability float64       `yaml:"probability,omitempty" json:"probability,omitempty"`
+	Latency     time.Duration `yaml:"latency,omitempty" json:"latency,omitempty"`
+	Message     string        `yaml:"message,omitempty" json:"message,omitempty"`
+}
+
+// ParseFaultRule reads the command-line form
+// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text]".
+func ParseFaultRule(s string) (FaultRule, error) {
+	parts := strings.Split(s, ",")
+	var r FaultRule
+	head := strings.SplitN(parts[0], ":", 2)
+	r.Method = head[0]
+	if len(head) == 2 {
+		r.Code = head[1]
+	}
+	for _, p := range parts[1:] {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return r, fmt.Errorf("fault %q: %q is not key=value", s, p)
+		}
+		var err error
+		switch k {
+		case "count":
+			r.Count, err = strconv.Atoi(v)
+		case "p", "probability":
+			r.Probability, err = strconv.ParseFloat(v, 64)
+		case "latency":
+			r.Latency, err = time.ParseDuration(v)
+		case "msg", "message":
+			r.Message = v
+		default:
+			err = fmt.Errorf("unknown key %q", k)
+		}
+		if err != nil {
+			return r, fmt.Errorf("fault %q: %v", s, err)
+		}
+	}
+	return r, r.validate()
+}
+
+func (r FaultRule) validate() error {
+	if r.Method != "*" && !knownMethod(r.Method) {
+		return fmt.Errorf("unknown RPC %q", r.Method)
+	}
+	if r.Code != "" {
+		if _, err := parseCode(r.Code); err != nil {
+			return err
+		}
+		if r.Count <= 0 && r.Probability <= 0 {
+			return fmt.Errorf("code %s needs count>0 or probability>0", r.Code)
+		}
+	}
+	if r.Probability < 0 || r.Probability > 1 {
+		return fmt.Errorf("probability %v is not within [0,1]", r.Probability)
+	}
+	if r.Code == "" && r.Latency <= 0 {
+		return fmt.Errorf("a fault needs a code or a latency")
+	}
+	return nil
+}
+
+func parseCode(name string) (codes.Code, error) {
+	var c codes.Code
+	if err := c.UnmarshalJSON([]byte(strconv.Quote(strings.ToUpper(name)))); err != nil {
+		return 0, fmt.Errorf("unknown gRPC code %q", name)
+	}
+	if c == codes.OK {
+		return 0, fmt.Errorf("code OK is not a fault")
+	}
+	return c, nil
+}
+
+// faults holds the active rules and counts what fired.
+type faults struct {
+	mu    sync.Mutex
+	rules []FaultRule
+	rng   *rand.Rand
+	fired map[string]int
+}
+
+func newFaults(seed uint64, rules []FaultRule) *faults {
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	return &faults{rules: append([]FaultRule(nil), rules...), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), fired: map[string]int{}}
+}
+
+func (f *faults) set(rules []FaultRule) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = append([]FaultRule(nil), rules...)
+}
+
+func (f *faults) list() []FaultRule {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]FaultRule(nil), f.rules...)
+}
+
+func (f *faults) counts() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.fired {
+		out[k] = v
+	}
+	return out
+}
+
+// inject applies the rules for method: it waits out their latency (or the
+// caller's deadline) and returns the injected error, if one fires.
+func (f *faults) inject(ctx context.Context, method string) error {
+	f.mu.Lock()
+	var latency time.Duration
+	var fire *FaultRule
+	for i := range f.rules {
+		r := &f.rules[i]
+		if r.Method != method && r.Method != "*" {
+			continue
+		}
+		latency += r.Latency
+		if r.Code == "" || fire != nil {
+			continue
+		}
+		switch {
+		case r.Count > 0:
+			r.Count--
+			fire = r
+		case r.Probability > 0 && f.rng.Float64() < r.Probability:
+			fire = r
+		}
+	}
+	var err error
+	if fire != nil {
+		code, _ := parseCode(fire.Code)
+		msg := fire.Message
+		if msg == "" {
+			msg = fmt.Sprintf("injected %s", code)
+		}
+		err = status.Error(code, msg)
+		f.fired[method+":"+code.String()]++
+	}
+	// Spent count rules are dropped.
+	kept := f.rules[:0]
+	for _, r := range f.rules {
+		if r.Code != "" && r.Count == 0 && r.Probability == 0 {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	f.rules = kept
+	f.mu.Unlock()
+
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return err
+}

@@ -1,0 +1,234 @@
+package sim_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/identity"
+	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/sim"
+)
+
+// Client addresses standing for the nodes of each site.
+const (
+	nodeA = "127.0.0.2"
+	nodeB = "127.0.0.3"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// sockDir returns a short directory for unix sockets (their paths are
+// limited to about 100 bytes).
+func sockDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "dsim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// siteUnderTest is a running site with gRPC clients of its services.
+type siteUnderTest struct {
+	*sim.Site
+	cfg  sim.Config
+	conn *grpc.ClientConn
+	id   identity.IdentityClient
+	fc   fence.FenceControllerClient
+	rc   replication.ControllerClient
+}
+
+type pairOpts struct {
+	groups   []sim.GroupSpec
+	volumes  []string
+	interval time.Duration
+	secrets  map[string]string
+	tweakA   func(*sim.Config)
+	tweakB   func(*sim.Config)
+}
+
+// startPair starts two peered sites, A primary and B secondary, serving
+// gRPC on unix sockets and the data path on loopback TCP.
+func startPair(t *testing.T, o pairOpts) (a, b *siteUnderTest) {
+	t.Helper()
+	if o.groups == nil && o.volumes == nil {
+		o.groups = []sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1", "v2"}}, {ID: "vg-2", Volumes: []string{"v3"}}}
+		o.volumes = []string{"solo"}
+	}
+	if o.interval == 0 {
+		o.interval = 50 * time.Millisecond
+	}
+	dir := sockDir(t)
+	dataA, dataB := freeAddr(t), freeAddr(t)
+	mk := func(name string, primary bool, data, peer string, tweak func(*sim.Config)) sim.Config {
+		c := sim.Config{
+			Name: name, GRPCAddr: "unix://" + filepath.Join(dir, name+".sock"),
+			DataAddr: data, PeerAddr: peer, StateDir: filepath.Join(t.TempDir(), name),
+			Primary: primary, Groups: o.groups, Volumes: o.volumes, SyncInterval: o.interval,
+			Secrets: o.secrets, Seed: 1,
+		}
+		if tweak != nil {
+			tweak(&c)
+		}
+		return c
+	}
+	a = startSite(t, mk("a", true, dataA, dataB, o.tweakA))
+	b = startSite(t, mk("b", false, dataB, dataA, o.tweakB))
+	return a, b
+}
+
+func startSite(t *testing.T, cfg sim.Config) *siteUnderTest {
+	t.Helper()
+	s, err := sim.New(cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return attach(t, s, cfg, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+func attach(t *testing.T, s *sim.Site, cfg sim.Config, opts ...grpc.DialOption) *siteUnderTest {
+	t.Helper()
+	target := cfg.GRPCAddr
+	if len(target) > 7 && target[:7] == "unix://" {
+		target = "unix:" + target[7:]
+	}
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &siteUnderTest{Site: s, cfg: cfg, conn: conn,
+		id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn)}
+}
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func group(id string) *replication.ReplicationSource {
+	return &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: id}}}
+}
+
+func volume(id string) *replication.ReplicationSource {
+	return &replication.ReplicationSource{Type: &replication.ReplicationSource_Volume{Volume: &replication.ReplicationSource_VolumeSource{VolumeId: id}}}
+}
+
+func wantCode(t *testing.T, err error, want codes.Code) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("got code %v (%v), want %v", got, err, want)
+	}
+}
+
+func codesOf(err error) codes.Code { return status.Code(err) }
+
+// tlsClientConfig trusts caFile and presents the client certificate.
+func tlsClientConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}, nil
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", within, what)
+}
+
+func enable(t *testing.T, s *siteUnderTest, src *replication.ReplicationSource) {
+	t.Helper()
+	_, err := s.rc.EnableVolumeReplication(ctxT(t), &replication.EnableVolumeReplicationRequest{ReplicationSource: src, Secrets: s.cfg.Secrets})
+	mustOK(t, err)
+}
+
+func info(t *testing.T, s *siteUnderTest, src *replication.ReplicationSource) (*replication.GetVolumeReplicationInfoResponse, error) {
+	t.Helper()
+	return s.rc.GetVolumeReplicationInfo(ctxT(t), &replication.GetVolumeReplicationInfoRequest{ReplicationSource: src, Secrets: s.cfg.Secrets})
+}
+
+func dataClient(t *testing.T, s *siteUnderTest, from string) *sim.Client {
+	t.Helper()
+	c, err := sim.NewClient(s.cfg.DataAddr, from, "node-"+from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// waitSynced waits until the primary's copy of key has shipped everything
+// it holds to the peer.
+func waitSynced(t *testing.T, primary *siteUnderTest, key string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "sync of "+key, func() bool {
+		u := primary.Snapshot().Unit(key)
+		return u != nil && u.LastSync != nil && u.PeerSeq == u.Seq
+	})
+}
+
+func check(t *testing.T, sites ...*siteUnderTest) *sim.Report {
+	t.Helper()
+	var states []*sim.State
+	for _, s := range sites {
+		states = append(states, s.Snapshot())
+	}
+	r := sim.Check(states...)
+	if !r.OK() {
+		t.Fatalf("%s", r)
+	}
+	return r
+}

@@ -1,0 +1,505 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/identity"
+	"github.com/drover-dr/drover/csiaddons/replication"
+)
+
+// begin runs the checks every fence and replication RPC starts with: is the
+// RPC implemented, and do the secrets authenticate.
+func (s *Site) begin(method string, secrets map[string]string) error {
+	if s.unimpl[method] {
+		return status.Errorf(codes.Unimplemented, "%s is not implemented by this driver", method)
+	}
+	for k, want := range s.cfg.Secrets {
+		if got, ok := secrets[k]; !ok || got != want {
+			// Never echo a secret value, wanted or given.
+			return status.Errorf(codes.Unauthenticated, "%s: secrets missing or not valid (key %q)", method, k)
+		}
+	}
+	return nil
+}
+
+// ---- identity ----
+
+type identityServer struct {
+	identity.UnimplementedIdentityServer
+	s *Site
+}
+
+func (i *identityServer) GetIdentity(ctx context.Context, _ *identity.GetIdentityRequest) (*identity.GetIdentityResponse, error) {
+	if err := i.s.begin("GetIdentity", nil); err != nil {
+		return nil, err
+	}
+	if err := i.s.faults.inject(ctx, "GetIdentity"); err != nil {
+		return nil, err
+	}
+	return &identity.GetIdentityResponse{
+		Name:          i.s.cfg.DriverName,
+		VendorVersion: i.s.cfg.Version,
+		Manifest:      map[string]string{"site": i.s.cfg.Name, "simulator": "true"},
+	}, nil
+}
+
+func (i *identityServer) GetCapabilities(ctx context.Context, _ *identity.GetCapabilitiesRequest) (*identity.GetCapabilitiesResponse, error) {
+	if err := i.s.begin("GetCapabilities", nil); err != nil {
+		return nil, err
+	}
+	if err := i.s.faults.inject(ctx, "GetCapabilities"); err != nil {
+		return nil, err
+	}
+	var caps []*identity.Capability
+	add := func(c *identity.Capability) { caps = append(caps, c) }
+	add(&identity.Capability{Type: &identity.Capability_Service_{Service: &identity.Capability_Service{Type: identity.Capability_Service_CONTROLLER_SERVICE}}})
+	if !i.s.unimpl["FenceClusterNetwork"] {
+		add(&identity.Capability{Type: &identity.Capability_NetworkFence_{NetworkFence: &identity.Capability_NetworkFence{Type: identity.Capability_NetworkFence_NETWORK_FENCE}}})
+	}
+	if !i.s.unimpl["GetFenceClients"] {
+		add(&identity.Capability{Type: &identity.Capability_NetworkFence_{NetworkFence: &identity.Capability_NetworkFence{Type: identity.Capability_NetworkFence_GET_CLIENTS_TO_FENCE}}})
+	}
+	if !i.s.unimpl["PromoteVolume"] {
+		add(&identity.Capability{Type: &identity.Capability_VolumeReplication_{VolumeReplication: &identity.Capability_VolumeReplication{Type: identity.Capability_VolumeReplication_VOLUME_REPLICATION}}})
+	}
+	add(&identity.Capability{Type: &identity.Capability_VolumeGroup_{VolumeGroup: &identity.Capability_VolumeGroup{Type: identity.Capability_VolumeGroup_VOLUME_GROUP}}})
+	add(&identity.Capability{Type: &identity.Capability_VolumeGroup_{VolumeGroup: &identity.Capability_VolumeGroup{Type: identity.Capability_VolumeGroup_LIMIT_VOLUME_TO_ONE_VOLUME_GROUP}}})
+	return &identity.GetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+func (i *identityServer) Probe(ctx context.Context, _ *identity.ProbeRequest) (*identity.ProbeResponse, error) {
+	if err := i.s.begin("Probe", nil); err != nil {
+		return nil, err
+	}
+	if err := i.s.faults.inject(ctx, "Probe"); err != nil {
+		return nil, err
+	}
+	i.s.mu.Lock()
+	ready := i.s.ready && !i.s.down
+	i.s.mu.Unlock()
+	return &identity.ProbeResponse{Ready: wrapperspb.Bool(ready)}, nil
+}
+
+// ---- fence ----
+
+type fenceServer struct {
+	fence.UnimplementedFenceControllerServer
+	s *Site
+}
+
+func parseCIDRs(cidrs []*fence.CIDR) ([]string, error) {
+	if len(cidrs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "cidrs is required: give at least one CIDR block")
+	}
+	out := make([]string, 0, len(cidrs))
+	for i, c := range cidrs {
+		if c == nil || c.Cidr == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "cidrs[%d]: cidr is required", i)
+		}
+		p, err := netip.ParsePrefix(c.Cidr)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "cidrs[%d]: %q is not a CIDR block", i, c.Cidr)
+		}
+		out = append(out, p.Masked().String())
+	}
+	return out, nil
+}
+
+func (f *fenceServer) FenceClusterNetwork(ctx context.Context, req *fence.FenceClusterNetworkRequest) (*fence.FenceClusterNetworkResponse, error) {
+	if err := f.s.begin("FenceClusterNetwork", req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	cidrs, err := parseCIDRs(req.GetCidrs())
+	if err != nil {
+		return nil, err
+	}
+	if err := f.s.faults.inject(ctx, "FenceClusterNetwork"); err != nil {
+		return nil, err
+	}
+	if err := f.s.setFences(ctx, cidrs, true); err != nil {
+		return nil, err
+	}
+	return &fence.FenceClusterNetworkResponse{}, nil
+}
+
+func (f *fenceServer) UnfenceClusterNetwork(ctx context.Context, req *fence.UnfenceClusterNetworkRequest) (*fence.UnfenceClusterNetworkResponse, error) {
+	if err := f.s.begin("UnfenceClusterNetwork", req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	cidrs, err := parseCIDRs(req.GetCidrs())
+	if err != nil {
+		return nil, err
+	}
+	if err := f.s.faults.inject(ctx, "UnfenceClusterNetwork"); err != nil {
+		return nil, err
+	}
+	if err := f.s.setFences(ctx, cidrs, false); err != nil {
+		return nil, err
+	}
+	return &fence.UnfenceClusterNetworkResponse{}, nil
+}
+
+func (f *fenceServer) ListClusterFence(ctx context.Context, req *fence.ListClusterFenceRequest) (*fence.ListClusterFenceResponse, error) {
+	if err := f.s.begin("ListClusterFence", req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	if err := f.s.faults.inject(ctx, "ListClusterFence"); err != nil {
+		return nil, err
+	}
+	resp := &fence.ListClusterFenceResponse{}
+	for _, c := range f.s.FencedCIDRs() {
+		resp.Cidrs = append(resp.Cidrs, &fence.CIDR{Cidr: c})
+	}
+	return resp, nil
+}
+
+func (f *fenceServer) GetFenceClients(ctx context.Context, req *fence.GetFenceClientsRequest) (*fence.GetFenceClientsResponse, error) {
+	if err := f.s.begin("GetFenceClients", req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	if err := f.s.faults.inject(ctx, "GetFenceClients"); err != nil {
+		return nil, err
+	}
+	f.s.mu.Lock()
+	clients := make([]ClientSeen, 0, len(f.s.sf.Clients))
+	for _, c := range f.s.sf.Clients {
+		clients = append(clients, c)
+	}
+	f.s.mu.Unlock()
+	sort.Slice(clients, func(i, j int) bool { return clients[i].Addr < clients[j].Addr })
+	resp := &fence.GetFenceClientsResponse{}
+	for _, c := range clients {
+		p, err := netip.ParseAddr(c.Addr)
+		if err != nil {
+			continue
+		}
+		resp.Clients = append(resp.Clients, &fence.ClientDetails{
+			Id:        c.ID,
+			Addresses: []*fence.CIDR{{Cidr: netip.PrefixFrom(p, p.BitLen()).String()}},
+		})
+	}
+	return resp, nil
+}
+
+// ---- replication ----
+
+type replicationServer struct {
+	replication.UnimplementedControllerServer
+	s *Site
+}
+
+// resolve finds the unit a request names. New drivers read only
+// replication_source, old ones only volume_id; the simulator accepts either
+// and refuses a request whose two fields disagree.
+func (s *Site) resolve(volumeID string, src *replication.ReplicationSource) (*unit, error) {
+	if src != nil {
+		switch t := src.GetType().(type) {
+		case *replication.ReplicationSource_Volume:
+			id := t.Volume.GetVolumeId()
+			if id == "" {
+				return nil, status.Error(codes.InvalidArgument, "replication_source.volume.volume_id is required")
+			}
+			if volumeID != "" && volumeID != id {
+				return nil, status.Errorf(codes.InvalidArgument, "volume_id %q and replication_source volume %q disagree", volumeID, id)
+			}
+			return s.volumeUnit(id)
+		case *replication.ReplicationSource_Volumegroup:
+			id := t.Volumegroup.GetVolumeGroupId()
+			if id == "" {
+				return nil, status.Error(codes.InvalidArgument, "replication_source.volumegroup.volume_group_id is required")
+			}
+			u, ok := s.units[unitKey(KindGroup, id)]
+			if !ok {
+				return nil, status.Errorf(codes.NotFound, "volume group %q not found", id)
+			}
+			return u, nil
+		default:
+			if volumeID == "" {
+				return nil, status.Error(codes.InvalidArgument, "replication_source names neither a volume nor a volume group")
+			}
+		}
+	}
+	if volumeID == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id or replication_source is required")
+	}
+	return s.volumeUnit(volumeID)
+}
+
+func (s *Site) volumeUnit(id string) (*unit, error) {
+	u, err := s.lookupVolume(id)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
+	}
+	if u.st.Kind == KindGroup {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q belongs to volume group %q: replicate the group", id, u.st.ID)
+	}
+	return u, nil
+}
+
+// withUnit runs one replication RPC on its unit: the common checks, the
+// per-unit exclusion (ABORTED for a concurrent call), injected faults, then
+// fn.
+func (s *Site) withUnit(ctx context.Context, method string, secrets map[string]string, volumeID string, src *replication.ReplicationSource, fn func(u *unit) error) error {
+	if err := s.begin(method, secrets); err != nil {
+		return err
+	}
+	u, err := s.resolve(volumeID, src)
+	if err != nil {
+		return err
+	}
+	if !u.op.TryLock() {
+		return status.Errorf(codes.Aborted, "an operation is already pending for %s %q", u.st.Kind, u.st.ID)
+	}
+	defer u.op.Unlock()
+	if err := s.faults.inject(ctx, method); err != nil {
+		return err
+	}
+	return fn(u)
+}
+
+// commit persists a unit after a change; u.mu must be held. A failure to
+// persist is the driver's own failure: UNKNOWN.
+func (s *Site) commit(u *unit) error {
+	if err := s.store.saveUnit(&u.st); err != nil {
+		s.log.Error("persist unit", "unit", u.st.Key(), "err", err)
+		return status.Errorf(codes.Unknown, "%s %q: persist state: %v", u.st.Kind, u.st.ID, err)
+	}
+	return nil
+}
+
+// ParseSchedule reads a mirroring schedule: a Go duration ("90s") or a
+// count of minutes, hours or days ("5m", "1h", "1d").
+func ParseSchedule(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days <= 0 {
+			return 0, fmt.Errorf("schedulingInterval %q is not a positive duration", v)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("schedulingInterval %q is not a positive duration", v)
+	}
+	return d, nil
+}
+
+func (r *replicationServer) EnableVolumeReplication(ctx context.Context, req *replication.EnableVolumeReplicationRequest) (*replication.EnableVolumeReplicationResponse, error) {
+	params := req.GetParameters()
+	var schedule time.Duration
+	if m, ok := params["mirroringMode"]; ok && m != "snapshot" {
+		return nil, status.Errorf(codes.InvalidArgument, "parameters.mirroringMode %q is not supported (only \"snapshot\")", m)
+	}
+	if v, ok := params["schedulingInterval"]; ok {
+		d, err := ParseSchedule(v)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "parameters.%v", err)
+		}
+		schedule = d
+	}
+	err := r.s.withUnit(ctx, "EnableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.st.Enabled && u.st.Schedule == schedule {
+			return nil
+		}
+		u.st.Enabled = true
+		u.st.Schedule = schedule
+		if len(params) > 0 {
+			u.st.Params = map[string]string{}
+			for k, v := range params {
+				u.st.Params[k] = v
+			}
+		}
+		u.nextSync = time.Time{}
+		return r.s.commit(u)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &replication.EnableVolumeReplicationResponse{}, nil
+}
+
+func (r *replicationServer) DisableVolumeReplication(ctx context.Context, req *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
+	err := r.s.withUnit(ctx, "DisableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if !u.st.Enabled {
+			return nil
+		}
+		u.st.Enabled = false
+		u.st.LastSync = nil
+		u.st.PeerSeq = 0
+		u.st.InSync = false
+		u.st.Resyncing = false
+		u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
+		return r.s.commit(u)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &replication.DisableVolumeReplicationResponse{}, nil
+}
+
+func (r *replicationServer) PromoteVolume(ctx context.Context, req *replication.PromoteVolumeRequest) (*replication.PromoteVolumeResponse, error) {
+	err := r.s.withUnit(ctx, "PromoteVolume", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		u.mu.Lock()
+		enabled, role := u.st.Enabled, u.st.Role
+		epoch, seq := u.st.Epoch, u.st.Seq
+		u.mu.Unlock()
+		if !enabled {
+			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+		}
+		if role == RolePrimary {
+			return nil // already primary: idempotent
+		}
+		if !req.GetForce() {
+			// A planned promotion needs the peer demoted and every change it
+			// made shipped here first.
+			ps, err := r.s.peerUnitStatus(ctx, u.st.Key())
+			if err != nil {
+				return status.Errorf(codes.FailedPrecondition, "%s %q: peer site unreachable (%v): cannot promote without force", u.st.Kind, u.st.ID, err)
+			}
+			if ps.Role == RolePrimary {
+				return status.Errorf(codes.FailedPrecondition, "%s %q: the peer copy is still primary: demote it first or promote with force", u.st.Kind, u.st.ID)
+			}
+			if ps.Epoch != epoch || ps.Seq != seq {
+				return status.Errorf(codes.FailedPrecondition, "%s %q: not yet synced with the demoted peer (have %d, peer has %d): retry after the final sync", u.st.Kind, u.st.ID, seq, ps.Seq)
+			}
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		now := time.Now()
+		newEpoch := uint64(now.UnixNano())
+		if newEpoch <= u.st.Epoch {
+			newEpoch = u.st.Epoch + 1
+		}
+		u.st.Role = RolePrimary
+		u.st.Demoted = false
+		u.st.Resyncing = false
+		u.st.InSync = false
+		u.st.Epoch = newEpoch
+		u.st.Lineage = append(u.st.Lineage, Fork{Epoch: newEpoch, BaseSeq: u.st.Seq})
+		u.st.PeerSeq = 0
+		u.st.LastSync = nil
+		u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: now, Role: RolePrimary, Epoch: newEpoch, Seq: u.st.Seq, Force: req.GetForce()})
+		u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
+		u.nextSync = time.Time{}
+		return r.s.commit(u)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &replication.PromoteVolumeResponse{}, nil
+}
+
+func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
+	err := r.s.withUnit(ctx, "DemoteVolume", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		u.mu.Lock()
+		enabled, role := u.st.Enabled, u.st.Role
+		u.mu.Unlock()
+		if !enabled {
+			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+		}
+		if role == RoleSecondary {
+			return nil // already demoted or secondary: idempotent
+		}
+		if !req.GetForce() {
+			// Without force, demote only when the final sync can reach the peer.
+			ps, err := r.s.peerUnitStatus(ctx, u.st.Key())
+			if err != nil {
+				return status.Errorf(codes.FailedPrecondition, "%s %q: peer site unreachable (%v): the final sync cannot be shipped; demote with force", u.st.Kind, u.st.ID, err)
+			}
+			if ps.Role == RolePrimary {
+				return status.Errorf(codes.FailedPrecondition, "%s %q: the peer copy is also primary (split-brain): demote with force and resync", u.st.Kind, u.st.ID)
+			}
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		u.st.Role = RoleSecondary
+		u.st.Demoted = true
+		u.st.InSync = false
+		u.st.LastSync = nil
+		u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: time.Now(), Role: RoleSecondary, Epoch: u.st.Epoch, Seq: u.st.Seq, Force: req.GetForce()})
+		u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
+		u.nextSync = time.Time{}
+		return r.s.commit(u)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &replication.DemoteVolumeResponse{}, nil
+}
+
+func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
+	ready := false
+	err := r.s.withUnit(ctx, "ResyncVolume", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if !u.st.Enabled {
+			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+		}
+		if u.st.Role == RolePrimary {
+			return status.Errorf(codes.FailedPrecondition, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
+		}
+		switch {
+		case u.st.Resyncing:
+			// Still waiting for the full copy from the primary.
+		case u.st.InSync:
+			ready = true
+		default:
+			// Start: the copy's own data will be replaced by the primary's,
+			// discarding whatever it wrote after the fork.
+			u.st.Resyncing = true
+			u.st.ResyncStart = time.Now()
+			return r.s.commit(u)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &replication.ResyncVolumeResponse{Ready: ready}, nil
+}
+
+func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
+	var resp *replication.GetVolumeReplicationInfoResponse
+	err := r.s.withUnit(ctx, "GetVolumeReplicationInfo", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if !u.st.Enabled {
+			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+		}
+		if u.st.Role != RolePrimary {
+			return status.Errorf(codes.FailedPrecondition, "%s %q: the copy is not primary", u.st.Kind, u.st.ID)
+		}
+		if u.st.LastSync == nil {
+			return status.Errorf(codes.NotFound, "%s %q: no sync to the peer has completed yet", u.st.Kind, u.st.ID)
+		}
+		resp = &replication.GetVolumeReplicationInfoResponse{
+			LastSyncTime:     timestamppb.New(u.st.LastSync.SnapTime),
+			LastSyncDuration: durationpb.New(u.st.LastSync.Duration),
+			LastSyncBytes:    u.st.LastSync.Bytes,
+			Status:           u.status,
+			StatusMessage:    u.statusMsg,
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
