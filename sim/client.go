@@ -171,10 +171,14 @@ func (c *Control) SetFaults(ctx context.Context, rules []FaultRule) error {
 }
 
 // Down takes the site down; Up brings it back.
-func (c *Control) Down(ctx context.Context) error { return c.call(ctx, http.MethodPost, "/v1/down", nil, nil) }
+func (c *Control) Down(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/down", nil, nil)
+}
 
 // Up brings a downed site back.
-func (c *Control) Up(ctx context.Context) error { return c.call(ctx, http.MethodPost, "/v1/up", nil, nil) }
+func (c *Control) Up(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/up", nil, nil)
+}
 
 // SetLink cuts or restores the replication link.
 func (c *Control) SetLink(ctx context.Context, up bool) error {

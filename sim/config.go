@@ -137,9 +137,9 @@ func (c *Config) validate() error {
 
 // Methods lists the RPC names the simulator serves, by service.
 var Methods = map[string][]string{
-	"identity.Identity":       {"GetIdentity", "GetCapabilities", "Probe"},
-	"fence.FenceController":   {"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients"},
-	"replication.Controller":  {"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo"},
+	"identity.Identity":      {"GetIdentity", "GetCapabilities", "Probe"},
+	"fence.FenceController":  {"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients"},
+	"replication.Controller": {"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo"},
 }
 
 func knownMethod(name string) bool {

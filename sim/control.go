@@ -18,7 +18,9 @@ import (
 //	GET    /healthz         200 while the process runs
 func (s *Site) controlHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, map[string]any{"site": s.cfg.Name, "down": s.IsDown()}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"site": s.cfg.Name, "down": s.IsDown()})
+	})
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Snapshot()) })
 	mux.HandleFunc("GET /v1/faults", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"rules": s.faults.list(), "fired": s.FaultCounts()})
