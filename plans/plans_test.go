@@ -1,0 +1,268 @@
+package plans
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExamplesLoad(t *testing.T) {
+	files, err := filepath.Glob("examples/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			p, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Sites) != 2 || len(p.VolumeGroups) == 0 {
+				t.Fatalf("loaded %d sites, %d groups", len(p.Sites), len(p.VolumeGroups))
+			}
+			// The effective plan is itself a valid plan, and stable.
+			out, err := p.YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := Parse("effective", out)
+			if err != nil {
+				t.Fatalf("effective plan does not load: %v\n%s", err, out)
+			}
+			out2, _ := again.YAML()
+			if !bytes.Equal(out, out2) {
+				t.Fatalf("effective plan changed on a second load:\n%s\n---\n%s", out, out2)
+			}
+		})
+	}
+}
+
+func TestDefaultsInOnePlace(t *testing.T) {
+	p, err := Load("examples/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := p.Policy
+	if pol.Parallelism != DefaultParallelism || pol.RPOTarget.D() != DefaultRPOTarget || !*pol.RequireFencing || pol.OnFailure != "pause" ||
+		pol.Retry.InitialInterval.D() != time.Second || pol.Retry.BackoffCoefficient != 2 || pol.StopDeadline.D() != 30*time.Second {
+		t.Fatalf("policy defaults: %+v", pol)
+	}
+	if p.Deadline("PromoteVolume") != 2*time.Minute || p.Deadline("Probe") != 30*time.Second {
+		t.Fatalf("deadlines: promote %v probe %v", p.Deadline("PromoteVolume"), p.Deadline("Probe"))
+	}
+	if e := p.Sites[0].Orchestrator.Exec; e.Shell != "/bin/sh" || e.Timeout.D() != 5*time.Minute {
+		t.Fatalf("exec defaults: %+v", e)
+	}
+	n, err := Load("examples/nomad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Policy.Parallelism != 20 || n.Deadline("PromoteVolume") != 5*time.Minute || n.Deadline("DemoteVolume") != 2*time.Minute {
+		t.Fatal("explicit values were overridden by defaults")
+	}
+	if n.Workloads[0].Sites["east"].Nomad.Stop != "deregister" || n.Workloads[0].HealthTimeout.D() != 3*time.Minute || n.Workloads[1].HealthTimeout.D() != DefaultHealthTimeout {
+		t.Fatal("workload defaults")
+	}
+}
+
+// base is a valid plan that the cases below break one way or another.
+const base = `apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata:
+  name: shop
+sites:
+  - name: east
+    storage:
+      endpoint: unix:///run/east.sock
+    fence:
+      cidrs: [10.0.0.0/24]
+    orchestrator:
+      nomad: {address: "http://127.0.0.1:4646"}
+  - name: west
+    storage:
+      endpoint: 127.0.0.1:9070
+    fence:
+      cidrs: [10.1.0.0/24]
+    orchestrator:
+      nomad: {}
+volumeGroups:
+  - name: db
+    sites:
+      east: {groupID: vg-db}
+      west: {groupID: vg-db}
+workloads:
+  - name: pg
+    volumeGroups: [db]
+    sites:
+      east: {nomad: {job: pg}}
+      west: {nomad: {job: pg}}
+`
+
+func TestBaseIsValid(t *testing.T) {
+	if _, err := Parse("plan.yaml", []byte(base)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInvalidPlans(t *testing.T) {
+	cases := []struct {
+		name string
+		old  string // replaced in base by new
+		new  string
+		want []string // every error, in order
+	}{
+		{"bad CIDR", "cidrs: [10.1.0.0/24]", "cidrs: [10.1.0.0/24, 10.0.0/24]",
+			[]string{`plan.yaml:17:28: sites[1].fence.cidrs[1]: "10.0.0/24" is not a CIDR`}},
+		{"unknown key with a suggestion", "    fence:\n      cidrs: [10.0.0.0/24]", "    fense:\n      cidrs: [10.0.0.0/24]",
+			[]string{`plan.yaml:9:5: sites[0].fense: unknown key "fense" (did you mean "fence"?)`}},
+		{"invalid name", "name: shop", "name: Shop_1", []string{
+			`plan.yaml:4:9: metadata.name: "Shop_1" is not a valid name: use lower-case letters, digits and dashes, at most 63`}},
+		{"wrong types", "  - name: db\n", "  - name: db\n    priority: high\n", []string{
+			`plan.yaml:22:15: volumeGroups[0].priority: "high" is not an integer`}},
+		{"one site", "  - name: west\n    storage:\n      endpoint: 127.0.0.1:9070\n    fence:\n      cidrs: [10.1.0.0/24]\n    orchestrator:\n      nomad: {}\n", "", []string{
+			`plan.yaml:5:1: sites: a plan has exactly two sites, this one has 1`}},
+		{"duplicate site", "  - name: west", "  - name: east", []string{
+			`plan.yaml:13:11: sites[1].name: site "east" is already defined at sites[0]`,
+			`plan.yaml:24:7: volumeGroups[0].sites.west: unknown site "west" (sites are east and east)`,
+			`plan.yaml:30:7: workloads[0].sites.west: unknown site "west" (sites are east and east)`}},
+		{"group missing on a site", "      west: {groupID: vg-db}\n", "", []string{
+			`plan.yaml:22:5: volumeGroups[0].sites: site "west" is missing`}},
+		{"dangling reference", "volumeGroups: [db]", "volumeGroups: [db, logs]", []string{
+			`plan.yaml:27:24: workloads[0].volumeGroups[1]: no volume group is named "logs"`}},
+		{"bad endpoint and bad duration", "endpoint: 127.0.0.1:9070", "endpoint: http://x:1", []string{
+			`plan.yaml:15:17: sites[1].storage.endpoint: "http://x:1": use unix:///path or host:port`}},
+		{"policy", "workloads:", "policy:\n  rpoTarget: 5 minutes\n  onFailure: retry\n  approvals: [beforeLunch]\n  deadlines: {Promote: 1m}\nworkloads:", []string{
+			`plan.yaml:26:14: policy.rpoTarget: "5 minutes" is not a duration (e.g. 30s, 5m, 1h30m, 2d)`,
+			`plan.yaml:27:14: policy.onFailure: "retry" is not pause or abort`,
+			`plan.yaml:28:15: policy.approvals[0]: unknown gate "beforeLunch" (one of beforeFence, beforePromote, beforeStart, beforeDemote)`,
+			`plan.yaml:29:15: policy.deadlines.Promote: unknown RPC "Promote" (one of default, GetIdentity, GetCapabilities, Probe, FenceClusterNetwork, UnfenceClusterNetwork, ListClusterFence, GetFenceClients, EnableVolumeReplication, DisableVolumeReplication, PromoteVolume, DemoteVolume, ResyncVolume, GetVolumeReplicationInfo)`}},
+		{"missing required keys", "kind: FailoverPlan\n", "", []string{
+			`plan.yaml:1:1: kind: required key is missing`}},
+		{"orchestrator mismatch", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b}}", []string{
+			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`}},
+		{"duplicate key", "kind: FailoverPlan\n", "kind: FailoverPlan\nkind: FailoverPlan\n", []string{
+			`plan.yaml:3:1: kind: duplicate key "kind"`}},
+		{"yaml syntax", "metadata:\n  name: shop", "metadata:\n name: shop\n  x: [", []string{
+			`plan.yaml:5:1: YAML syntax: mapping values are not allowed in this context`}},
+		{"decoding and semantic errors together", "      cidrs: [10.0.0.0/24]", "      cidrs: 10.0.0.0/24", []string{
+			`plan.yaml:10:14: sites[0].fence.cidrs: want a list, got "10.0.0.0/24"`,
+			`plan.yaml:12:24: sites[0].orchestrator.nomad.address: "http://127.0.0.1:4646x" is not an http(s) URL`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := base
+			if tc.name == "decoding and semantic errors together" {
+				src = strings.Replace(src, `4646"}`, `4646x"}`, 1)
+			}
+			if !strings.Contains(src, tc.old) {
+				t.Fatalf("base has no %q", tc.old)
+			}
+			src = strings.Replace(src, tc.old, tc.new, 1)
+			_, err := Parse("plan.yaml", []byte(src))
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("err = %v, want Errors", err)
+			}
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestEmptyAndNonPlanFiles(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"", "x.yaml: the file is empty"},
+		{"- a\n- b\n", `x.yaml:1:1: a plan is a mapping with apiVersion, kind, metadata, sites, volumeGroups…; got a list`},
+		{base + "---\n" + base, "x.yaml:31:1: the file holds more than one YAML document; give one plan per file"},
+		{"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
+			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n" +
+			"metadata: {labels: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]}\n", "x.yaml:1:1: a: unknown key"},
+	} {
+		_, err := Parse("x.yaml", []byte(tc.src))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("err = %v, want %q", err, tc.want)
+		}
+	}
+	if _, err := Load("examples/no-such-plan.yaml"); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestAliasExpansionIsBounded: a small file whose aliases expand to
+// millions of values is refused quickly, not decoded.
+func TestAliasExpansionIsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: drover.dev/v1alpha1\nkind: FailoverPlan\nmetadata: {name: x}\nvolumeGroups: []\n")
+	b.WriteString("policy: {approvals: &c [" + strings.Repeat("beforeFence, ", 3000) + "beforeFence]}\n")
+	b.WriteString("workloads: [" + strings.Repeat("{name: w, sites: {}, volumeGroups: *c}, ", 3000) + "{name: w, sites: {}}]\n")
+	b.WriteString("sites: []\n")
+	start := time.Now()
+	_, err := Parse("bomb.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "refusing to read it") {
+		t.Fatalf("err = %.300v", err)
+	}
+	var errs Errors
+	if errors.As(err, &errs); len(errs) > maxErrors+1 {
+		t.Fatalf("%d errors reported", len(errs))
+	}
+	t.Logf("refused %d bytes in %v", b.Len(), time.Since(start))
+}
+
+func TestSchemaIsUpToDate(t *testing.T) {
+	want, err := JSONSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("plan.schema.json")
+	if err != nil {
+		t.Fatalf("%v (run make schema)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("plans/plan.schema.json is stale: run make schema")
+	}
+	for _, k := range []string{`"additionalProperties": false`, `"const": "FailoverPlan"`, `"volumeGroups"`, `"requireFencing"`} {
+		if !bytes.Contains(want, []byte(k)) {
+			t.Errorf("schema lacks %s", k)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("examples/*.yaml")
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(base))
+	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			var errs Errors
+			if !errors.As(err, &errs) || len(errs) == 0 {
+				t.Fatalf("rejection is not a list of errors: %T %v", err, err)
+			}
+			for _, e := range errs {
+				if e.Msg == "" {
+					t.Fatalf("empty message: %+v", e)
+				}
+			}
+			return
+		}
+		if p == nil || len(p.Sites) != 2 {
+			t.Fatalf("accepted plan without two sites")
+		}
+	})
+}

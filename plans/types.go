@@ -1,0 +1,205 @@
+package plans
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// APIVersion and Kind identify a Drover plan document.
+const (
+	APIVersion = "drover.dev/v1alpha1"
+	Kind       = "FailoverPlan"
+)
+
+// Plan describes one protected application set across two sites: where
+// their storage and orchestrators are, which volume groups replicate, which
+// workloads run on them, and how DR actions behave.
+type Plan struct {
+	APIVersion   string        `yaml:"apiVersion" json:"apiVersion" required:"true" doc:"Plan format version: drover.dev/v1alpha1."`
+	Kind         string        `yaml:"kind" json:"kind" required:"true" doc:"Document kind: FailoverPlan."`
+	Metadata     Metadata      `yaml:"metadata" json:"metadata" required:"true"`
+	Sites        []Site        `yaml:"sites" json:"sites" required:"true" doc:"Exactly two sites."`
+	VolumeGroups []VolumeGroup `yaml:"volumeGroups" json:"volumeGroups" required:"true" doc:"The replicated volume groups (or ungrouped volumes)."`
+	Workloads    []Workload    `yaml:"workloads,omitempty" json:"workloads,omitempty" doc:"Workloads to stop and start around the storage steps."`
+	Policy       Policy        `yaml:"policy,omitempty" json:"policy,omitempty" doc:"How DR actions behave; every field has a default."`
+}
+
+// Metadata names the plan.
+type Metadata struct {
+	Name        string            `yaml:"name" json:"name" required:"true" doc:"Plan name: lower-case letters, digits and dashes; DR action ids derive from it."`
+	Description string            `yaml:"description,omitempty" json:"description,omitempty"`
+	Labels      map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+}
+
+// Site is one of the two sites: its storage endpoints, the client networks
+// to fence when it is lost, and its orchestrator.
+type Site struct {
+	Name         string       `yaml:"name" json:"name" required:"true" doc:"Site name, used as a key in volumeGroups and workloads."`
+	Storage      Storage      `yaml:"storage" json:"storage" required:"true"`
+	Fence        Fence        `yaml:"fence,omitempty" json:"fence,omitempty"`
+	TaskQueue    string       `yaml:"taskQueue,omitempty" json:"taskQueue,omitempty" doc:"Task queue of a worker inside this site for its storage and orchestrator calls; empty runs them on the main worker."`
+	Orchestrator Orchestrator `yaml:"orchestrator" json:"orchestrator" required:"true"`
+}
+
+// Storage is how to reach a site's CSI-Addons driver.
+type Storage struct {
+	Endpoint       string                       `yaml:"endpoint,omitempty" json:"endpoint,omitempty" doc:"CSI-Addons endpoint for all three services: unix:///path or host:port."`
+	Identity       string                       `yaml:"identity,omitempty" json:"identity,omitempty" doc:"Endpoint of the identity service, when it differs from endpoint."`
+	Fence          string                       `yaml:"fence,omitempty" json:"fence,omitempty" doc:"Endpoint of the fence service, when it differs from endpoint."`
+	Replication    string                       `yaml:"replication,omitempty" json:"replication,omitempty" doc:"Endpoint of the replication service, when it differs from endpoint."`
+	TLS            *TLS                         `yaml:"tls,omitempty" json:"tls,omitempty"`
+	Secret         *SecretRef                   `yaml:"secret,omitempty" json:"secret,omitempty" doc:"Secrets sent with every fence and replication call, resolved on the worker."`
+	Parameters     map[string]string            `yaml:"parameters,omitempty" json:"parameters,omitempty" doc:"Plugin parameters sent with every call (ceph-csi wants clusterID)."`
+	CallParameters map[string]map[string]string `yaml:"callParameters,omitempty" json:"callParameters,omitempty" doc:"Extra plugin parameters per RPC name, merged over parameters."`
+}
+
+// TLS configures TLS or mutual TLS to an endpoint. Paths are read on the
+// worker.
+type TLS struct {
+	CA         string `yaml:"ca,omitempty" json:"ca,omitempty" doc:"PEM file of the CA that signed the server certificate."`
+	Cert       string `yaml:"cert,omitempty" json:"cert,omitempty" doc:"PEM client certificate, for mutual TLS."`
+	Key        string `yaml:"key,omitempty" json:"key,omitempty" doc:"PEM client key, for mutual TLS."`
+	ServerName string `yaml:"serverName,omitempty" json:"serverName,omitempty" doc:"Name to verify the server certificate against."`
+}
+
+// SecretRef names a secret without holding it: the worker resolves it at
+// call time, so secret values never enter workflow history.
+type SecretRef struct {
+	Env  string `yaml:"env,omitempty" json:"env,omitempty" doc:"Environment variable prefix: every variable PREFIX_KEY becomes secret KEY."`
+	File string `yaml:"file,omitempty" json:"file,omitempty" doc:"File of key=value lines, or a YAML map."`
+}
+
+// Fence is what to fence when this site is lost.
+type Fence struct {
+	CIDRs       []string `yaml:"cidrs,omitempty" json:"cidrs,omitempty" doc:"Client CIDRs of this site's nodes; when empty, the clients last reported by GetFenceClients."`
+	Unavailable bool     `yaml:"unavailable,omitempty" json:"unavailable,omitempty" doc:"The storage cannot fence this site's clients; a forced promotion then needs the operator's confirmation."`
+}
+
+// Orchestrator is the container orchestrator of a site: exactly one of
+// nomad or exec.
+type Orchestrator struct {
+	Nomad *Nomad `yaml:"nomad,omitempty" json:"nomad,omitempty"`
+	Exec  *Exec  `yaml:"exec,omitempty" json:"exec,omitempty"`
+}
+
+// Nomad is a Nomad cluster; empty fields fall back to the NOMAD_*
+// environment variables on the worker.
+type Nomad struct {
+	Address   string     `yaml:"address,omitempty" json:"address,omitempty" doc:"Nomad HTTP API address, e.g. https://nomad.east:4646."`
+	Region    string     `yaml:"region,omitempty" json:"region,omitempty"`
+	Namespace string     `yaml:"namespace,omitempty" json:"namespace,omitempty"`
+	Token     *SecretRef `yaml:"token,omitempty" json:"token,omitempty" doc:"ACL token reference; the secret's key TOKEN is the token."`
+	TLS       *TLS       `yaml:"tls,omitempty" json:"tls,omitempty"`
+}
+
+// Exec runs hook commands for any other orchestrator.
+type Exec struct {
+	Shell   string            `yaml:"shell,omitempty" json:"shell,omitempty" doc:"Shell that runs the hooks (default /bin/sh)."`
+	Env     map[string]string `yaml:"env,omitempty" json:"env,omitempty" doc:"Extra environment for every hook."`
+	Timeout Duration          `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Default time limit of one hook (default 5m)."`
+}
+
+// VolumeGroup is one replicated volume group, named on each site.
+type VolumeGroup struct {
+	Name       string              `yaml:"name" json:"name" required:"true"`
+	Priority   int                 `yaml:"priority,omitempty" json:"priority,omitempty" doc:"Lower promotes first; groups of equal priority promote together."`
+	Sites      map[string]GroupRef `yaml:"sites" json:"sites" required:"true" doc:"The group on each site, keyed by site name."`
+	Parameters map[string]string   `yaml:"parameters,omitempty" json:"parameters,omitempty" doc:"Plugin parameters for this group's replication calls (e.g. schedulingInterval)."`
+}
+
+// GroupRef is the group on one site: a volume group id, or the ids of
+// ungrouped volumes.
+type GroupRef struct {
+	GroupID string   `yaml:"groupID,omitempty" json:"groupID,omitempty"`
+	Volumes []string `yaml:"volumes,omitempty" json:"volumes,omitempty"`
+}
+
+// Workload is an application that uses volume groups.
+type Workload struct {
+	Name          string                 `yaml:"name" json:"name" required:"true"`
+	Priority      int                    `yaml:"priority,omitempty" json:"priority,omitempty" doc:"Lower starts first; workloads of equal priority start together."`
+	HealthTimeout Duration               `yaml:"healthTimeout,omitempty" json:"healthTimeout,omitempty" doc:"How long to wait for the workload to be healthy (default 5m)."`
+	VolumeGroups  []string               `yaml:"volumeGroups,omitempty" json:"volumeGroups,omitempty" doc:"Names of the volume groups it needs."`
+	Sites         map[string]WorkloadRef `yaml:"sites" json:"sites" required:"true" doc:"The workload on each site, keyed by site name."`
+}
+
+// WorkloadRef is the workload on one site, in its orchestrator's terms.
+type WorkloadRef struct {
+	Nomad *NomadJob  `yaml:"nomad,omitempty" json:"nomad,omitempty"`
+	Exec  *ExecHooks `yaml:"exec,omitempty" json:"exec,omitempty"`
+}
+
+// NomadJob is a Nomad job and how to stop and start it.
+type NomadJob struct {
+	Job     string         `yaml:"job" json:"job" required:"true" doc:"Nomad job id."`
+	Groups  map[string]int `yaml:"groups,omitempty" json:"groups,omitempty" doc:"Task-group counts to scale to on start."`
+	Stop    string         `yaml:"stop,omitempty" json:"stop,omitempty" doc:"deregister (default, without purge) or scale (task groups to zero)."`
+	JobFile string         `yaml:"jobFile,omitempty" json:"jobFile,omitempty" doc:"HCL or JSON job file to register when the job does not exist."`
+}
+
+// ExecHooks are the commands that stop, start and check a workload.
+type ExecHooks struct {
+	Start   string   `yaml:"start" json:"start" required:"true"`
+	Stop    string   `yaml:"stop" json:"stop" required:"true"`
+	Health  string   `yaml:"health,omitempty" json:"health,omitempty" doc:"Exits 0 when healthy; retried until healthTimeout."`
+	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Time limit of one hook (default: the site's exec timeout)."`
+}
+
+// Policy is how DR actions behave.
+type Policy struct {
+	Parallelism    int                 `yaml:"parallelism,omitempty" json:"parallelism,omitempty" doc:"Volume groups promoted at once (default 10)."`
+	RPOTarget      Duration            `yaml:"rpoTarget,omitempty" json:"rpoTarget,omitempty" doc:"Replication lag above this marks the plan out of RPO (default 5m)."`
+	Retry          Retry               `yaml:"retry,omitempty" json:"retry,omitempty"`
+	Deadlines      map[string]Duration `yaml:"deadlines,omitempty" json:"deadlines,omitempty" doc:"Deadline of one call, by RPC name, and 'default'."`
+	RequireFencing *bool               `yaml:"requireFencing,omitempty" json:"requireFencing,omitempty" doc:"Fence the lost site before any forced promotion (default true)."`
+	StopDeadline   Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for the best-effort stop of a lost site's workloads (default 30s)."`
+	OnFailure      string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
+	Approvals      []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
+}
+
+// Retry is the back-off of storage and orchestrator calls.
+type Retry struct {
+	InitialInterval    Duration `yaml:"initialInterval,omitempty" json:"initialInterval,omitempty" doc:"First back-off (default 1s)."`
+	MaximumInterval    Duration `yaml:"maximumInterval,omitempty" json:"maximumInterval,omitempty" doc:"Largest back-off (default 1m)."`
+	BackoffCoefficient float64  `yaml:"backoffCoefficient,omitempty" json:"backoffCoefficient,omitempty" doc:"Growth of the back-off (default 2)."`
+	MaximumAttempts    int      `yaml:"maximumAttempts,omitempty" json:"maximumAttempts,omitempty" doc:"Attempts before a step fails for good; 0 means bounded by timeLimit only."`
+	TimeLimit          Duration `yaml:"timeLimit,omitempty" json:"timeLimit,omitempty" doc:"Total time for all attempts of one call (default 10m)."`
+}
+
+// Duration is a time.Duration written as "30s", "5m", "1h30m".
+type Duration time.Duration
+
+// D returns the duration as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats the duration as Go does ("1m30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes the duration in its string form.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// MarshalText writes the duration in its string form (also for JSON).
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a duration in its string form.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	*d = v
+	return err
+}
+
+// ParseDuration reads "30s", "5m", "1h30m", and "2d" for days.
+func ParseDuration(s string) (Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok && n != "" && !strings.ContainsAny(n, "hmsuµn") {
+		days, err := time.ParseDuration(n + "h")
+		if err == nil {
+			return Duration(days * 24), nil
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (e.g. 30s, 5m, 1h30m, 2d)", s)
+	}
+	return Duration(v), nil
+}

@@ -1,0 +1,291 @@
+package plans
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// RPCs are the CSI-Addons RPC names a plan may set deadlines and call
+// parameters for.
+var RPCs = []string{
+	"GetIdentity", "GetCapabilities", "Probe",
+	"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients",
+	"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo",
+}
+
+// Gates are the approval gates a plan may set.
+var Gates = []string{"beforeFence", "beforePromote", "beforeStart", "beforeDemote"}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// validate runs the semantic checks on a decoded plan; d locates errors.
+func (p *Plan) validate(d *decoder) {
+	bad := func(path, format string, args ...any) {
+		at := d.locate(path)
+		d.errs = append(d.errs, &FieldError{File: d.file, Line: at.line, Column: at.col, Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if d.present["apiVersion"] && p.APIVersion != APIVersion {
+		bad("apiVersion", "%q is not supported; use %q", p.APIVersion, APIVersion)
+	}
+	if d.present["kind"] && p.Kind != Kind {
+		bad("kind", "%q is not a plan; use %q", p.Kind, Kind)
+	}
+	if d.present["metadata.name"] && !nameRE.MatchString(p.Metadata.Name) {
+		bad("metadata.name", "%q is not a valid name: use lower-case letters, digits and dashes, at most 63", p.Metadata.Name)
+	}
+
+	// Sites.
+	siteNames := map[string]int{}
+	if d.present["sites"] && len(p.Sites) != 2 {
+		bad("sites", "a plan has exactly two sites, this one has %d", len(p.Sites))
+	}
+	for i, s := range p.Sites {
+		sp := fmt.Sprintf("sites[%d]", i)
+		if s.Name != "" && !nameRE.MatchString(s.Name) {
+			bad(sp+".name", "%q is not a valid site name", s.Name)
+		} else if j, dup := siteNames[s.Name]; dup && s.Name != "" {
+			bad(sp+".name", "site %q is already defined at sites[%d]", s.Name, j)
+		}
+		siteNames[s.Name] = i
+		st := s.Storage
+		if st.Endpoint == "" && (st.Identity == "" || st.Fence == "" || st.Replication == "") && d.present[sp+".storage"] {
+			bad(sp+".storage", "give endpoint, or all of identity, fence and replication")
+		}
+		for _, k := range []struct{ key, v string }{{"endpoint", st.Endpoint}, {"identity", st.Identity}, {"fence", st.Fence}, {"replication", st.Replication}} {
+			if k.v != "" {
+				if err := checkEndpoint(k.v); err != nil {
+					bad(sp+".storage."+k.key, "%v", err)
+				}
+			}
+		}
+		checkTLS(bad, sp+".storage.tls", st.TLS)
+		checkSecret(bad, sp+".storage.secret", st.Secret)
+		for _, rpc := range sortedKeys(st.CallParameters) {
+			if !contains(RPCs, rpc) {
+				bad(sp+".storage.callParameters."+rpc, "unknown RPC %q (one of %s)", rpc, strings.Join(RPCs, ", "))
+			}
+		}
+		for j, c := range s.Fence.CIDRs {
+			if _, err := netip.ParsePrefix(c); err != nil {
+				bad(fmt.Sprintf("%s.fence.cidrs[%d]", sp, j), "%q is not a CIDR", c)
+			}
+		}
+		if s.Fence.Unavailable && len(s.Fence.CIDRs) > 0 {
+			bad(sp+".fence", "cidrs are given but fencing is declared unavailable; keep one")
+		}
+		o := s.Orchestrator
+		switch {
+		case o.Nomad != nil && o.Exec != nil:
+			bad(sp+".orchestrator", "give one of nomad or exec, not both")
+		case o.Nomad == nil && o.Exec == nil && d.present[sp+".orchestrator"]:
+			bad(sp+".orchestrator", "give one of nomad or exec")
+		case o.Nomad != nil:
+			if o.Nomad.Address != "" {
+				if u, err := url.Parse(o.Nomad.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					bad(sp+".orchestrator.nomad.address", "%q is not an http(s) URL", o.Nomad.Address)
+				}
+			}
+			checkSecret(bad, sp+".orchestrator.nomad.token", o.Nomad.Token)
+			checkTLS(bad, sp+".orchestrator.nomad.tls", o.Nomad.TLS)
+		}
+	}
+	twoSites := len(p.Sites) == 2
+	checkSiteKeys := func(path string, keys []string) {
+		if !twoSites {
+			return
+		}
+		for _, k := range keys {
+			if _, ok := siteNames[k]; !ok {
+				bad(path+"."+k, "unknown site %q (sites are %s and %s)", k, p.Sites[0].Name, p.Sites[1].Name)
+			}
+		}
+		for _, s := range p.Sites {
+			if !contains(keys, s.Name) && s.Name != "" {
+				bad(path, "site %q is missing", s.Name)
+			}
+		}
+	}
+
+	// Volume groups.
+	groups := map[string]int{}
+	if d.present["volumeGroups"] && len(p.VolumeGroups) == 0 {
+		bad("volumeGroups", "a plan protects at least one volume group")
+	}
+	for i, g := range p.VolumeGroups {
+		gp := fmt.Sprintf("volumeGroups[%d]", i)
+		if g.Name != "" && !nameRE.MatchString(g.Name) {
+			bad(gp+".name", "%q is not a valid name", g.Name)
+		} else if j, dup := groups[g.Name]; dup && g.Name != "" {
+			bad(gp+".name", "volume group %q is already defined at volumeGroups[%d]", g.Name, j)
+		}
+		groups[g.Name] = i
+		if g.Priority < 0 {
+			bad(gp+".priority", "priority %d is negative", g.Priority)
+		}
+		keys := sortedKeys(g.Sites)
+		checkSiteKeys(gp+".sites", keys)
+		for _, k := range keys {
+			ref := g.Sites[k]
+			rp := gp + ".sites." + k
+			switch {
+			case ref.GroupID != "" && len(ref.Volumes) > 0:
+				bad(rp, "give groupID or volumes, not both")
+			case ref.GroupID == "" && len(ref.Volumes) == 0:
+				bad(rp, "give groupID or volumes")
+			}
+			seen := map[string]bool{}
+			for j, v := range ref.Volumes {
+				if v == "" {
+					bad(fmt.Sprintf("%s.volumes[%d]", rp, j), "volume id is empty")
+				} else if seen[v] {
+					bad(fmt.Sprintf("%s.volumes[%d]", rp, j), "volume %q is listed twice", v)
+				}
+				seen[v] = true
+			}
+		}
+	}
+
+	// Workloads.
+	workloads := map[string]int{}
+	for i, w := range p.Workloads {
+		wp := fmt.Sprintf("workloads[%d]", i)
+		if w.Name != "" && !nameRE.MatchString(w.Name) {
+			bad(wp+".name", "%q is not a valid name", w.Name)
+		} else if j, dup := workloads[w.Name]; dup && w.Name != "" {
+			bad(wp+".name", "workload %q is already defined at workloads[%d]", w.Name, j)
+		}
+		workloads[w.Name] = i
+		if w.Priority < 0 {
+			bad(wp+".priority", "priority %d is negative", w.Priority)
+		}
+		for j, g := range w.VolumeGroups {
+			if _, ok := groups[g]; !ok {
+				bad(fmt.Sprintf("%s.volumeGroups[%d]", wp, j), "no volume group is named %q", g)
+			}
+		}
+		keys := sortedKeys(w.Sites)
+		checkSiteKeys(wp+".sites", keys)
+		for _, k := range keys {
+			ref := w.Sites[k]
+			rp := wp + ".sites." + k
+			site := p.Site(k)
+			switch {
+			case ref.Nomad != nil && ref.Exec != nil:
+				bad(rp, "give one of nomad or exec, not both")
+			case ref.Nomad == nil && ref.Exec == nil:
+				bad(rp, "give one of nomad or exec")
+			case ref.Nomad != nil:
+				if site != nil && site.Orchestrator.Nomad == nil && site.Orchestrator.Exec != nil {
+					bad(rp+".nomad", "site %q runs exec hooks, not Nomad", k)
+				}
+				if ref.Nomad.Stop != "" && ref.Nomad.Stop != "deregister" && ref.Nomad.Stop != "scale" {
+					bad(rp+".nomad.stop", "%q is not deregister or scale", ref.Nomad.Stop)
+				}
+				for _, tg := range sortedKeys(ref.Nomad.Groups) {
+					if ref.Nomad.Groups[tg] < 0 {
+						bad(rp+".nomad.groups."+tg, "count %d is negative", ref.Nomad.Groups[tg])
+					}
+				}
+				if ref.Nomad.Stop == "scale" && len(ref.Nomad.Groups) == 0 {
+					bad(rp+".nomad.groups", "stop: scale needs the task-group counts to start with")
+				}
+			case ref.Exec != nil:
+				if site != nil && site.Orchestrator.Exec == nil && site.Orchestrator.Nomad != nil {
+					bad(rp+".exec", "site %q runs Nomad, not exec hooks", k)
+				}
+				if strings.TrimSpace(ref.Exec.Start) == "" && d.present[rp+".exec.start"] {
+					bad(rp+".exec.start", "command is empty")
+				}
+				if strings.TrimSpace(ref.Exec.Stop) == "" && d.present[rp+".exec.stop"] {
+					bad(rp+".exec.stop", "command is empty")
+				}
+			}
+		}
+	}
+
+	// Policy.
+	pol := p.Policy
+	if pol.Parallelism < 0 {
+		bad("policy.parallelism", "parallelism %d is negative", pol.Parallelism)
+	}
+	if pol.Retry.BackoffCoefficient != 0 && pol.Retry.BackoffCoefficient < 1 {
+		bad("policy.retry.backoffCoefficient", "%v is below 1", pol.Retry.BackoffCoefficient)
+	}
+	if pol.Retry.MaximumAttempts < 0 {
+		bad("policy.retry.maximumAttempts", "%d is negative", pol.Retry.MaximumAttempts)
+	}
+	if pol.Retry.InitialInterval != 0 && pol.Retry.MaximumInterval != 0 && pol.Retry.MaximumInterval < pol.Retry.InitialInterval {
+		bad("policy.retry.maximumInterval", "%s is below initialInterval %s", pol.Retry.MaximumInterval, pol.Retry.InitialInterval)
+	}
+	for _, k := range sortedKeys(pol.Deadlines) {
+		if k != "default" && !contains(RPCs, k) {
+			bad("policy.deadlines."+k, "unknown RPC %q (one of default, %s)", k, strings.Join(RPCs, ", "))
+		}
+	}
+	if pol.OnFailure != "" && pol.OnFailure != "pause" && pol.OnFailure != "abort" {
+		bad("policy.onFailure", "%q is not pause or abort", pol.OnFailure)
+	}
+	for i, g := range pol.Approvals {
+		if !contains(Gates, g) {
+			bad(fmt.Sprintf("policy.approvals[%d]", i), "unknown gate %q (one of %s)", g, strings.Join(Gates, ", "))
+		}
+	}
+}
+
+func checkEndpoint(ep string) error {
+	if path, ok := strings.CutPrefix(ep, "unix://"); ok {
+		if !strings.HasPrefix(path, "/") {
+			return fmt.Errorf("%q: a unix endpoint needs an absolute path (unix:///run/csi-addons.sock)", ep)
+		}
+		return nil
+	}
+	if strings.Contains(ep, "://") {
+		return fmt.Errorf("%q: use unix:///path or host:port", ep)
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("%q is not unix:///path or host:port", ep)
+	}
+	return nil
+}
+
+func checkTLS(bad func(string, string, ...any), path string, t *TLS) {
+	if t == nil {
+		return
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		bad(path, "cert and key go together: give both or neither")
+	}
+}
+
+func checkSecret(bad func(string, string, ...any), path string, s *SecretRef) {
+	if s == nil {
+		return
+	}
+	if (s.Env == "") == (s.File == "") {
+		bad(path, "give one of env or file")
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
