@@ -5,7 +5,7 @@ BIN       := bin
 PKGS      := ./...
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: help build test lint generate demo sim clean
+.PHONY: help build test lint generate schema fuzz demo sim clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -24,6 +24,13 @@ lint: ## gofmt and go vet must be clean
 
 generate: ## regenerate the CSI-Addons Go stubs (needs protoc 3.21.12)
 	./scripts/gen-proto.sh
+
+schema: ## regenerate plans/plan.schema.json from the plan types
+	$(GO) run ./cmd/drctl plan schema > plans/plan.schema.json
+
+FUZZTIME ?= 30s
+fuzz: ## fuzz the plan loader for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./plans
 
 demo: build ## the demo failover on the local embedded stack
 	@echo "make demo: not yet — the demo failover lands with the workflows and operator-surface issues."

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs two peered simulated storage sites, east (primary) and west, in the
-# foreground, with state under .run/sim. Ctrl-C stops both.
+# foreground, with state under .run/sim, at the addresses that
+# plans/examples/demo.yaml names. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run=.run/sim
@@ -8,25 +9,26 @@ mkdir -p "$run"
 cat > "$run/sites.yaml" <<YAML
 sites:
   - name: east
-    grpc: unix://$PWD/$run/east.sock
+    grpc: 127.0.0.1:7300
     data: 127.0.0.1:7301
-    control: 127.0.0.1:7311
-    peer: 127.0.0.1:7302
+    control: 127.0.0.1:7302
+    peer: 127.0.0.1:7401
     stateDir: $PWD/$run/east
     primary: true
     groups:
       - {id: vg-db, volumes: [db-data, db-wal]}
       - {id: vg-web, volumes: [web-assets]}
   - name: west
-    grpc: unix://$PWD/$run/west.sock
-    data: 127.0.0.1:7302
-    control: 127.0.0.1:7312
+    grpc: 127.0.0.1:7400
+    data: 127.0.0.1:7401
+    control: 127.0.0.1:7402
     peer: 127.0.0.1:7301
     stateDir: $PWD/$run/west
     groups:
       - {id: vg-db, volumes: [db-data, db-wal]}
       - {id: vg-web, volumes: [web-assets]}
 YAML
-echo "east: grpc unix://$PWD/$run/east.sock, data 127.0.0.1:7301, control http://127.0.0.1:7311/v1/state"
-echo "west: grpc unix://$PWD/$run/west.sock, data 127.0.0.1:7302, control http://127.0.0.1:7312/v1/state"
+echo "east: grpc 127.0.0.1:7300, data 127.0.0.1:7301, control http://127.0.0.1:7302/v1/state"
+echo "west: grpc 127.0.0.1:7400, data 127.0.0.1:7401, control http://127.0.0.1:7402/v1/state"
+echo "plans/examples/demo.yaml describes this pair."
 exec ./bin/drover-sim --config "$run/sites.yaml"

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func drctl(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestPlanValidate(t *testing.T) {
+	code, out, errs := drctl("plan", "validate", "../../plans/examples/demo.yaml", "../../plans/examples/nomad.yaml")
+	if code != 0 || !strings.Contains(out, `plan "demo" is valid`) || !strings.Contains(out, `plan "shop" is valid`) {
+		t.Fatalf("code %d out %q err %q", code, out, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: drover.dev/v1alpha1\nkind: FailoverPlan\nmetadata: {name: x}\nsites: []\nvolumeGroups: []\npolicy: {onFailure: maybe}\n"), 0o644)
+	code, _, errs = drctl("plan", "validate", bad)
+	if code != 2 || !strings.Contains(errs, "bad.yaml:4:1: sites: a plan has exactly two sites, this one has 0") ||
+		!strings.Contains(errs, `bad.yaml:6:21: policy.onFailure: "maybe" is not pause or abort`) || !strings.Contains(errs, "3 problem(s)") {
+		t.Fatalf("code %d err:\n%s", code, errs)
+	}
+	code, out, _ = drctl("plan", "validate", "-o", "json", bad)
+	var res []struct {
+		Valid  bool
+		Errors []struct {
+			Line, Column int
+			Path         string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 2 || res[0].Valid || len(res[0].Errors) != 3 || res[0].Errors[0].Line != 4 {
+		t.Fatalf("json: code %d %v %s", code, err, out)
+	}
+}
+
+func TestPlanShowPrintsDefaults(t *testing.T) {
+	code, out, errs := drctl("plan", "show", "../../plans/examples/minimal.yaml")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errs)
+	}
+	for _, want := range []string{"parallelism: 10", "rpoTarget: 5m0s", "requireFencing: true", "onFailure: pause", "PromoteVolume: 2m0s", "shell: /bin/sh"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("effective plan lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = drctl("plan", "show", "-o", "json", "../../plans/examples/minimal.yaml")
+	var p map[string]any
+	if err := json.Unmarshal([]byte(out), &p); err != nil || code != 0 || p["policy"].(map[string]any)["parallelism"].(float64) != 10 {
+		t.Fatalf("json show: %v %s", err, out)
+	}
+}
+
+func TestBadInputExitsTwo(t *testing.T) {
+	for _, args := range [][]string{{}, {"failover"}, {"plan"}, {"plan", "frob"}, {"plan", "validate"}, {"plan", "show"}, {"plan", "show", "/no/such.yaml"}, {"plan", "validate", "-o", "xml", "x"}} {
+		if code, _, _ := drctl(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code, out, _ := drctl("plan", "schema"); code != 0 || !strings.Contains(out, `"$schema"`) {
+		t.Fatalf("schema: %d", code)
+	}
+}
