@@ -38,6 +38,17 @@ func (p *Plan) validate(d *decoder) {
 		at := d.locate(path)
 		d.errs = append(d.errs, &FieldError{File: d.file, Line: at.line, Column: at.col, Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
+	// uniqueName checks list[i].name: a valid name, not used before in the
+	// list; seen maps each name to its first index.
+	uniqueName := func(seen map[string]int, list, what, name string, i int, invalid string) {
+		path := fmt.Sprintf("%s[%d].name", list, i)
+		if name != "" && !nameRE.MatchString(name) {
+			bad(path, invalid, name)
+		} else if j, dup := seen[name]; dup && name != "" {
+			bad(path, "%s %q is already defined at %s[%d]", what, name, list, j)
+		}
+		seen[name] = i
+	}
 	if d.present["apiVersion"] && p.APIVersion != APIVersion {
 		bad("apiVersion", "%q is not supported; use %q", p.APIVersion, APIVersion)
 	}
@@ -55,12 +66,7 @@ func (p *Plan) validate(d *decoder) {
 	}
 	for i, s := range p.Sites {
 		sp := fmt.Sprintf("sites[%d]", i)
-		if s.Name != "" && !nameRE.MatchString(s.Name) {
-			bad(sp+".name", "%q is not a valid site name", s.Name)
-		} else if j, dup := siteNames[s.Name]; dup && s.Name != "" {
-			bad(sp+".name", "site %q is already defined at sites[%d]", s.Name, j)
-		}
-		siteNames[s.Name] = i
+		uniqueName(siteNames, "sites", "site", s.Name, i, "%q is not a valid site name")
 		st := s.Storage
 		if st.Endpoint == "" && (st.Identity == "" || st.Fence == "" || st.Replication == "") && d.present[sp+".storage"] {
 			bad(sp+".storage", "give endpoint, or all of identity, fence and replication")
@@ -127,12 +133,7 @@ func (p *Plan) validate(d *decoder) {
 	}
 	for i, g := range p.VolumeGroups {
 		gp := fmt.Sprintf("volumeGroups[%d]", i)
-		if g.Name != "" && !nameRE.MatchString(g.Name) {
-			bad(gp+".name", "%q is not a valid name", g.Name)
-		} else if j, dup := groups[g.Name]; dup && g.Name != "" {
-			bad(gp+".name", "volume group %q is already defined at volumeGroups[%d]", g.Name, j)
-		}
-		groups[g.Name] = i
+		uniqueName(groups, "volumeGroups", "volume group", g.Name, i, "%q is not a valid name")
 		if g.Priority < 0 {
 			bad(gp+".priority", "priority %d is negative", g.Priority)
 		}
@@ -163,12 +164,7 @@ func (p *Plan) validate(d *decoder) {
 	workloads := map[string]int{}
 	for i, w := range p.Workloads {
 		wp := fmt.Sprintf("workloads[%d]", i)
-		if w.Name != "" && !nameRE.MatchString(w.Name) {
-			bad(wp+".name", "%q is not a valid name", w.Name)
-		} else if j, dup := workloads[w.Name]; dup && w.Name != "" {
-			bad(wp+".name", "workload %q is already defined at workloads[%d]", w.Name, j)
-		}
-		workloads[w.Name] = i
+		uniqueName(workloads, "workloads", "workload", w.Name, i, "%q is not a valid name")
 		if w.Priority < 0 {
 			bad(wp+".priority", "priority %d is negative", w.Priority)
 		}
