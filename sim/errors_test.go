@@ -81,7 +81,7 @@ func TestReplicationErrorTable(t *testing.T) {
 	secrets := map[string]string{"user": "admin", "key": "s3cr3t"}
 	for name, call := range replCalls {
 		t.Run(name, func(t *testing.T) {
-			a, _ := startPair(t, pairOpts{secrets: secrets, tweakA: func(c *sim.Config) {}})
+			a, _ := startPair(t, pairOpts{Secrets: secrets, TweakA: func(c *sim.Config) {}})
 			ctx := ctxT(t)
 
 			// 3 INVALID_ARGUMENT: a required field is missing.
@@ -128,7 +128,7 @@ func TestReplicationErrorTable(t *testing.T) {
 	// 12 UNIMPLEMENTED: a driver without the RPC.
 	for name, call := range replCalls {
 		t.Run(name+"/unimplemented", func(t *testing.T) {
-			a, _ := startPair(t, pairOpts{tweakA: func(c *sim.Config) { c.Unimplemented = []string{name} }})
+			a, _ := startPair(t, pairOpts{TweakA: func(c *sim.Config) { c.Unimplemented = []string{name} }})
 			wantCode(t, call(ctxT(t), a, "", group("vg-1"), nil, false), codes.Unimplemented)
 		})
 	}
@@ -168,7 +168,7 @@ func TestFenceErrorTable(t *testing.T) {
 	secrets := map[string]string{"token": "t0k3n"}
 	for name, call := range fenceCalls {
 		t.Run(name, func(t *testing.T) {
-			a, _ := startPair(t, pairOpts{secrets: secrets})
+			a, _ := startPair(t, pairOpts{Secrets: secrets})
 			ctx := ctxT(t)
 			if name == "FenceClusterNetwork" || name == "UnfenceClusterNetwork" {
 				// Missing required field, and an invalid one.
@@ -183,7 +183,7 @@ func TestFenceErrorTable(t *testing.T) {
 			wantCode(t, call(ctx, a, []string{"10.0.0.0/24"}, secrets), codes.Unknown)
 		})
 		t.Run(name+"/unimplemented", func(t *testing.T) {
-			a, _ := startPair(t, pairOpts{tweakA: func(c *sim.Config) { c.Unimplemented = []string{name} }})
+			a, _ := startPair(t, pairOpts{TweakA: func(c *sim.Config) { c.Unimplemented = []string{name} }})
 			wantCode(t, call(ctxT(t), a, []string{"10.0.0.0/24"}, nil), codes.Unimplemented)
 		})
 	}

@@ -4,11 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
-	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,38 +16,21 @@ import (
 	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/csiaddons/identity"
 	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
 )
 
 // Client addresses standing for the nodes of each site.
 const (
-	nodeA = "127.0.0.2"
-	nodeB = "127.0.0.3"
+	nodeA = simtest.NodeA
+	nodeB = simtest.NodeB
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// sockDir returns a short directory for unix sockets (their paths are
-// limited to about 100 bytes).
-func sockDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "dsim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+var (
+	freeAddr = simtest.FreeAddr
+	sockDir  = simtest.SockDir
+	quietLog = simtest.QuietLog
+)
 
 // siteUnderTest is a running site with gRPC clients of its services.
 type siteUnderTest struct {
@@ -63,56 +42,23 @@ type siteUnderTest struct {
 	rc   replication.ControllerClient
 }
 
-type pairOpts struct {
-	groups   []sim.GroupSpec
-	volumes  []string
-	interval time.Duration
-	secrets  map[string]string
-	tweakA   func(*sim.Config)
-	tweakB   func(*sim.Config)
-}
+type pairOpts = simtest.Options
 
 // startPair starts two peered sites, A primary and B secondary, serving
 // gRPC on unix sockets and the data path on loopback TCP.
 func startPair(t *testing.T, o pairOpts) (a, b *siteUnderTest) {
 	t.Helper()
-	if o.groups == nil && o.volumes == nil {
-		o.groups = []sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1", "v2"}}, {ID: "vg-2", Volumes: []string{"v3"}}}
-		o.volumes = []string{"solo"}
-	}
-	if o.interval == 0 {
-		o.interval = 50 * time.Millisecond
-	}
-	dir := sockDir(t)
-	dataA, dataB := freeAddr(t), freeAddr(t)
-	mk := func(name string, primary bool, data, peer string, tweak func(*sim.Config)) sim.Config {
-		c := sim.Config{
-			Name: name, GRPCAddr: "unix://" + filepath.Join(dir, name+".sock"),
-			DataAddr: data, PeerAddr: peer, StateDir: filepath.Join(t.TempDir(), name),
-			Primary: primary, Groups: o.groups, Volumes: o.volumes, SyncInterval: o.interval,
-			Secrets: o.secrets, Seed: 1,
-		}
-		if tweak != nil {
-			tweak(&c)
-		}
-		return c
-	}
-	a = startSite(t, mk("a", true, dataA, dataB, o.tweakA))
-	b = startSite(t, mk("b", false, dataB, dataA, o.tweakB))
-	return a, b
+	sa, sb := simtest.StartPair(t, o)
+	return attachInsecure(t, sa), attachInsecure(t, sb)
 }
 
 func startSite(t *testing.T, cfg sim.Config) *siteUnderTest {
 	t.Helper()
-	s, err := sim.New(cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return attach(t, s, cfg, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return attachInsecure(t, simtest.StartSite(t, cfg))
+}
+
+func attachInsecure(t *testing.T, s *simtest.Site) *siteUnderTest {
+	return attach(t, s.Site, s.Config, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 func attach(t *testing.T, s *sim.Site, cfg sim.Config, opts ...grpc.DialOption) *siteUnderTest {

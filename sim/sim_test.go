@@ -106,7 +106,7 @@ func TestIdentity(t *testing.T) {
 }
 
 func TestCapabilitiesFollowUnimplemented(t *testing.T) {
-	a, _ := startPair(t, pairOpts{tweakA: func(c *sim.Config) { c.Unimplemented = []string{"GetFenceClients"} }})
+	a, _ := startPair(t, pairOpts{TweakA: func(c *sim.Config) { c.Unimplemented = []string{"GetFenceClients"} }})
 	caps, err := a.id.GetCapabilities(ctxT(t), &identity.GetCapabilitiesRequest{})
 	mustOK(t, err)
 	for _, c := range caps.Capabilities {
@@ -246,7 +246,7 @@ func TestReplicationLagAndCatchUp(t *testing.T) {
 }
 
 func TestSchedulingIntervalParameter(t *testing.T) {
-	a, _ := startPair(t, pairOpts{interval: 20 * time.Millisecond})
+	a, _ := startPair(t, pairOpts{Interval: 20 * time.Millisecond})
 	ctx := ctxT(t)
 	_, err := a.rc.EnableVolumeReplication(ctx, &replication.EnableVolumeReplicationRequest{ReplicationSource: group("vg-1"), Parameters: map[string]string{"mirroringMode": "snapshot", "schedulingInterval": "1h"}})
 	mustOK(t, err)
