@@ -1,6 +1,65 @@
-// Package activities will hold one Temporal activity per CSI-Addons storage
-// RPC and per orchestrator action, the classification of gRPC codes into
-// retry decisions, endpoint dialing and secret resolution.
+// Package activities holds Drover's Temporal activities: one per
+// CSI-Addons storage RPC, the polling activities built on them, the table
+// that turns gRPC codes into retry decisions, endpoint dialing and secret
+// resolution.
 //
-// Not yet implemented: the activities land with the activities issue.
+// # The activities
+//
+// Storage is a struct of dependencies (a Dialer that keeps one gRPC
+// connection per endpoint, a SecretResolver); its methods are the
+// activities. Register it once on a worker and refer to the methods from
+// workflows through a nil pointer:
+//
+//	var st *activities.Storage
+//	ctx = workflow.WithActivityOptions(ctx, activities.CallOptions(plan, "west", activities.RPCPromoteVolume))
+//	err := workflow.ExecuteActivity(ctx, st.PromoteVolume, in).Get(ctx, nil)
+//
+// The identity service: GetIdentity, GetCapabilities, Probe. The fence
+// service: FenceClusterNetwork, UnfenceClusterNetwork, ListClusterFence,
+// GetFenceClients. The replication service: EnableVolumeReplication,
+// DisableVolumeReplication, PromoteVolume, DemoteVolume, ResyncVolume,
+// GetVolumeReplicationInfo. Two polling activities wait on long work:
+// ResyncUntilReady calls ResyncVolume until ready=true, and WaitForSync
+// polls GetVolumeReplicationInfo on the primary until a sync newer than a
+// given time has completed. Both heartbeat their PollProgress; an attempt
+// that follows a crash or a retried error resumes from it.
+//
+// Inputs and results are small plain structs. An Endpoint carries the
+// address (unix:///path or host:port), TLS file paths, the secret
+// reference, the plugin parameters and the call's deadline: names only,
+// never a secret value. EndpointFor and ReplicationInputs build them from a
+// plan. A replication call always sends replication_source and, for a
+// single volume, volume_id as well, so drivers of either generation
+// understand it.
+//
+// # Errors and retries
+//
+// Classify looks up what the caller does with a (RPC, gRPC code) pair, from
+// the error tables of the fence and replication specs: ABORTED,
+// UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and, for replication
+// RPCs, NOT_FOUND are retried with exponential back-off; INVALID_ARGUMENT,
+// UNIMPLEMENTED, UNAUTHENTICATED, UNKNOWN and any code no table names are
+// final; FAILED_PRECONDITION goes back to the workflow at once (it decides:
+// wait, force, roll back); DisableVolumeReplication answering NOT_FOUND is
+// done. Table lists every row; the tests walk it against the simulator.
+//
+// Every failure is a Temporal application error whose type names the
+// condition (ErrOperationPending, ErrFailedPrecondition, ErrTLS, …), whose
+// message names the RPC, the site, the volume or group and the plugin's own
+// message, and whose details are a Failure (see FailureOf). A TLS handshake
+// failure, an unusable endpoint and an unresolvable secret are final too.
+//
+// CallOptions builds the activity options of one call from the plan: the
+// site's task queue, the RPC's deadline plus CallGrace per attempt, the
+// plan's time limit over all attempts and its back-off, and the final
+// error types. PollOptions does the same for the polling activities, with a
+// heartbeat timeout. Workflows use these and nothing else.
+//
+// # Secrets
+//
+// A plan names a secret (an environment variable prefix, or a file of
+// key=value lines or YAML); EnvFileSecrets resolves it on the worker at
+// call time. Values go into the request and nowhere else: not into inputs,
+// results, heartbeats, logs or errors. A plugin message that quotes a
+// secret value is redacted before it becomes an error.
 package activities

@@ -1,0 +1,278 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc/codes"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+)
+
+// attempt is one start of an activity, on the test environment's clock.
+type attempt struct {
+	n  int32
+	at time.Time
+}
+
+// runCall executes one activity by name with the options CallOptions gives
+// it, in Temporal's test workflow environment, which applies the retry
+// policy on a mocked clock. It returns every attempt and the final error;
+// out, when not nil, receives the result.
+func runCall(t *testing.T, st *activities.Storage, opts workflow.ActivityOptions, rpc string, in any, out ...any) ([]attempt, error) {
+	t.Helper()
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(discardLogger{})
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterActivity(st)
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, opts)
+		var res any
+		if len(out) > 0 {
+			res = out[0]
+		}
+		return workflow.ExecuteActivity(ctx, rpc, in).Get(ctx, res)
+	}, workflow.RegisterOptions{Name: "call"})
+	var attempts []attempt
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		attempts = append(attempts, attempt{n: info.Attempt, at: env.Now()})
+	})
+	env.ExecuteWorkflow("call")
+	if !env.IsWorkflowCompleted() {
+		t.Fatalf("%s: the workflow did not complete", rpc)
+	}
+	return attempts, env.GetWorkflowError()
+}
+
+// gaps are the back-off pauses between attempts.
+func gaps(as []attempt) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(as); i++ {
+		out = append(out, as[i].at.Sub(as[i-1].at).Round(10*time.Millisecond))
+	}
+	return out
+}
+
+// tablePair starts a pair with replication enabled and synced, and gives
+// for each RPC an input on which the RPC succeeds.
+func tablePair(t *testing.T) (map[string]*simtest.Site, *plans.Plan, map[string]any) {
+	t.Helper()
+	a, b := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond})
+	p := pairPlan(a, b)
+	st := newStorage(t)
+	env := activityEnv(t, st)
+	for _, site := range []string{"a", "b"} {
+		for _, g := range []string{"db", "loose"} {
+			_, err := env.ExecuteActivity(st.EnableVolumeReplication, groupInput(t, p, site, g, activities.RPCEnableVolumeReplication, false))
+			mustOK(t, err)
+		}
+	}
+	_, err := env.ExecuteActivity(st.WaitForSync, activities.WaitSyncInput{
+		Call: groupInput(t, p, "a", "db", activities.RPCGetVolumeReplicationInfo, false), Interval: 10 * time.Millisecond})
+	mustOK(t, err)
+	ident := func(rpc string) any { return activities.IdentityInput{Endpoint: endpoint(t, p, "a", rpc)} }
+	list := func(rpc string) any { return activities.FenceListInput{Endpoint: endpoint(t, p, "a", rpc)} }
+	cidr := func(rpc string) any {
+		return activities.FenceInput{Endpoint: endpoint(t, p, "a", rpc), CIDRs: []string{"127.0.0.9/32"}}
+	}
+	repl := func(site, group, rpc string) any { return groupInput(t, p, site, group, rpc, false) }
+	inputs := map[string]any{
+		activities.RPCGetIdentity:              ident(activities.RPCGetIdentity),
+		activities.RPCGetCapabilities:          ident(activities.RPCGetCapabilities),
+		activities.RPCProbe:                    ident(activities.RPCProbe),
+		activities.RPCFenceClusterNetwork:      cidr(activities.RPCFenceClusterNetwork),
+		activities.RPCUnfenceClusterNetwork:    cidr(activities.RPCUnfenceClusterNetwork),
+		activities.RPCListClusterFence:         list(activities.RPCListClusterFence),
+		activities.RPCGetFenceClients:          list(activities.RPCGetFenceClients),
+		activities.RPCEnableVolumeReplication:  repl("a", "db", activities.RPCEnableVolumeReplication),
+		activities.RPCDisableVolumeReplication: repl("b", "loose", activities.RPCDisableVolumeReplication),
+		activities.RPCPromoteVolume:            repl("a", "db", activities.RPCPromoteVolume),            // already primary
+		activities.RPCDemoteVolume:             repl("b", "db", activities.RPCDemoteVolume),             // already secondary
+		activities.RPCResyncVolume:             repl("b", "db", activities.RPCResyncVolume),             // a secondary
+		activities.RPCGetVolumeReplicationInfo: repl("a", "db", activities.RPCGetVolumeReplicationInfo), // synced primary
+	}
+	return map[string]*simtest.Site{"a": a, "b": b}, p, inputs
+}
+
+// TestClassificationTable walks every row of the table: the simulator
+// answers the row's code three times, then the real call runs. A retry
+// row must take four attempts whose pauses follow the plan's back-off
+// (1s, 2s, 4s) and succeed; a fail or hand-back row must stop after one
+// attempt with a non-retryable error of the row's type that names the
+// RPC, the site, the subject and the plugin's message; a done row must
+// succeed at once.
+func TestClassificationTable(t *testing.T) {
+	rows := activities.Table()
+	if len(rows) != 13*16 {
+		t.Fatalf("table has %d rows, want 13 RPCs x 16 codes", len(rows))
+	}
+	byRPC := map[string][]activities.Rule{}
+	var order []string
+	for _, r := range rows {
+		if _, ok := byRPC[r.RPC]; !ok {
+			order = append(order, r.RPC)
+		}
+		byRPC[r.RPC] = append(byRPC[r.RPC], r)
+	}
+	for _, rpc := range order {
+		t.Run(rpc, func(t *testing.T) {
+			sites, p, inputs := tablePair(t)
+			st := newStorage(t)
+			site := "a"
+			if e, ok := inputs[rpc].(activities.ReplicationInput); ok {
+				site = e.Endpoint.Site
+			}
+			opts := activities.CallOptions(p, site, rpc)
+			target := sites[site]
+			for _, row := range byRPC[rpc] {
+				t.Run(row.Code.String(), func(t *testing.T) {
+					msg := fmt.Sprintf("plugin says %s", row.Code)
+					setFaults(t, target, sim.FaultRule{Method: rpc, Code: faultCode(row.Code), Count: 3, Message: msg})
+					defer setFaults(t, target)
+					attempts, err := runCall(t, st, opts, rpc, inputs[rpc])
+					checkRow(t, row, attempts, err, msg)
+				})
+			}
+		})
+	}
+}
+
+func checkRow(t *testing.T, row activities.Rule, attempts []attempt, err error, pluginMsg string) {
+	t.Helper()
+	switch row.Outcome {
+	case activities.Retry:
+		if err != nil {
+			t.Fatalf("after three %s answers: %v", row.Code, err)
+		}
+		if len(attempts) != 4 {
+			t.Fatalf("%d attempts, want 4", len(attempts))
+		}
+		want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+		if g := gaps(attempts); !slices.Equal(g, want) {
+			t.Fatalf("back-off %v, want %v", g, want)
+		}
+	case activities.Done:
+		if err != nil || len(attempts) != 1 {
+			t.Fatalf("%d attempts, error %v; want one attempt and done", len(attempts), err)
+		}
+	case activities.Fail, activities.HandBack:
+		if len(attempts) != 1 {
+			t.Fatalf("%d attempts, want 1 (no retry)", len(attempts))
+		}
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) {
+			t.Fatalf("error %v is not an application error", err)
+		}
+		if ae.Type() != row.Type || !ae.NonRetryable() {
+			t.Fatalf("type %q non-retryable=%v, want %q non-retryable", ae.Type(), ae.NonRetryable(), row.Type)
+		}
+		for _, part := range []string{row.RPC, `site "`, pluginMsg} {
+			if !strings.Contains(ae.Error(), part) {
+				t.Fatalf("message %q lacks %q", ae.Error(), part)
+			}
+		}
+		typ, f, ok := activities.FailureOf(err)
+		if !ok || typ != row.Type || f.RPC != row.RPC || f.Message != pluginMsg {
+			t.Fatalf("FailureOf = %q %+v %v", typ, f, ok)
+		}
+	}
+}
+
+// TestTableFollowsSpec pins the rows the specs spell out, so that a change
+// of the table is a visible change of this list.
+func TestTableFollowsSpec(t *testing.T) {
+	for _, tc := range []struct {
+		rpc  string
+		code codes.Code
+		want activities.Outcome
+	}{
+		{activities.RPCPromoteVolume, codes.Aborted, activities.Retry},
+		{activities.RPCPromoteVolume, codes.NotFound, activities.Retry},
+		{activities.RPCPromoteVolume, codes.FailedPrecondition, activities.HandBack},
+		{activities.RPCPromoteVolume, codes.InvalidArgument, activities.Fail},
+		{activities.RPCPromoteVolume, codes.Unimplemented, activities.Fail},
+		{activities.RPCPromoteVolume, codes.Unauthenticated, activities.Fail},
+		{activities.RPCPromoteVolume, codes.Unknown, activities.Fail},
+		{activities.RPCPromoteVolume, codes.Unavailable, activities.Retry},
+		{activities.RPCPromoteVolume, codes.DeadlineExceeded, activities.Retry},
+		{activities.RPCPromoteVolume, codes.ResourceExhausted, activities.Retry},
+		{activities.RPCPromoteVolume, codes.Internal, activities.Fail},
+		{activities.RPCDisableVolumeReplication, codes.NotFound, activities.Done},
+		{activities.RPCGetVolumeReplicationInfo, codes.NotFound, activities.Retry},
+		{activities.RPCFenceClusterNetwork, codes.NotFound, activities.Fail},
+		{activities.RPCFenceClusterNetwork, codes.Aborted, activities.Retry},
+		{activities.RPCFenceClusterNetwork, codes.FailedPrecondition, activities.HandBack},
+		{activities.RPCProbe, codes.Unavailable, activities.Retry},
+	} {
+		if got := activities.Classify(tc.rpc, tc.code); got != tc.want {
+			t.Errorf("Classify(%s, %s) = %s, want %s", tc.rpc, tc.code, got, tc.want)
+		}
+	}
+	final := activities.NonRetryableTypes()
+	for _, typ := range []string{activities.ErrInvalidArgument, activities.ErrNotImplemented, activities.ErrNotAuthenticated,
+		activities.ErrUnknown, activities.ErrFailedPrecondition, activities.ErrTLS, activities.ErrSecretUnavailable} {
+		if !slices.Contains(final, typ) {
+			t.Errorf("NonRetryableTypes %v lacks %s", final, typ)
+		}
+	}
+	for _, typ := range []string{activities.ErrOperationPending, activities.ErrNotFound, activities.ErrUnavailable} {
+		if slices.Contains(final, typ) {
+			t.Errorf("NonRetryableTypes %v holds the retryable %s", final, typ)
+		}
+	}
+}
+
+// TestRetryBounds: the plan's maximum interval caps the back-off, its
+// maximum attempts and its time limit end the retries, and a site that is
+// really down (not an injected code) fails within the time limit.
+func TestRetryBounds(t *testing.T) {
+	a, b := simtest.StartPair(t, simtest.Options{})
+	p := pairPlan(a, b)
+	st := newStorage(t)
+	in := activities.IdentityInput{Endpoint: endpoint(t, p, "a", activities.RPCProbe)}
+
+	p.Policy.Retry.MaximumInterval = plans.Duration(3 * time.Second)
+	p.Policy.Retry.MaximumAttempts = 5
+	setFaults(t, a, sim.FaultRule{Method: activities.RPCProbe, Code: "ABORTED", Count: 10})
+	attempts, err := runCall(t, st, activities.CallOptions(p, "a", activities.RPCProbe), activities.RPCProbe, in)
+	if len(attempts) != 5 {
+		t.Fatalf("%d attempts, want maximumAttempts 5", len(attempts))
+	}
+	if g, want := gaps(attempts), []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}; !slices.Equal(g, want) {
+		t.Fatalf("back-off %v, want %v (capped at 3s)", g, want)
+	}
+	if nonRetryable, _ := wantType(t, err, activities.ErrOperationPending); nonRetryable {
+		t.Fatal("an exhausted retry of ABORTED is not a non-retryable error")
+	}
+	setFaults(t, a)
+
+	p.Policy.Retry.MaximumAttempts = 0
+	p.Policy.Retry.MaximumInterval = plans.Duration(time.Minute)
+	p.Policy.Retry.TimeLimit = plans.Duration(5 * time.Second)
+	a.Down()
+	defer a.Up()
+	attempts, err = runCall(t, st, activities.CallOptions(p, "a", activities.RPCProbe), activities.RPCProbe, in)
+	// Starts at 0s, 1s, 3s; the next (7s) would pass the 5s time limit.
+	if len(attempts) != 3 {
+		t.Fatalf("%d attempts against a down site, want 3 within the 5s time limit", len(attempts))
+	}
+	if err == nil {
+		t.Fatal("a down site answered")
+	}
+	if !strings.Contains(err.Error(), activities.RPCProbe) {
+		t.Fatalf("error %v does not name the call", err)
+	}
+}

@@ -1,0 +1,178 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+)
+
+// DefaultPollInterval is the pause between two polls of a long call.
+const DefaultPollInterval = time.Second
+
+// ResyncInput drives ResyncUntilReady.
+type ResyncInput struct {
+	Call ReplicationInput `json:"call"`
+	// Interval between ResyncVolume calls; zero means DefaultPollInterval.
+	Interval time.Duration `json:"interval,omitempty"`
+}
+
+// PollProgress is a polling activity's heartbeat: it survives a worker
+// crash, so the next attempt continues the count and keeps the start.
+type PollProgress struct {
+	Since time.Time `json:"since"`
+	Polls int       `json:"polls"`
+	// Attempts counts the activity attempts that worked on this poll.
+	Attempts int `json:"attempts"`
+}
+
+// ResyncOutcome reports a finished resync.
+type ResyncOutcome struct {
+	PollProgress
+	Ready bool `json:"ready"`
+}
+
+// ResyncUntilReady calls ResyncVolume until the driver answers ready=true.
+// A retryable error ends the attempt and Temporal retries it with the
+// plan's back-off; the heartbeat carries the progress across attempts and
+// across worker crashes.
+func (s *Storage) ResyncUntilReady(ctx context.Context, in ResyncInput) (ResyncOutcome, error) {
+	hb := startPoll(ctx)
+	defer hb.stop()
+	for {
+		r, err := s.ResyncVolume(ctx, in.Call)
+		p := hb.polled()
+		if err != nil {
+			return ResyncOutcome{PollProgress: p}, err
+		}
+		if r.Ready {
+			return ResyncOutcome{PollProgress: p, Ready: true}, nil
+		}
+		if err := sleep(ctx, in.Interval); err != nil {
+			return ResyncOutcome{PollProgress: p}, err
+		}
+	}
+}
+
+// WaitSyncInput drives WaitForSync.
+type WaitSyncInput struct {
+	Call ReplicationInput `json:"call"`
+	// After: wait for a completed sync that started later than this.
+	After time.Time `json:"after"`
+	// Interval between polls; zero means DefaultPollInterval.
+	Interval time.Duration `json:"interval,omitempty"`
+}
+
+// WaitSyncOutcome is the first replication info newer than After.
+type WaitSyncOutcome struct {
+	PollProgress
+	Info ReplicationInfo `json:"info"`
+}
+
+// WaitForSync polls GetVolumeReplicationInfo on the primary until its last
+// sync is newer than in.After. NOT_FOUND (no sync since the promotion yet)
+// is part of waiting; other errors end the attempt as the table says.
+func (s *Storage) WaitForSync(ctx context.Context, in WaitSyncInput) (WaitSyncOutcome, error) {
+	hb := startPoll(ctx)
+	defer hb.stop()
+	for {
+		info, err := s.GetVolumeReplicationInfo(ctx, in.Call)
+		p := hb.polled()
+		if err != nil {
+			if typ, _, _ := FailureOf(err); typ != ErrNotFound {
+				return WaitSyncOutcome{PollProgress: p}, err
+			}
+		} else if info.LastSyncTime.After(in.After) {
+			return WaitSyncOutcome{PollProgress: p, Info: info}, nil
+		}
+		if err := sleep(ctx, in.Interval); err != nil {
+			return WaitSyncOutcome{PollProgress: p}, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		d = DefaultPollInterval
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// poller keeps a polling activity's progress and heartbeats it: after
+// every poll, and from a ticker while a slow call is in flight, so the
+// heartbeat timeout can be shorter than a call's deadline.
+type poller struct {
+	ctx  context.Context
+	mu   sync.Mutex
+	p    PollProgress
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startPoll(ctx context.Context) *poller {
+	h := &poller{ctx: ctx, done: make(chan struct{}), p: PollProgress{Since: time.Now()}}
+	if !activity.IsActivity(ctx) {
+		return h
+	}
+	if activity.HasHeartbeatDetails(ctx) {
+		var prev PollProgress
+		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && !prev.Since.IsZero() {
+			h.p = prev
+		}
+	}
+	h.p.Attempts++
+	every := activity.GetInfo(ctx).HeartbeatTimeout / 3
+	if every <= 0 {
+		every = time.Second
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-h.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				h.beat()
+			}
+		}
+	}()
+	h.beat()
+	return h
+}
+
+func (h *poller) beat() {
+	h.mu.Lock()
+	p := h.p
+	h.mu.Unlock()
+	if activity.IsActivity(h.ctx) {
+		activity.RecordHeartbeat(h.ctx, p)
+	}
+}
+
+// polled counts one poll, heartbeats, and returns the progress.
+func (h *poller) polled() PollProgress {
+	h.mu.Lock()
+	h.p.Polls++
+	p := h.p
+	h.mu.Unlock()
+	h.beat()
+	return p
+}
+
+func (h *poller) stop() {
+	close(h.done)
+	h.wg.Wait()
+}

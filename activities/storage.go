@@ -1,0 +1,88 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// Storage holds the storage activities: one method per CSI-Addons RPC
+// plus the polling activities built on them. Register it once on a
+// worker; workflows refer to its methods through a nil pointer.
+type Storage struct {
+	Dialer  *Dialer
+	Secrets SecretResolver
+}
+
+// NewStorage returns storage activities with a fresh connection cache,
+// resolving secrets from the worker's environment and files.
+func NewStorage() *Storage {
+	return &Storage{Dialer: NewDialer(), Secrets: EnvFileSecrets{}}
+}
+
+// Close closes the cached connections.
+func (s *Storage) Close() error { return s.Dialer.Close() }
+
+// call runs one RPC against e with its own deadline and turns the outcome
+// into what the activity returns. Secrets are resolved here, on the
+// worker, only when the RPC carries them.
+func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject string, withSecrets bool,
+	fn func(ctx context.Context, conn *grpc.ClientConn, secrets map[string]string) error) error {
+	conn, err := s.Dialer.Conn(e)
+	if err != nil {
+		typ := ErrBadEndpoint
+		if errors.Is(err, errTLSConfig) {
+			typ = ErrTLS
+		}
+		return setupError(rpc, e, subject, typ, err)
+	}
+	var secrets map[string]string
+	if withSecrets && e.Secret != nil {
+		if secrets, err = s.Secrets.Resolve(e.Secret); err != nil {
+			return setupError(rpc, e, subject, ErrSecretUnavailable, err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.deadline())
+	defer cancel()
+	start := time.Now()
+	err = fn(cctx, conn, secrets)
+	log := logger(ctx)
+	took := time.Since(start).Round(time.Millisecond)
+	if err == nil {
+		log.Debug("storage call", "rpc", rpc, "site", e.Site, "subject", subject, "took", took)
+		return nil
+	}
+	if ctx.Err() != nil {
+		// The activity itself was cancelled or timed out: report that, not
+		// the call's view of it.
+		return ctx.Err()
+	}
+	out := classify(rpc, e, subject, err, secrets)
+	if typ, _, ok := FailureOf(out); ok && typ == ErrTLS {
+		s.Dialer.Forget(e) // reread the TLS files on the next attempt
+	}
+	log.Info("storage call failed", "rpc", rpc, "site", e.Site, "subject", subject,
+		"code", status.Code(err).String(), "outcome", Classify(rpc, status.Code(err)).String(), "took", took)
+	return out
+}
+
+// logger is the activity's logger, or a no-op outside an activity (the
+// polling loops call the RPC helpers directly in tests).
+func logger(ctx context.Context) interface {
+	Debug(string, ...any)
+	Info(string, ...any)
+} {
+	if activity.IsActivity(ctx) {
+		return activity.GetLogger(ctx)
+	}
+	return nopLogger{}
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Debug(string, ...any) {}
+func (nopLogger) Info(string, ...any)  {}
