@@ -5,7 +5,9 @@ BIN       := bin
 PKGS      := ./...
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: help build test lint generate schema fuzz demo sim clean
+TEMPORAL_CLI ?= v1.5.1
+
+.PHONY: help build test lint generate schema fuzz demo sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -14,8 +16,17 @@ build: ## build every command into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-test: lint ## run the tests (the README's test command)
+test: lint $(BIN)/temporal ## run the tests (the README's test command)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
+
+# The Temporal CLI, built from its Go module at a pinned version; it holds
+# the dev server (`temporal server start-dev`). A few minutes the first time.
+$(BIN)/temporal:
+	@mkdir -p $(BIN)
+	@echo "building the Temporal CLI $(TEMPORAL_CLI) into $(BIN)/ (first time only)"
+	GOBIN=$(abspath $(BIN)) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI)
 
 lint: ## gofmt and go vet must be clean
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \

@@ -1,0 +1,95 @@
+// Package devserver runs the real Temporal dev server (`temporal server
+// start-dev`, built from its Go module by `make temporal`) for tests, bound
+// to loopback and stopped when the test ends.
+package devserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+)
+
+// Binary finds the temporal CLI: $DROVER_TEMPORAL, else bin/temporal in the
+// module root, else temporal on PATH. It returns "" when there is none.
+func Binary() string {
+	if p := os.Getenv("DROVER_TEMPORAL"); p != "" {
+		return p
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for d := dir; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				p := filepath.Join(d, "bin", "temporal")
+				if _, err := os.Stat(p); err == nil {
+					return p
+				}
+				break
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Server is a running dev server and a client of it.
+type Server struct {
+	Client client.Client
+	srv    *testsuite.DevServer
+}
+
+// Start runs a dev server for the test, with logger for its client (nil:
+// discard). Without the binary the test is skipped with the command that
+// builds it, except under CI, where that is a failure.
+func Start(t testing.TB, logger log.Logger) *Server {
+	t.Helper()
+	bin := Binary()
+	if bin == "" {
+		msg := "the Temporal dev server is not built: run `make temporal` (or set DROVER_TEMPORAL)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if logger == nil {
+		logger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  bin,
+		ClientOptions: &client.Options{Logger: logger},
+		LogLevel:      "error",
+		Stdout:        io.Discard,
+		Stderr:        io.Discard,
+	})
+	if err != nil {
+		t.Fatalf("start the Temporal dev server (%s): %v", bin, err)
+	}
+	s := &Server{Client: srv.Client(), srv: srv}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Logf("stop the Temporal dev server: %v", err)
+		}
+	})
+	return s
+}
+
+// Address is the frontend host:port.
+func (s *Server) Address() string { return s.srv.FrontendHostPort() }
+
+// String describes the server for test logs.
+func (s *Server) String() string { return fmt.Sprintf("temporal dev server at %s", s.Address()) }
