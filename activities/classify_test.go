@@ -144,6 +144,9 @@ func TestClassificationTable(t *testing.T) {
 					defer setFaults(t, target)
 					attempts, err := runCall(t, st, opts, rpc, inputs[rpc])
 					checkRow(t, row, attempts, err, msg)
+					if in, ok := inputs[rpc].(activities.ReplicationInput); ok && err != nil && !strings.Contains(err.Error(), in.Source.String()) {
+						t.Fatalf("message %q does not name %s", err, in.Source)
+					}
 				})
 			}
 		})
@@ -232,6 +235,26 @@ func TestTableFollowsSpec(t *testing.T) {
 		if slices.Contains(final, typ) {
 			t.Errorf("NonRetryableTypes %v holds the retryable %s", final, typ)
 		}
+	}
+}
+
+// TestCallDeadline: a call that hangs (a forced promote on a real driver
+// can) ends at its own deadline from the plan and is retried, not left
+// hanging until the activity's timeout.
+func TestCallDeadline(t *testing.T) {
+	a, b := simtest.StartPair(t, simtest.Options{})
+	p := pairPlan(a, b)
+	p.Policy.Deadlines[activities.RPCPromoteVolume] = plans.Duration(100 * time.Millisecond)
+	setFaults(t, b, sim.FaultRule{Method: activities.RPCPromoteVolume, Latency: time.Minute})
+	st := newStorage(t)
+	env := activityEnv(t, st)
+	in := groupInput(t, p, "b", "db", activities.RPCPromoteVolume, true)
+	if in.Endpoint.Deadline != 100*time.Millisecond {
+		t.Fatalf("endpoint deadline %v, want the plan's 100ms", in.Endpoint.Deadline)
+	}
+	_, err := env.ExecuteActivity(st.PromoteVolume, in)
+	if final, msg := wantType(t, err, activities.ErrDeadlineExceeded); final || !strings.Contains(msg, `volume group "vg-1"`) {
+		t.Fatalf("a call past its deadline must be retryable and name its group: %q", msg)
 	}
 }
 
