@@ -18,6 +18,7 @@ const (
 	DefaultShell              = "/bin/sh"
 	DefaultOnFailure          = "pause"
 	DefaultNomadStop          = "deregister"
+	DefaultRetryExitCode      = 75 // EX_TEMPFAIL
 )
 
 // DefaultDeadlines are the per-RPC deadlines a plan gets unless it sets its
@@ -88,6 +89,9 @@ func (p *Plan) ApplyDefaults() {
 		for site, ref := range w.Sites {
 			if ref.Nomad != nil && ref.Nomad.Stop == "" {
 				ref.Nomad.Stop = DefaultNomadStop
+			}
+			if ref.Exec != nil && ref.Exec.RetryExitCodes == nil {
+				ref.Exec.RetryExitCodes = []int{DefaultRetryExitCode}
 			}
 			if ref.Exec != nil && ref.Exec.Timeout == 0 {
 				if s := p.Site(site); s != nil && s.Orchestrator.Exec != nil {

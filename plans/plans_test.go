@@ -144,6 +144,9 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:1:1: kind: required key is missing`}},
 		{"orchestrator mismatch", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b}}", []string{
 			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`}},
+		{"exit codes", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b, retryExitCodes: [75, 0]}}", []string{
+			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`,
+			`plan.yaml:29:61: workloads[0].sites.east.exec.retryExitCodes[1]: exit code 0 is not in 1..255`}},
 		{"duplicate key", "kind: FailoverPlan\n", "kind: FailoverPlan\nkind: FailoverPlan\n", []string{
 			`plan.yaml:3:1: kind: duplicate key "kind"`}},
 		{"yaml syntax", "metadata:\n  name: shop", "metadata:\n name: shop\n  x: [", []string{

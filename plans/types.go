@@ -144,6 +144,8 @@ type ExecHooks struct {
 	Stop    string   `yaml:"stop" json:"stop" required:"true"`
 	Health  string   `yaml:"health,omitempty" json:"health,omitempty" doc:"Exits 0 when healthy; retried until healthTimeout."`
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Time limit of one hook (default: the site's exec timeout)."`
+	// RetryExitCodes are the exit codes that mean "not now, try again".
+	RetryExitCodes []int `yaml:"retryExitCodes,omitempty" json:"retryExitCodes,omitempty" doc:"Exit codes of start and stop that mean try again (default [75], EX_TEMPFAIL); any other non-zero code fails the step."`
 }
 
 // Policy is how DR actions behave.

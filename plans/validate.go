@@ -209,6 +209,11 @@ func (p *Plan) validate(d *decoder) {
 				if strings.TrimSpace(ref.Exec.Stop) == "" && d.present[rp+".exec.stop"] {
 					bad(rp+".exec.stop", "command is empty")
 				}
+				for i, c := range ref.Exec.RetryExitCodes {
+					if c < 1 || c > 255 {
+						bad(fmt.Sprintf("%s.exec.retryExitCodes[%d]", rp, i), "exit code %d is not in 1..255", c)
+					}
+				}
 			}
 		}
 	}
