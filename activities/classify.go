@@ -165,7 +165,8 @@ func TypeOf(c codes.Code) string {
 // type that is final for some RPCs only (NotFound) is marked non-retryable
 // on the error itself.
 func NonRetryableTypes() []string {
-	seen := map[string]bool{ErrTLS: true, ErrBadEndpoint: true, ErrSecretUnavailable: true, ErrUnexpected: true}
+	seen := map[string]bool{ErrTLS: true, ErrBadEndpoint: true, ErrSecretUnavailable: true, ErrUnexpected: true,
+		ErrWorkloadError: true, ErrWorkloadUnhealthy: true, ErrHealthTimeout: true}
 	for c, t := range typeOfCode {
 		final := true
 		for _, group := range [][]string{IdentityRPCs, FenceRPCs, ReplicationRPCs} {

@@ -28,23 +28,31 @@ type attempt struct {
 	at time.Time
 }
 
-// runCall executes one activity by name with the options CallOptions gives
-// it, in Temporal's test workflow environment, which applies the retry
-// policy on a mocked clock. It returns every attempt and the final error;
-// out, when not nil, receives the result.
+// runCall executes one storage activity by name with the given options,
+// in Temporal's test workflow environment, which applies the retry policy
+// on a mocked clock. It returns every attempt and the final error; out,
+// when given, receives the result.
 func runCall(t *testing.T, st *activities.Storage, opts workflow.ActivityOptions, rpc string, in any, out ...any) ([]attempt, error) {
+	t.Helper()
+	var res any
+	if len(out) > 0 {
+		res = out[0]
+	}
+	return runActivity(t, []any{st}, opts, rpc, in, res)
+}
+
+// runActivity is runCall for any registered activity structs.
+func runActivity(t *testing.T, acts []any, opts workflow.ActivityOptions, name string, in, out any) ([]attempt, error) {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(discardLogger{})
 	env := ts.NewTestWorkflowEnvironment()
-	env.RegisterActivity(st)
+	for _, a := range acts {
+		env.RegisterActivity(a)
+	}
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, opts)
-		var res any
-		if len(out) > 0 {
-			res = out[0]
-		}
-		return workflow.ExecuteActivity(ctx, rpc, in).Get(ctx, res)
+		return workflow.ExecuteActivity(ctx, name, in).Get(ctx, out)
 	}, workflow.RegisterOptions{Name: "call"})
 	var attempts []attempt
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
@@ -52,7 +60,7 @@ func runCall(t *testing.T, st *activities.Storage, opts workflow.ActivityOptions
 	})
 	env.ExecuteWorkflow("call")
 	if !env.IsWorkflowCompleted() {
-		t.Fatalf("%s: the workflow did not complete", rpc)
+		t.Fatalf("%s: the workflow did not complete", name)
 	}
 	return attempts, env.GetWorkflowError()
 }

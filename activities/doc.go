@@ -55,6 +55,19 @@
 // error types. PollOptions does the same for the polling activities, with a
 // heartbeat timeout. Workflows use these and nothing else.
 //
+// # Orchestrator activities
+//
+// Workloads holds StopWorkload, StartWorkload, WaitHealthy and
+// DescribeWorkload, which reach a site's CO through the orchestrators
+// package (Nomad or exec hooks). A temporary CO error (unreachable, busy,
+// a scale blocked by a deployment, a hook's try-again exit code) is
+// ErrWorkloadRetry and retried with the plan's back-off; anything else is
+// final (ErrWorkloadError). WaitHealthy polls with heartbeats and ends
+// with ErrWorkloadUnhealthy as soon as waiting is pointless, or with
+// ErrHealthTimeout after the workload's healthTimeout. WorkloadOptions and
+// HealthOptions build their activity options; WorkloadInputFor their
+// inputs. The Nomad ACL token is a secret reference resolved on the worker.
+//
 // # Secrets
 //
 // A plan names a secret (an environment variable prefix, or a file of

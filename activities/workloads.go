@@ -1,0 +1,227 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/orchestrators"
+	"github.com/drover-dr/drover/plans"
+)
+
+// Error types of the orchestrator activities.
+const (
+	ErrWorkloadRetry     = "WorkloadRetry"     // the CO is unreachable or busy, or a hook said try again
+	ErrWorkloadError     = "WorkloadError"     // the CO refused, or a hook failed
+	ErrWorkloadUnhealthy = "WorkloadUnhealthy" // it will not become healthy by waiting
+	ErrHealthTimeout     = "HealthTimeout"     // not healthy within the workload's healthTimeout
+)
+
+// Workloads holds the orchestrator activities: stop, start, wait until
+// healthy and describe a workload on a site, through the site's adapter.
+type Workloads struct {
+	Secrets SecretResolver
+}
+
+// NewWorkloads returns the orchestrator activities, resolving the Nomad
+// token from the worker's environment and files.
+func NewWorkloads() *Workloads { return &Workloads{Secrets: EnvFileSecrets{}} }
+
+// WorkloadInput addresses one workload on one site. The orchestrator
+// settings hold names only: the Nomad token is a secret reference.
+type WorkloadInput struct {
+	Orchestrator plans.Orchestrator     `json:"orchestrator"`
+	Workload     orchestrators.Workload `json:"workload"`
+}
+
+// WorkloadOutput is what the CO or the hook said.
+type WorkloadOutput struct {
+	Output string `json:"output"`
+}
+
+// WorkloadInputFor builds the input for a workload of the plan on a site.
+func WorkloadInputFor(p *plans.Plan, site, workload, action string) (WorkloadInput, error) {
+	s := p.Site(site)
+	if s == nil {
+		return WorkloadInput{}, fmt.Errorf("plan %q has no site %q", p.Metadata.Name, site)
+	}
+	for _, w := range p.Workloads {
+		if w.Name != workload {
+			continue
+		}
+		ref, ok := w.Sites[site]
+		if !ok {
+			return WorkloadInput{}, fmt.Errorf("workload %q has nothing on site %q", workload, site)
+		}
+		return WorkloadInput{Orchestrator: s.Orchestrator, Workload: orchestrators.Workload{
+			Plan: p.Metadata.Name, Site: site, Name: workload, Action: action, Nomad: ref.Nomad, Exec: ref.Exec}}, nil
+	}
+	return WorkloadInput{}, fmt.Errorf("plan %q has no workload %q", p.Metadata.Name, workload)
+}
+
+// adapter builds the site's orchestrator adapter for one call; the Nomad
+// token is resolved here, on the worker.
+func (x *Workloads) adapter(op string, in WorkloadInput) (orchestrators.Orchestrator, error) {
+	o := in.Orchestrator
+	switch {
+	case o.Exec != nil:
+		return orchestrators.NewExec(*o.Exec), nil
+	case o.Nomad != nil:
+		token := ""
+		if o.Nomad.Token != nil {
+			secrets, err := x.Secrets.Resolve(o.Nomad.Token)
+			if err != nil {
+				return nil, workloadSetupError(op, in, ErrSecretUnavailable, err)
+			}
+			if token = secrets["TOKEN"]; token == "" {
+				return nil, workloadSetupError(op, in, ErrSecretUnavailable, errors.New("the Nomad token secret has no TOKEN key"))
+			}
+		}
+		n, err := orchestrators.NewNomad(in.Workload.Site, *o.Nomad, token)
+		if err != nil {
+			return nil, workloadSetupError(op, in, ErrWorkloadError, err)
+		}
+		return n, nil
+	default:
+		return nil, workloadSetupError(op, in, ErrWorkloadError, errors.New("the site has no orchestrator"))
+	}
+}
+
+func workloadSetupError(op string, in WorkloadInput, typ string, err error) error {
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("%s workload %q on site %q: %v", op, in.Workload.Name, in.Workload.Site, err), typ, nil)
+}
+
+// workloadError turns an adapter error into the activity's: temporary
+// ones are retried with the plan's back-off, the rest are final.
+func workloadError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if orchestrators.IsTemporary(err) {
+		return temporal.NewApplicationError(err.Error(), ErrWorkloadRetry)
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrWorkloadError, nil)
+}
+
+// StopWorkload stops a workload on a site.
+func (x *Workloads) StopWorkload(ctx context.Context, in WorkloadInput) (WorkloadOutput, error) {
+	a, err := x.adapter("stop", in)
+	if err != nil {
+		return WorkloadOutput{}, err
+	}
+	out, err := a.StopWorkload(ctx, in.Workload)
+	return WorkloadOutput{Output: out}, workloadError(err)
+}
+
+// StartWorkload starts a workload on a site.
+func (x *Workloads) StartWorkload(ctx context.Context, in WorkloadInput) (WorkloadOutput, error) {
+	a, err := x.adapter("start", in)
+	if err != nil {
+		return WorkloadOutput{}, err
+	}
+	out, err := a.StartWorkload(ctx, in.Workload)
+	return WorkloadOutput{Output: out}, workloadError(err)
+}
+
+// DescribeWorkload reports a workload for a drill, changing nothing.
+func (x *Workloads) DescribeWorkload(ctx context.Context, in WorkloadInput) (orchestrators.Description, error) {
+	a, err := x.adapter("describe", in)
+	if err != nil {
+		return orchestrators.Description{}, err
+	}
+	d, err := a.DescribeWorkload(ctx, in.Workload)
+	return d, workloadError(err)
+}
+
+// HealthInput drives WaitHealthy.
+type HealthInput struct {
+	WorkloadInput
+	// Timeout is the workload's healthTimeout, counted from the first
+	// attempt (it survives a worker crash through the heartbeat).
+	Timeout time.Duration `json:"timeout"`
+	// Interval between checks; zero means DefaultPollInterval.
+	Interval time.Duration `json:"interval,omitempty"`
+}
+
+// HealthOutcome is the healthy workload and how long it took.
+type HealthOutcome struct {
+	PollProgress
+	Health orchestrators.Health `json:"health"`
+}
+
+// WaitHealthy checks the workload until it is healthy. A workload that
+// will not heal by waiting (a failed deployment) fails at once with
+// ErrWorkloadUnhealthy; one still unhealthy after the timeout fails with
+// ErrHealthTimeout. An unreachable CO in between is part of waiting.
+func (x *Workloads) WaitHealthy(ctx context.Context, in HealthInput) (HealthOutcome, error) {
+	a, err := x.adapter("health", in.WorkloadInput)
+	if err != nil {
+		return HealthOutcome{}, err
+	}
+	hb := startPoll(ctx)
+	defer hb.stop()
+	timeout := in.Timeout
+	if timeout <= 0 {
+		timeout = plans.DefaultHealthTimeout
+	}
+	w := in.Workload
+	last := "no check answered yet"
+	for {
+		h, err := a.CheckHealth(ctx, w)
+		p := hb.polled()
+		switch {
+		case err != nil && !orchestrators.IsTemporary(err):
+			return HealthOutcome{PollProgress: p}, workloadError(err)
+		case err != nil:
+			last = err.Error()
+		case h.Healthy:
+			return HealthOutcome{PollProgress: p, Health: h}, nil
+		case h.Failed:
+			return HealthOutcome{PollProgress: p, Health: h}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("workload %q on site %q will not become healthy: %s", w.Name, w.Site, h.Detail), ErrWorkloadUnhealthy, nil, h)
+		default:
+			last = h.Detail
+		}
+		if time.Since(p.Since) >= timeout {
+			return HealthOutcome{PollProgress: p}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("workload %q on site %q is not healthy after %v: %s", w.Name, w.Site, timeout, last), ErrHealthTimeout, nil)
+		}
+		if err := sleep(ctx, in.Interval); err != nil {
+			return HealthOutcome{PollProgress: p}, err
+		}
+	}
+}
+
+// WorkloadOptions are the activity options of a stop, start or describe:
+// one attempt may take the hook's or the site's exec timeout (a Nomad call
+// the default call deadline), all attempts the plan's time limit.
+func WorkloadOptions(p *plans.Plan, site string, w orchestrators.Workload) workflow.ActivityOptions {
+	o := CallOptions(p, site, "default")
+	per := p.Deadline("default")
+	if w.Exec != nil && w.Exec.Timeout > 0 {
+		per = w.Exec.Timeout.D()
+	} else if s := p.Site(site); s != nil && s.Orchestrator.Exec != nil && s.Orchestrator.Exec.Timeout > 0 {
+		per = s.Orchestrator.Exec.Timeout.D()
+	}
+	o.StartToCloseTimeout = per + CallGrace
+	return o
+}
+
+// HealthOptions are the options of WaitHealthy for a workload with the
+// given healthTimeout: one heartbeating attempt that may run past it by a
+// check's length, retried only after a crash.
+func HealthOptions(p *plans.Plan, site string, w orchestrators.Workload, timeout time.Duration) workflow.ActivityOptions {
+	o := WorkloadOptions(p, site, w)
+	o.StartToCloseTimeout = timeout + o.StartToCloseTimeout
+	o.ScheduleToCloseTimeout = 2 * o.StartToCloseTimeout
+	o.HeartbeatTimeout = DefaultHeartbeatTimeout
+	return o
+}
