@@ -110,24 +110,13 @@ func faultCode(c codes.Code) string {
 	return strings.ToUpper(b.String())
 }
 
+var eventually = simtest.Eventually
+
 func setFaults(t *testing.T, s *simtest.Site, rules ...sim.FaultRule) {
 	t.Helper()
 	if err := s.SetFaults(rules); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// eventually polls cond until it holds or the time is up.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s", within, what)
 }
 
 type discardLogger struct{}

@@ -27,9 +27,10 @@ const (
 )
 
 var (
-	freeAddr = simtest.FreeAddr
-	sockDir  = simtest.SockDir
-	quietLog = simtest.QuietLog
+	freeAddr   = simtest.FreeAddr
+	sockDir    = simtest.SockDir
+	quietLog   = simtest.QuietLog
+	eventually = simtest.Eventually
 )
 
 // siteUnderTest is a running site with gRPC clients of its services.
@@ -120,19 +121,6 @@ func mustOK(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s", within, what)
 }
 
 func enable(t *testing.T, s *siteUnderTest, src *replication.ReplicationSource) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
 )
 
@@ -38,15 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+var freeAddr = simtest.FreeAddr
 
 func TestBadInputExitsTwo(t *testing.T) {
 	cases := [][]string{

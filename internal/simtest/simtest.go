@@ -44,6 +44,20 @@ func SockDir(t testing.TB) string {
 	return d
 }
 
+// Eventually polls cond every 10ms until it holds, and fails the test
+// when it does not within the given time.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", within, what)
+}
+
 // QuietLog discards the simulator's logs.
 func QuietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
