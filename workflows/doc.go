@@ -1,7 +1,25 @@
-// Package workflows will hold Drover's DR actions as Temporal workflows:
-// Failover, Reprotect, Failback, Drill and Protect, one file per action,
-// each readable top to bottom.
+// Package workflows holds Drover's DR actions as Temporal workflows, one
+// file per action, each readable top to bottom.
 //
-// Not yet implemented: the actions land with the workflows issue. Until
-// then this package only marks its place in the layout.
+// Failover (failover.go) is in place: preflight of the surviving site,
+// best-effort stop of the lost site's workloads, fence and verify, forced
+// promotion of every volume group by priority with bounded parallelism,
+// start of the workloads by priority until healthy, and a result with the
+// RTO, the RPO estimate and the timeline. Reprotect, Failback, Drill and
+// Protect, the fan-out to child workflows for very large plans, and the
+// replay tests of recorded histories are still to come.
+//
+// Every action shares the bookkeeping in run.go:
+//   - the "progress" query answers the timeline: each step's name, state,
+//     attempts, start and end, last error and output;
+//   - a step that fails for good (after its activities' own retries)
+//     pauses and waits for a "resolve" update (retry, skip or abort), or
+//     ends the action when the plan's policy is onFailure: abort; skipping
+//     a guard step (a fence a forced promotion relies on) needs an
+//     explicit override;
+//   - approval gates named in the plan wait for an "approve" update.
+//
+// Workflows call storage and orchestrator activities only with the options
+// the activities package builds (activities.CallOptions and friends), so
+// the retry behaviour of every call follows the specs' error tables.
 package workflows

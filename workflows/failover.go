@@ -1,0 +1,337 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// FailoverInput starts an unplanned failover: site From is lost, site To
+// takes over.
+type FailoverInput struct {
+	Plan *plans.Plan `json:"plan"`
+	From string      `json:"from"`
+	To   string      `json:"to"`
+	// ConfirmUnfenced is the operator's acceptance of a forced promotion
+	// without a fence, for a From site whose plan says fencing is
+	// unavailable. Without it such a failover stops before promoting.
+	ConfirmUnfenced bool `json:"confirmUnfenced,omitempty"`
+	// LastSync is the last completed sync known before the loss (from
+	// Protect); zero when unknown.
+	LastSync time.Time `json:"lastSync,omitzero"`
+}
+
+// FailoverResult is the timeline with the achieved recovery figures.
+type FailoverResult struct {
+	Progress
+	// RTO is how long the failover took, start to healthy workloads.
+	RTO time.Duration `json:"rto"`
+	// RPO estimates the data lost: the failover's start minus the last
+	// sync known before it. Zero with RPOKnown false when unknown.
+	RPO      time.Duration `json:"rpo"`
+	RPOKnown bool          `json:"rpoKnown"`
+	Fenced   []string      `json:"fenced,omitempty"`
+}
+
+var (
+	st *activities.Storage
+	wl *activities.Workloads
+)
+
+// call runs one activity and decodes its result.
+func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
+	var out T
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), fn, in).Get(ctx, &out)
+	return out, err
+}
+
+// Failover moves the plan to site To after the loss of site From:
+//
+//  1. preflight To: its storage answers Probe and can replicate;
+//  2. stop From's workloads, best effort within the plan's stopDeadline;
+//  3. fence From's client CIDRs through To's storage and verify the fence
+//     with ListClusterFence (or, when the plan says From cannot be fenced,
+//     go on only with the operator's confirmation);
+//  4. force-promote every volume group on To, by priority, at most
+//     policy.parallelism at a time;
+//  5. start To's workloads by priority and wait until each is healthy.
+//
+// Approval gates from the plan sit before the fence, the promotion and the
+// start. A step that fails for good pauses for `drctl resolve` (or ends the
+// action, with policy onFailure: abort); nothing is promoted unless the
+// fence steps succeeded, were confirmed away, or were skipped with an
+// explicit override.
+func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
+	p := in.Plan
+	if err := checkSites(p, in.From, in.To); err != nil {
+		return nil, err
+	}
+	r, err := newRun(ctx, "failover", p)
+	if err != nil {
+		return nil, err
+	}
+	res := &FailoverResult{}
+	err = failover(ctx, r, in, res)
+	r.finish(ctx, err)
+	res.Progress = *r.progress
+	res.RTO = res.End.Sub(res.Start)
+	if !in.LastSync.IsZero() {
+		res.RPO, res.RPOKnown = res.Start.Sub(in.LastSync), true
+	}
+	return res, err
+}
+
+func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
+	p, from, to := in.Plan, in.From, in.To
+	for _, name := range []string{"preflight " + to, "stop workloads on " + from, "fence " + from, "verify fence of " + from} {
+		r.add(name, strings.HasPrefix(name, "fence") || strings.HasPrefix(name, "verify"))
+	}
+
+	if err := r.step(ctx, "preflight "+to, false, func(ctx workflow.Context) (string, error) {
+		return preflight(ctx, p, to)
+	}); err != nil {
+		return err
+	}
+
+	_ = r.step(ctx, "stop workloads on "+from, false, func(ctx workflow.Context) (string, error) {
+		return stopLost(ctx, p, from, in.Plan.Policy.StopDeadline.D()), nil
+	})
+
+	if err := r.gate(ctx, "beforeFence"); err != nil {
+		return err
+	}
+	site := p.Site(from)
+	cidrs := site.Fence.CIDRs
+	if err := r.step(ctx, "fence "+from, true, func(ctx workflow.Context) (string, error) {
+		switch {
+		case site.Fence.Unavailable && !in.ConfirmUnfenced:
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"site %q cannot be fenced (fence.unavailable); a forced promotion without a fence needs the operator's confirmation", from), ErrNotFenced, nil)
+		case site.Fence.Unavailable:
+			return "fencing unavailable; the operator confirmed promoting without a fence", nil
+		case len(cidrs) == 0:
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"site %q lists no fence CIDRs and no clients were recorded for it", from), ErrNotFenced, nil)
+		}
+		e, err := activities.EndpointFor(p, to, activities.RPCFenceClusterNetwork)
+		if err != nil {
+			return "", err
+		}
+		if _, err := call[struct{}](ctx, activities.CallOptions(p, to, activities.RPCFenceClusterNetwork), st.FenceClusterNetwork,
+			activities.FenceInput{Endpoint: e, CIDRs: cidrs}); err != nil {
+			return "", err
+		}
+		res.Fenced = cidrs
+		return "fenced " + strings.Join(cidrs, ", ") + " through " + to, nil
+	}); err != nil {
+		return err
+	}
+	if err := r.step(ctx, "verify fence of "+from, true, func(ctx workflow.Context) (string, error) {
+		if site.Fence.Unavailable {
+			return "nothing to verify: fencing unavailable", nil
+		}
+		e, err := activities.EndpointFor(p, to, activities.RPCListClusterFence)
+		if err != nil {
+			return "", err
+		}
+		list, err := call[activities.FenceList](ctx, activities.CallOptions(p, to, activities.RPCListClusterFence), st.ListClusterFence,
+			activities.FenceListInput{Endpoint: e})
+		if err != nil {
+			return "", err
+		}
+		var missing []string
+		for _, c := range cidrs {
+			if !slices.Contains(list.CIDRs, c) {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) > 0 {
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"the storage of %q does not list %s as fenced (it lists %v)", to, strings.Join(missing, ", "), list.CIDRs), ErrNotFenced, nil)
+		}
+		return fmt.Sprintf("%d CIDRs fenced", len(cidrs)), nil
+	}); err != nil {
+		return err
+	}
+
+	if err := r.gate(ctx, "beforePromote"); err != nil {
+		return err
+	}
+	if err := promoteAll(ctx, r, p, to, true); err != nil {
+		return err
+	}
+
+	if err := r.gate(ctx, "beforeStart"); err != nil {
+		return err
+	}
+	return startAll(ctx, r, p, to, "failover")
+}
+
+func checkSites(p *plans.Plan, from, to string) error {
+	if p == nil {
+		return temporal.NewNonRetryableApplicationError("no plan", ErrPreflight, nil)
+	}
+	if p.Site(from) == nil || p.Site(to) == nil || from == to {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %q: from %q and to %q must be its two different sites", p.Metadata.Name, from, to), ErrPreflight, nil)
+	}
+	return nil
+}
+
+// preflight checks that a site's storage is ready and can replicate.
+func preflight(ctx workflow.Context, p *plans.Plan, site string) (string, error) {
+	e, err := activities.EndpointFor(p, site, activities.RPCProbe)
+	if err != nil {
+		return "", err
+	}
+	probe, err := call[activities.ProbeResult](ctx, activities.CallOptions(p, site, activities.RPCProbe), st.Probe, activities.IdentityInput{Endpoint: e})
+	if err != nil {
+		return "", err
+	}
+	if !probe.Ready {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the storage of site %q is not ready (Probe)", site), ErrPreflight, nil)
+	}
+	e, err = activities.EndpointFor(p, site, activities.RPCGetCapabilities)
+	if err != nil {
+		return "", err
+	}
+	caps, err := call[activities.CapabilitiesResult](ctx, activities.CallOptions(p, site, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: e})
+	if err != nil {
+		return "", err
+	}
+	if m := caps.Missing(activities.CapVolumeReplication); len(m) > 0 {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the storage of site %q lacks %v", site, m), ErrPreflight, nil)
+	}
+	return fmt.Sprintf("storage of %s ready; %d capabilities", site, len(caps.Capabilities)), nil
+}
+
+// workloadsOn lists the plan's workloads that have a part on site.
+func workloadsOn(p *plans.Plan, site string) []plans.Workload {
+	var out []plans.Workload
+	for _, w := range p.Workloads {
+		if _, ok := w.Sites[site]; ok {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// stopLost stops the workloads of a lost site, best effort: each gets the
+// stop deadline in all, and a failure is reported, not fatal.
+func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Duration) string {
+	if deadline <= 0 {
+		deadline = plans.DefaultStopDeadline
+	}
+	ws := workloadsOn(p, site)
+	lines := make([]string, len(ws))
+	names := make([]string, len(ws))
+	for i, w := range ws {
+		names[i] = w.Name
+	}
+	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, name string) error {
+		i := slices.Index(names, name)
+		in, err := activities.WorkloadInputFor(p, site, name, "failover")
+		if err == nil {
+			o := activities.WorkloadOptions(p, site, in.Workload)
+			o.ScheduleToCloseTimeout = deadline
+			if o.StartToCloseTimeout > deadline {
+				o.StartToCloseTimeout = deadline
+			}
+			_, err = call[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in)
+		}
+		if err != nil {
+			lines[i] = fmt.Sprintf("%s: not stopped (%s)", name, errorText(err))
+		} else {
+			lines[i] = name + ": stopped"
+		}
+		return nil
+	})
+	if len(lines) == 0 {
+		return "no workloads on " + site
+	}
+	return strings.Join(lines, "\n")
+}
+
+// promoteAll promotes every volume group on site, by priority, each
+// priority's groups at most policy.parallelism at a time. Each group is a
+// step of its own.
+func promoteAll(ctx workflow.Context, r *run, p *plans.Plan, site string, force bool) error {
+	batches := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
+	for _, batch := range batches {
+		for _, g := range batch {
+			r.add(fmt.Sprintf("promote %s on %s", g, site), false)
+		}
+	}
+	for _, batch := range batches {
+		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
+			return r.step(ctx, fmt.Sprintf("promote %s on %s", group, site), false, func(ctx workflow.Context) (string, error) {
+				ins, err := activities.ReplicationInputs(p, site, group, activities.RPCPromoteVolume, force)
+				if err != nil {
+					return "", err
+				}
+				for _, in := range ins {
+					if _, err := call[struct{}](ctx, activities.CallOptions(p, site, activities.RPCPromoteVolume), st.PromoteVolume, in); err != nil {
+						return "", err
+					}
+				}
+				how := "promoted"
+				if force {
+					how = "force-promoted"
+				}
+				return fmt.Sprintf("%s %d source(s)", how, len(ins)), nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startAll starts the site's workloads by priority and waits until each
+// is healthy; a priority's workloads start together.
+func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
+	ws := workloadsOn(p, site)
+	batches := byPriority(ws, func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+	for _, batch := range batches {
+		for _, w := range batch {
+			r.add(fmt.Sprintf("start %s on %s", w, site), false)
+		}
+	}
+	for _, batch := range batches {
+		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, name string) error {
+			return r.step(ctx, fmt.Sprintf("start %s on %s", name, site), false, func(ctx workflow.Context) (string, error) {
+				in, err := activities.WorkloadInputFor(p, site, name, action)
+				if err != nil {
+					return "", err
+				}
+				out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StartWorkload, in)
+				if err != nil {
+					return out.Output, err
+				}
+				timeout := plans.DefaultHealthTimeout
+				for _, w := range ws {
+					if w.Name == name && w.HealthTimeout > 0 {
+						timeout = w.HealthTimeout.D()
+					}
+				}
+				h, err := call[activities.HealthOutcome](ctx, activities.HealthOptions(p, site, in.Workload, timeout), wl.WaitHealthy,
+					activities.HealthInput{WorkloadInput: in, Timeout: timeout})
+				if err != nil {
+					return out.Output, err
+				}
+				return strings.TrimSpace(out.Output + "\nhealthy: " + h.Health.Detail), nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

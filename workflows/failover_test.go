@@ -1,0 +1,352 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// fixture is a simulated pair, east primary and west secondary, with
+// replication on and synced, a plan over it with two groups and two exec
+// workloads of different priorities, and a log of the hooks that ran.
+type fixture struct {
+	east, west *simtest.Site
+	plan       *plans.Plan
+	hooks      string
+	storage    *activities.Storage
+	workloads  *activities.Workloads
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	hooks := filepath.Join(t.TempDir(), "hooks.log")
+	hook := func(what string) plans.ExecHooks {
+		return plans.ExecHooks{
+			Start: fmt.Sprintf(`echo "%s start $DROVER_SITE" >> %s`, what, hooks),
+			Stop:  fmt.Sprintf(`echo "%s stop $DROVER_SITE" >> %s`, what, hooks),
+		}
+	}
+	refs := func(what string) map[string]plans.WorkloadRef {
+		e, w := hook(what), hook(what)
+		return map[string]plans.WorkloadRef{"east": {Exec: &e}, "west": {Exec: &w}}
+	}
+	p := &plans.Plan{
+		APIVersion: plans.APIVersion, Kind: plans.Kind, Metadata: plans.Metadata{Name: "shop"},
+		Sites: []plans.Site{
+			{Name: "east", Storage: plans.Storage{Endpoint: east.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeA + "/32"}},
+				Orchestrator: plans.Orchestrator{Exec: &plans.Exec{}}},
+			{Name: "west", Storage: plans.Storage{Endpoint: west.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeB + "/32"}},
+				Orchestrator: plans.Orchestrator{Exec: &plans.Exec{}}},
+		},
+		VolumeGroups: []plans.VolumeGroup{
+			{Name: "loose", Priority: 1, Sites: map[string]plans.GroupRef{"east": {Volumes: []string{"solo"}}, "west": {Volumes: []string{"solo"}}}},
+			{Name: "db", Priority: 0, Sites: map[string]plans.GroupRef{"east": {GroupID: "vg-1"}, "west": {GroupID: "vg-1"}}},
+			{Name: "logs", Priority: 0, Sites: map[string]plans.GroupRef{"east": {GroupID: "vg-2"}, "west": {GroupID: "vg-2"}}},
+		},
+		Workloads: []plans.Workload{
+			{Name: "web", Priority: 2, Sites: refs("web")},
+			{Name: "pg", Priority: 1, Sites: refs("pg")},
+		},
+	}
+	p.ApplyDefaults()
+	f := &fixture{east: east, west: west, plan: p, hooks: hooks, storage: activities.NewStorage(), workloads: activities.NewWorkloads()}
+	t.Cleanup(func() { f.storage.Close() })
+
+	// Replication on, data written on east and shipped to west.
+	ctx := context.Background()
+	for _, site := range []string{"east", "west"} {
+		for _, g := range p.VolumeGroups {
+			ins, err := activities.ReplicationInputs(p, site, g.Name, activities.RPCEnableVolumeReplication, false)
+			mustOK(t, err)
+			for _, in := range ins {
+				mustOK(t, f.storage.EnableVolumeReplication(ctx, in))
+			}
+		}
+	}
+	c, err := sim.NewClient(east.DataAddr(), simtest.NodeA, "east-node")
+	mustOK(t, err)
+	defer c.Close()
+	_, err = c.Write(ctx, "v1", 0, []byte("order 1"))
+	mustOK(t, err)
+	in, err := activities.ReplicationInputs(p, "east", "db", activities.RPCGetVolumeReplicationInfo, false)
+	mustOK(t, err)
+	_, err = f.storage.WaitForSync(ctx, activities.WaitSyncInput{Call: in[0], After: time.Now(), Interval: 10 * time.Millisecond})
+	mustOK(t, err)
+	return f
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// call is one activity call as the test environment saw it.
+type call struct {
+	name, site, subject string
+}
+
+func (c call) String() string { return strings.TrimSpace(c.name + " " + c.site + " " + c.subject) }
+
+// env is a test workflow environment with the real activities registered
+// and every activity call recorded in order.
+func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call) {
+	t.Helper()
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(discard{})
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(workflows.Failover)
+	env.RegisterActivity(f.storage)
+	env.RegisterActivity(f.workloads)
+	calls := &[]call{}
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		c := call{name: info.ActivityType.Name}
+		var in map[string]any
+		if args.Get(&in) == nil {
+			switch {
+			case in["endpoint"] != nil:
+				c.site, _ = in["endpoint"].(map[string]any)["site"].(string)
+			case in["call"] != nil:
+				c.site, _ = in["call"].(map[string]any)["endpoint"].(map[string]any)["site"].(string)
+			case in["workload"] != nil:
+				w := in["workload"].(map[string]any)
+				c.site, _ = w["site"].(string)
+				c.subject, _ = w["name"].(string)
+			}
+			if src, ok := in["source"].(map[string]any); ok {
+				c.subject = fmt.Sprint(src["groupID"], src["volumeID"])
+				c.subject = strings.ReplaceAll(c.subject, "<nil>", "")
+			}
+		}
+		*calls = append(*calls, c)
+	})
+	return env, calls
+}
+
+type discard struct{}
+
+func (discard) Debug(string, ...any) {}
+func (discard) Info(string, ...any)  {}
+func (discard) Warn(string, ...any)  {}
+func (discard) Error(string, ...any) {}
+
+func indexOf(calls []call, name, site, subject string) int {
+	for i, c := range calls {
+		if c.name == name && (site == "" || c.site == site) && (subject == "" || c.subject == subject) {
+			return i
+		}
+	}
+	return -1
+}
+
+func lastIndexOf(calls []call, name string) int {
+	last := -1
+	for i, c := range calls {
+		if c.name == name {
+			last = i
+		}
+	}
+	return last
+}
+
+// TestFailoverSequence: east is lost; the failover runs every step in the
+// design's order, fences east's clients before promoting anything,
+// promotes by priority, starts workloads by priority, and leaves the
+// simulated storage with west primary, east's client fenced and no
+// invariant broken.
+func TestFailoverSequence(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	env, calls := f.env(t)
+	lastSync := time.Now().Add(-time.Minute)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", LastSync: lastSync})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("the failover did not complete")
+	}
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+
+	order := []int{
+		indexOf(*calls, "Probe", "west", ""),
+		indexOf(*calls, "GetCapabilities", "west", ""),
+		indexOf(*calls, "StopWorkload", "east", ""),
+		indexOf(*calls, "FenceClusterNetwork", "west", ""),
+		indexOf(*calls, "ListClusterFence", "west", ""),
+		indexOf(*calls, "PromoteVolume", "west", ""),
+		indexOf(*calls, "StartWorkload", "west", ""),
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i-1] < 0 || order[i] < order[i-1] {
+			t.Fatalf("calls out of order %v:\n%v", order, *calls)
+		}
+	}
+	if lastIndexOf(*calls, "ListClusterFence") > indexOf(*calls, "PromoteVolume", "", "") {
+		t.Fatal("a promotion happened before the fence was verified")
+	}
+	// Priority 0 (db, logs) before priority 1 (loose); pg before web.
+	if i, j := lastIndexOf(*calls, "PromoteVolume"), indexOf(*calls, "PromoteVolume", "west", "solo"); j != i {
+		t.Fatalf("the priority-1 volume was not promoted last:\n%v", *calls)
+	}
+	if indexOf(*calls, "StartWorkload", "west", "pg") > indexOf(*calls, "StartWorkload", "west", "web") {
+		t.Fatalf("web (priority 2) started before pg (priority 1):\n%v", *calls)
+	}
+	for _, c := range *calls {
+		if c.site == "east" && c.name != "StopWorkload" {
+			t.Fatalf("a call went to the lost site: %v", c)
+		}
+	}
+
+	for _, s := range res.Steps {
+		if s.State != workflows.StateDone {
+			t.Fatalf("step %q is %s (%s)", s.Name, s.State, s.LastError)
+		}
+	}
+	if res.State != workflows.StateCompleted || !res.RPOKnown || res.RPO < 59*time.Second || !slices.Equal(res.Fenced, []string{"127.0.0.2/32"}) {
+		t.Fatalf("result %+v", res)
+	}
+	hooks, err := os.ReadFile(f.hooks)
+	mustOK(t, err)
+	if want := "pg stop east\nweb stop east\npg start west\nweb start west\n"; !strings.HasSuffix(string(hooks), "pg start west\nweb start west\n") ||
+		!strings.Contains(string(hooks), "pg stop east") || !strings.Contains(string(hooks), "web stop east") {
+		t.Fatalf("hooks ran:\n%s\nwant like:\n%s", hooks, want)
+	}
+
+	// The storage: west primary everywhere, east's client fenced on west.
+	state := f.west.Snapshot()
+	for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+		if u := state.Unit(key); u == nil || u.Role != sim.RolePrimary {
+			t.Fatalf("%s on west is not primary: %+v", key, u)
+		}
+	}
+	c, err := sim.NewClient(f.west.DataAddr(), simtest.NodeA, "east-node")
+	mustOK(t, err)
+	defer c.Close()
+	if _, err := c.Write(context.Background(), "v1", 1, []byte("from the lost site")); !errors.Is(err, sim.ErrFenced) {
+		t.Fatalf("east's client wrote to west after the failover: %v", err)
+	}
+	mustOK(t, f.east.Up())
+	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
+		t.Fatalf("invariants: %s", r)
+	}
+}
+
+// TestFailoverPausesOnFenceFailure: a fence that fails for good pauses the
+// action before anything is promoted; skipping it needs an override; a
+// retry after the fault clears finishes the failover.
+func TestFailoverPausesOnFenceFailure(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "FenceClusterNetwork", Code: "UNKNOWN", Count: 1, Message: "fence agent crashed"}}))
+	env, calls := f.env(t)
+	var pausedSeen, skipRejected, retried bool
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryProgress)
+		mustOK(t, err)
+		var p workflows.Progress
+		mustOK(t, v.Get(&p))
+		for _, s := range p.Steps {
+			if s.Name == "fence east" && s.State == workflows.StatePaused && strings.Contains(s.LastError, "fence agent crashed") {
+				pausedSeen = true
+			}
+		}
+		if indexOf(*calls, "PromoteVolume", "", "") >= 0 {
+			t.Error("promoted while the fence step was paused")
+		}
+		env.UpdateWorkflow(workflows.UpdateResolve, "skip", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { skipRejected = strings.Contains(err.Error(), "needs --override") },
+			OnAccept:   func() {},
+			OnComplete: func(any, error) {},
+		}, workflows.Decision{Step: "fence east", Action: workflows.DecisionSkip})
+		env.UpdateWorkflow(workflows.UpdateResolve, "retry", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { t.Errorf("retry rejected: %v", err) },
+			OnAccept:   func() { retried = true },
+			OnComplete: func(any, error) {},
+		}, workflows.Decision{Step: "fence east", Action: workflows.DecisionRetry})
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	if !pausedSeen || !skipRejected || !retried {
+		t.Fatalf("paused seen %v, skip without override rejected %v, retry accepted %v", pausedSeen, skipRejected, retried)
+	}
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	if s := res.Steps[2]; s.Name != "fence east" || s.Attempts != 2 || s.State != workflows.StateDone {
+		t.Fatalf("fence step %+v", s)
+	}
+}
+
+// TestFailoverUnfencedNeedsConfirmation: a site declared unfenceable is
+// never promoted over without the operator's confirmation; aborting the
+// paused action ends it with nothing promoted.
+func TestFailoverUnfencedNeedsConfirmation(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	f.plan.Sites[0].Fence = plans.Fence{Unavailable: true}
+	env, calls := f.env(t)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdateResolve, "abort", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("abort rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, workflows.Decision{Step: "fence east", Action: workflows.DecisionAbort})
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrAborted || !strings.Contains(ae.Error(), "confirmation") {
+		t.Fatalf("error %v, want an abort that says a confirmation was needed", err)
+	}
+	if indexOf(*calls, "PromoteVolume", "", "") >= 0 || indexOf(*calls, "FenceClusterNetwork", "", "") >= 0 {
+		t.Fatalf("calls after the refusal: %v", *calls)
+	}
+
+	// With the confirmation, the failover goes through without a fence.
+	env2, calls2 := f.env(t)
+	env2.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", ConfirmUnfenced: true})
+	mustOK(t, env2.GetWorkflowError())
+	if indexOf(*calls2, "FenceClusterNetwork", "", "") >= 0 || indexOf(*calls2, "PromoteVolume", "west", "vg-1") < 0 {
+		t.Fatalf("confirmed unfenced failover calls: %v", *calls2)
+	}
+}
+
+// TestFailoverApprovalGate: with a beforePromote gate, nothing is promoted
+// until an approve update arrives.
+func TestFailoverApprovalGate(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	f.plan.Policy.Approvals = []string{"beforePromote"}
+	env, calls := f.env(t)
+	var waited bool
+	env.RegisterDelayedCallback(func() {
+		waited = indexOf(*calls, "ListClusterFence", "west", "") >= 0 && indexOf(*calls, "PromoteVolume", "", "") < 0
+		env.UpdateWorkflow(workflows.UpdateApprove, "wrong", &testsuite.TestUpdateCallback{
+			OnReject: func(error) {}, OnAccept: func() { t.Error("approved a gate that is not waiting") }, OnComplete: func(any, error) {},
+		}, workflows.Approval{Gate: "beforeStart"})
+		env.UpdateWorkflow(workflows.UpdateApprove, "ok", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("approval rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, workflows.Approval{Gate: "beforePromote", By: "ops"})
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	if !waited {
+		t.Fatalf("the gate did not hold the promotion back: %v", *calls)
+	}
+}

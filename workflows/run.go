@@ -1,0 +1,274 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/plans"
+)
+
+// Names of the queries and updates every action answers.
+const (
+	QueryProgress  = "progress"
+	UpdateResolve  = "resolve"
+	UpdateApprove  = "approve"
+	ErrAborted     = "ActionAborted"
+	ErrPreflight   = "PreflightFailed"
+	ErrNotFenced   = "NotFenced"
+	DecisionRetry  = "retry"
+	DecisionSkip   = "skip"
+	DecisionAbort  = "abort"
+	StatePending   = "pending"
+	StateRunning   = "running"
+	StateDone      = "done"
+	StateFailed    = "failed"
+	StateSkipped   = "skipped"
+	StatePaused    = "paused"
+	StateWaiting   = "waiting for approval"
+	StateCompleted = "completed"
+	StateAborted   = "aborted"
+)
+
+// Step is one line of an action's timeline.
+type Step struct {
+	Name      string    `json:"name"`
+	State     string    `json:"state"`
+	Attempts  int       `json:"attempts"`
+	Start     time.Time `json:"start,omitzero"`
+	End       time.Time `json:"end,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+	Output    string    `json:"output,omitempty"`
+	// Guard marks a step that later steps rely on for safety (a fence a
+	// forced promotion needs): skipping it needs an explicit override.
+	Guard bool `json:"guard,omitempty"`
+}
+
+// Progress is what the progress query answers and what the result holds.
+type Progress struct {
+	Action string    `json:"action"`
+	Plan   string    `json:"plan"`
+	State  string    `json:"state"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end,omitzero"`
+	Steps  []*Step   `json:"steps"`
+}
+
+// Decision is the operator's answer to a paused step (drctl resolve).
+type Decision struct {
+	Step   string `json:"step"`
+	Action string `json:"action"` // retry, skip or abort
+	// Override allows skipping a guard step.
+	Override bool `json:"override,omitempty"`
+}
+
+// Approval opens an approval gate (drctl approve).
+type Approval struct {
+	Gate string `json:"gate"`
+	By   string `json:"by,omitempty"`
+}
+
+// run is the bookkeeping of one action: its steps, the decisions waiting
+// for the operator and the approval gates.
+type run struct {
+	ctx       workflow.Context
+	plan      *plans.Plan
+	progress  *Progress
+	decisions map[string]Decision
+	approved  map[string]bool
+	aborted   bool
+}
+
+func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
+	r := &run{ctx: ctx, plan: p, decisions: map[string]Decision{}, approved: map[string]bool{},
+		progress: &Progress{Action: action, Plan: p.Metadata.Name, State: StateRunning, Start: workflow.Now(ctx)}}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (*Progress, error) { return r.progress, nil }); err != nil {
+		return nil, err
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve, func(ctx workflow.Context, d Decision) (string, error) {
+		r.decisions[d.Step] = d
+		return fmt.Sprintf("%s of step %q accepted", d.Action, d.Step), nil
+	}, workflow.UpdateHandlerOptions{Validator: r.validate})
+	if err != nil {
+		return nil, err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove, func(ctx workflow.Context, a Approval) (string, error) {
+		r.approved[a.Gate] = true
+		return fmt.Sprintf("gate %s approved", a.Gate), nil
+	}, workflow.UpdateHandlerOptions{Validator: func(a Approval) error {
+		if st := r.find("approve " + a.Gate); st == nil || st.State != StateWaiting {
+			return fmt.Errorf("gate %q is not waiting for approval", a.Gate)
+		}
+		return nil
+	}})
+	return r, err
+}
+
+// validate refuses a decision that does not fit: no such paused step, an
+// unknown action, or a skip of a guard step without override.
+func (r *run) validate(d Decision) error {
+	st := r.find(d.Step)
+	switch {
+	case st == nil:
+		return fmt.Errorf("no step %q in this action", d.Step)
+	case st.State != StatePaused:
+		return fmt.Errorf("step %q is %s, not paused", d.Step, st.State)
+	case d.Action != DecisionRetry && d.Action != DecisionSkip && d.Action != DecisionAbort:
+		return fmt.Errorf("%q is not retry, skip or abort", d.Action)
+	case d.Action == DecisionSkip && st.Guard && !d.Override:
+		return fmt.Errorf("step %q guards the steps after it (a forced promotion relies on it): skipping it needs --override", d.Step)
+	}
+	return nil
+}
+
+func (r *run) find(name string) *Step {
+	for _, s := range r.progress.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func (r *run) add(name string, guard bool) *Step {
+	st := &Step{Name: name, State: StatePending, Guard: guard}
+	r.progress.Steps = append(r.progress.Steps, st)
+	return st
+}
+
+// step runs fn as the named step. A failure that Temporal's retries did
+// not cure pauses the step until the operator decides (policy pause), or
+// ends the action (policy abort). It returns an error only when the
+// action must end.
+func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx workflow.Context) (string, error)) error {
+	st := r.find(name)
+	if st == nil {
+		st = r.add(name, guard)
+	}
+	st.State, st.Start = StateRunning, workflow.Now(ctx)
+	for {
+		if r.aborted {
+			st.State = StateAborted
+			return temporal.NewNonRetryableApplicationError("the action was aborted", ErrAborted, nil)
+		}
+		st.Attempts++
+		out, err := fn(ctx)
+		st.Output = out
+		if err == nil {
+			st.State, st.End, st.LastError = StateDone, workflow.Now(ctx), ""
+			return nil
+		}
+		st.LastError = errorText(err)
+		if r.plan.Policy.OnFailure == "abort" {
+			st.State, st.End = StateFailed, workflow.Now(ctx)
+			return err
+		}
+		st.State = StatePaused
+		workflow.GetLogger(ctx).Warn("step paused for the operator", "step", name, "error", st.LastError)
+		if err := workflow.Await(ctx, func() bool { _, ok := r.decisions[name]; return ok || r.aborted }); err != nil {
+			return err
+		}
+		d := r.decisions[name]
+		delete(r.decisions, name)
+		switch {
+		case r.aborted || d.Action == DecisionAbort:
+			r.aborted = true
+			st.State, st.End = StateAborted, workflow.Now(ctx)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("aborted by the operator at step %q: %s", name, st.LastError), ErrAborted, nil)
+		case d.Action == DecisionSkip:
+			st.State, st.End = StateSkipped, workflow.Now(ctx)
+			return nil
+		}
+		st.State = StateRunning // retry
+	}
+}
+
+// gate waits for an approval when the plan asks for one at this point.
+func (r *run) gate(ctx workflow.Context, gate string) error {
+	if !slices.Contains(r.plan.Policy.Approvals, gate) {
+		return nil
+	}
+	st := r.add("approve "+gate, false)
+	st.State, st.Start = StateWaiting, workflow.Now(ctx)
+	if err := workflow.Await(ctx, func() bool { return r.approved[gate] }); err != nil {
+		return err
+	}
+	st.State, st.End, st.Attempts = StateDone, workflow.Now(ctx), 1
+	return nil
+}
+
+// finish closes the timeline.
+func (r *run) finish(ctx workflow.Context, err error) {
+	r.progress.End = workflow.Now(ctx)
+	r.progress.State = StateCompleted
+	if err != nil {
+		r.progress.State = StateAborted
+	}
+}
+
+// errorText is the most specific message of an activity error chain.
+func errorText(err error) string {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Error()
+	}
+	return err.Error()
+}
+
+// byPriority groups names by priority, lowest first, each batch sorted.
+func byPriority[T any](items []T, prio func(T) int, name func(T) string) [][]string {
+	m := map[int][]string{}
+	for _, it := range items {
+		m[prio(it)] = append(m[prio(it)], name(it))
+	}
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	out := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		sort.Strings(m[k])
+		out = append(out, m[k])
+	}
+	return out
+}
+
+// parallel runs fn for every name, at most limit at a time, and returns
+// the first error after all have ended.
+func parallel(ctx workflow.Context, names []string, limit int, fn func(ctx workflow.Context, name string) error) error {
+	if limit <= 0 {
+		limit = plans.DefaultParallelism
+	}
+	errs := make([]error, len(names))
+	running, next, finished := 0, 0, 0
+	done := workflow.NewChannel(ctx)
+	for finished < len(names) {
+		for running < limit && next < len(names) {
+			i := next
+			next++
+			running++
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				errs[i] = fn(ctx, names[i])
+				done.Send(ctx, i)
+			})
+		}
+		var i int
+		done.Receive(ctx, &i)
+		running--
+		finished++
+	}
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	return first
+}
