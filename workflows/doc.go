@@ -1,13 +1,24 @@
 // Package workflows holds Drover's DR actions as Temporal workflows, one
 // file per action, each readable top to bottom.
 //
-// Failover (failover.go) is in place: preflight of the surviving site,
-// best-effort stop of the lost site's workloads, fence and verify, forced
-// promotion of every volume group by priority with bounded parallelism,
-// start of the workloads by priority until healthy, and a result with the
-// RTO, the RPO estimate and the timeline. Reprotect, Failback, Drill and
-// Protect, the fan-out to child workflows for very large plans, and the
-// replay tests of recorded histories are still to come.
+// In place:
+//   - Failover (failover.go): preflight of the surviving site, best-effort
+//     stop of the lost site's workloads, fence and verify, forced promotion
+//     of every volume group by priority with bounded parallelism, start of
+//     the workloads by priority until healthy; the result has the RTO, the
+//     RPO estimate and the timeline.
+//   - Reprotect (reprotect.go): stop the returned site's workloads, demote
+//     its stale primaries with force, resync until ready, wait for a sync
+//     newer than the resync start, unfence.
+//   - Failback (failback.go): planned move with no data loss: preflight
+//     both sites and require fresh healthy replication, stop, demote
+//     without force, promote without force once the final sync landed,
+//     unfence, resync the old primary, start; a promotion that fails for
+//     good rolls everything back.
+//
+// Still to come: Drill, Protect, the fan-out to child workflows for very
+// large plans, one action per plan at a time, and replay tests of recorded
+// histories.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -258,40 +258,52 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 	return strings.Join(lines, "\n")
 }
 
-// promoteAll promotes every volume group on site, by priority, each
-// priority's groups at most policy.parallelism at a time. Each group is a
-// step of its own.
-func promoteAll(ctx workflow.Context, r *run, p *plans.Plan, site string, force bool) error {
+// forGroups runs one step per volume group, by priority, each priority's
+// groups at most policy.parallelism at a time. verb names the steps
+// ("promote db on west").
+func forGroups(ctx workflow.Context, r *run, p *plans.Plan, verb, site string, fn func(ctx workflow.Context, group string) (string, error)) error {
 	batches := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
+	name := func(g string) string { return fmt.Sprintf("%s %s on %s", verb, g, site) }
 	for _, batch := range batches {
 		for _, g := range batch {
-			r.add(fmt.Sprintf("promote %s on %s", g, site), false)
+			r.add(name(g), false)
 		}
 	}
 	for _, batch := range batches {
 		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
-			return r.step(ctx, fmt.Sprintf("promote %s on %s", group, site), false, func(ctx workflow.Context) (string, error) {
-				ins, err := activities.ReplicationInputs(p, site, group, activities.RPCPromoteVolume, force)
-				if err != nil {
-					return "", err
-				}
-				for _, in := range ins {
-					if _, err := call[struct{}](ctx, activities.CallOptions(p, site, activities.RPCPromoteVolume), st.PromoteVolume, in); err != nil {
-						return "", err
-					}
-				}
-				how := "promoted"
-				if force {
-					how = "force-promoted"
-				}
-				return fmt.Sprintf("%s %d source(s)", how, len(ins)), nil
-			})
+			return r.step(ctx, name(group), false, func(ctx workflow.Context) (string, error) { return fn(ctx, group) })
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// replicate calls one replication rpc for every source of a group on a
+// site.
+func replicate(ctx workflow.Context, p *plans.Plan, site, group, rpc string, force bool, fn any) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, rpc, force)
+	if err != nil {
+		return "", err
+	}
+	for _, in := range ins {
+		if _, err := call[struct{}](ctx, activities.CallOptions(p, site, rpc), fn, in); err != nil {
+			return "", err
+		}
+	}
+	how := ""
+	if force {
+		how = " (force)"
+	}
+	return fmt.Sprintf("%s%s: %d source(s)", rpc, how, len(ins)), nil
+}
+
+// promoteAll promotes every volume group on site.
+func promoteAll(ctx workflow.Context, r *run, p *plans.Plan, site string, force bool) error {
+	return forGroups(ctx, r, p, "promote", site, func(ctx workflow.Context, group string) (string, error) {
+		return replicate(ctx, p, site, group, activities.RPCPromoteVolume, force, st.PromoteVolume)
+	})
 }
 
 // startAll starts the site's workloads by priority and waits until each

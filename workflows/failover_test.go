@@ -104,6 +104,7 @@ func mustOK(t *testing.T, err error) {
 // call is one activity call as the test environment saw it.
 type call struct {
 	name, site, subject string
+	force               bool
 }
 
 func (c call) String() string { return strings.TrimSpace(c.name + " " + c.site + " " + c.subject) }
@@ -133,6 +134,7 @@ func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call
 				c.site, _ = w["site"].(string)
 				c.subject, _ = w["name"].(string)
 			}
+			c.force, _ = in["force"].(bool)
 			if src, ok := in["source"].(map[string]any); ok {
 				c.subject = fmt.Sprint(src["groupID"], src["volumeID"])
 				c.subject = strings.ReplaceAll(c.subject, "<nil>", "")

@@ -1,0 +1,225 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// FailbackInput starts a planned move of the plan from site From (the
+// current primary) to site To, with no data loss.
+type FailbackInput struct {
+	Plan *plans.Plan `json:"plan"`
+	From string      `json:"from"`
+	To   string      `json:"to"`
+}
+
+// FailbackResult is the timeline, and whether the move was rolled back.
+type FailbackResult struct {
+	Progress
+	RolledBack bool   `json:"rolledBack,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// ErrRolledBack is the error type of a failback that failed to promote
+// To and put everything back on From.
+const ErrRolledBack = "FailbackRolledBack"
+
+// finalSyncPoll bounds the pause between two non-forced promotions while
+// To waits for From's final sync.
+const finalSyncPoll = 5 * time.Second
+
+// Failback moves the plan from From to To without losing a write:
+//
+//  1. preflight both sites, and require healthy replication no older than
+//     the plan's RPO target on From;
+//  2. stop From's workloads;
+//  3. demote From's groups without force (the final sync ships);
+//  4. promote To's groups without force: the storage refuses
+//     (FAILED_PRECONDITION) until the final sync has landed, so the
+//     promotion is retried until it does, within the plan's time limit;
+//  5. unfence To if it is fenced;
+//  6. resync From, which is now To's replica;
+//  7. start To's workloads.
+//
+// If To cannot be promoted, the failback rolls back: To's promoted groups
+// are demoted, From's are promoted again, From's workloads restarted, and
+// the action ends with ErrRolledBack.
+func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
+	p := in.Plan
+	if err := checkSites(p, in.From, in.To); err != nil {
+		return nil, err
+	}
+	r, err := newRun(ctx, "failback", p)
+	if err != nil {
+		return nil, err
+	}
+	res := &FailbackResult{}
+	err = failback(ctx, r, in, res)
+	r.finish(ctx, err)
+	res.Progress = *r.progress
+	return res, err
+}
+
+func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResult) error {
+	p, from, to := in.Plan, in.From, in.To
+	for _, site := range []string{from, to} {
+		if err := r.step(ctx, "preflight "+site, false, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) }); err != nil {
+			return err
+		}
+	}
+	if err := forGroups(ctx, r, p, "check replication of", from, func(ctx workflow.Context, group string) (string, error) {
+		return fresh(ctx, p, from, group)
+	}); err != nil {
+		return err
+	}
+	if err := stopAll(ctx, r, p, from, "failback"); err != nil {
+		return err
+	}
+	if err := r.gate(ctx, "beforeDemote"); err != nil {
+		return err
+	}
+	if err := forGroups(ctx, r, p, "demote", from, func(ctx workflow.Context, group string) (string, error) {
+		return replicate(ctx, p, from, group, activities.RPCDemoteVolume, false, st.DemoteVolume)
+	}); err != nil {
+		return err
+	}
+	if err := r.gate(ctx, "beforePromote"); err != nil {
+		return err
+	}
+
+	// The promotion does not pause: if it fails for good, roll back.
+	promoted := map[string]bool{}
+	var failure error
+	batches := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
+	for _, batch := range batches {
+		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
+			name := fmt.Sprintf("promote %s on %s", group, to)
+			s := r.add(name, false)
+			s.State, s.Start = StateRunning, workflow.Now(ctx)
+			out, err := promoteAfterFinalSync(ctx, p, to, group, s)
+			s.Output, s.End = out, workflow.Now(ctx)
+			if err != nil {
+				s.State, s.LastError = StateFailed, errorText(err)
+				return err
+			}
+			s.State = StateDone
+			promoted[group] = true
+			return nil
+		})
+		if err != nil {
+			failure = err
+			break
+		}
+	}
+	if failure != nil {
+		res.RolledBack, res.Reason = true, errorText(failure)
+		if err := rollback(ctx, r, p, from, to, promoted); err != nil {
+			return err
+		}
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("failback to %q rolled back: %s", to, res.Reason), ErrRolledBack, nil)
+	}
+
+	if err := unfence(ctx, r, p, to, from); err != nil {
+		return err
+	}
+	if err := forGroups(ctx, r, p, "resync", from, func(ctx workflow.Context, group string) (string, error) {
+		return resync(ctx, p, from, group)
+	}); err != nil {
+		return err
+	}
+	if err := r.gate(ctx, "beforeStart"); err != nil {
+		return err
+	}
+	return startAll(ctx, r, p, to, "failback")
+}
+
+// fresh requires a group's replication on its primary to be healthy and
+// no older than the plan's RPO target.
+func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCGetVolumeReplicationInfo, false)
+	if err != nil {
+		return "", err
+	}
+	target := p.Policy.RPOTarget.D()
+	if target <= 0 {
+		target = plans.DefaultRPOTarget
+	}
+	worst := time.Duration(0)
+	for _, in := range ins {
+		info, err := call[activities.ReplicationInfo](ctx, activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
+		if err != nil {
+			return "", err
+		}
+		lag := info.Lag(workflow.Now(ctx))
+		switch {
+		case info.Status != "" && info.Status != "HEALTHY":
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("replication of %s is %s: %s", in.Source, info.Status, info.StatusMessage), ErrPreflight, nil)
+		case info.LastSyncTime.IsZero():
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has no completed sync", in.Source), ErrPreflight, nil)
+		case lag > target:
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s lags %v, more than the RPO target %v", in.Source, lag.Round(time.Second), target), ErrPreflight, nil)
+		}
+		worst = max(worst, lag)
+	}
+	return fmt.Sprintf("healthy, lag %v", worst.Round(time.Millisecond)), nil
+}
+
+// promoteAfterFinalSync promotes a group without force, retrying while the
+// storage says the final sync has not landed, within the plan's time
+// limit.
+func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group string, s *Step) (string, error) {
+	limit := p.Policy.Retry.TimeLimit.D()
+	if limit <= 0 {
+		limit = plans.DefaultTimeLimit
+	}
+	deadline := workflow.Now(ctx).Add(limit)
+	wait := p.Policy.Retry.InitialInterval.D()
+	if wait <= 0 {
+		wait = plans.DefaultInitialInterval
+	}
+	for {
+		s.Attempts++
+		out, err := replicate(ctx, p, site, group, activities.RPCPromoteVolume, false, st.PromoteVolume)
+		typ, _, _ := activities.FailureOf(err)
+		if err == nil || typ != activities.ErrFailedPrecondition {
+			return out, err
+		}
+		s.LastError = errorText(err)
+		if workflow.Now(ctx).Add(wait).After(deadline) {
+			return "", fmt.Errorf("the final sync did not land within %v: %w", limit, err)
+		}
+		if err := workflow.Sleep(ctx, wait); err != nil {
+			return "", err
+		}
+		wait = min(2*wait, finalSyncPoll)
+	}
+}
+
+// rollback undoes a failed failback: demote what was promoted on to
+// (first, so that never two copies are writable), promote every group on
+// from again with force (to holds no new writes: its workloads never
+// started), and restart from's workloads.
+func rollback(ctx workflow.Context, r *run, p *plans.Plan, from, to string, promoted map[string]bool) error {
+	for _, g := range p.VolumeGroups {
+		if !promoted[g.Name] {
+			continue
+		}
+		if err := r.step(ctx, fmt.Sprintf("rollback: demote %s on %s", g.Name, to), true, func(ctx workflow.Context) (string, error) {
+			return replicate(ctx, p, to, g.Name, activities.RPCDemoteVolume, true, st.DemoteVolume)
+		}); err != nil {
+			return err
+		}
+	}
+	if err := forGroups(ctx, r, p, "rollback: promote", from, func(ctx workflow.Context, group string) (string, error) {
+		return replicate(ctx, p, from, group, activities.RPCPromoteVolume, true, st.PromoteVolume)
+	}); err != nil {
+		return err
+	}
+	return startAll(ctx, r, p, from, "failback rollback")
+}

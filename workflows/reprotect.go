@@ -1,0 +1,184 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// ReprotectInput starts a reprotect: site From, lost in a failover to
+// site To, is back; its copies become To's secondaries again.
+type ReprotectInput struct {
+	Plan *plans.Plan `json:"plan"`
+	From string      `json:"from"`
+	To   string      `json:"to"`
+}
+
+// ReprotectResult is the timeline.
+type ReprotectResult struct {
+	Progress
+	// ResyncStart is when the resync began; To's first sync after it is
+	// the proof that From holds To's data.
+	ResyncStart time.Time `json:"resyncStart"`
+}
+
+// Reprotect makes the returned site From a replica of To again:
+//
+//  1. stop From's workloads (they may have come back with the site);
+//  2. demote From's groups with force (their old primaries are stale);
+//  3. resync From until every group reports ready;
+//  4. wait on To for a completed sync newer than the resync start;
+//  5. unfence From's clients.
+//
+// After it, Failback can move the plan back to From without data loss.
+func Reprotect(ctx workflow.Context, in ReprotectInput) (*ReprotectResult, error) {
+	p := in.Plan
+	if err := checkSites(p, in.From, in.To); err != nil {
+		return nil, err
+	}
+	r, err := newRun(ctx, "reprotect", p)
+	if err != nil {
+		return nil, err
+	}
+	res := &ReprotectResult{}
+	err = reprotect(ctx, r, in, res)
+	r.finish(ctx, err)
+	res.Progress = *r.progress
+	return res, err
+}
+
+func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult) error {
+	p, from, to := in.Plan, in.From, in.To
+	if err := stopAll(ctx, r, p, from, "reprotect"); err != nil {
+		return err
+	}
+	if err := r.gate(ctx, "beforeDemote"); err != nil {
+		return err
+	}
+	if err := forGroups(ctx, r, p, "demote", from, func(ctx workflow.Context, group string) (string, error) {
+		return replicate(ctx, p, from, group, activities.RPCDemoteVolume, true, st.DemoteVolume)
+	}); err != nil {
+		return err
+	}
+	res.ResyncStart = workflow.Now(ctx)
+	if err := forGroups(ctx, r, p, "resync", from, func(ctx workflow.Context, group string) (string, error) {
+		return resync(ctx, p, from, group)
+	}); err != nil {
+		return err
+	}
+	if err := forGroups(ctx, r, p, "wait for a sync of", to, func(ctx workflow.Context, group string) (string, error) {
+		return waitSync(ctx, p, to, group, res.ResyncStart)
+	}); err != nil {
+		return err
+	}
+	return unfence(ctx, r, p, from, to)
+}
+
+// resync resynchronises every source of a group on site until ready.
+func resync(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, false)
+	if err != nil {
+		return "", err
+	}
+	polls := 0
+	for _, in := range ins {
+		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
+			activities.ResyncInput{Call: in})
+		if err != nil {
+			return "", err
+		}
+		polls += out.Polls
+	}
+	return fmt.Sprintf("ready after %d ResyncVolume call(s)", polls), nil
+}
+
+// waitSync waits until the primary copy of every source of a group on
+// site reports a completed sync newer than after.
+func waitSync(ctx workflow.Context, p *plans.Plan, site, group string, after time.Time) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCGetVolumeReplicationInfo, false)
+	if err != nil {
+		return "", err
+	}
+	var last time.Time
+	for _, in := range ins {
+		out, err := call[activities.WaitSyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCGetVolumeReplicationInfo, 0), st.WaitForSync,
+			activities.WaitSyncInput{Call: in, After: after})
+		if err != nil {
+			return "", err
+		}
+		last = out.Info.LastSyncTime
+	}
+	return "synced at " + last.UTC().Format(time.RFC3339Nano), nil
+}
+
+// unfence lifts the fence of a site's CIDRs, through the other site's
+// storage (the fence domain is shared), when they are fenced.
+func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string) error {
+	return r.step(ctx, "unfence "+site, false, func(ctx workflow.Context) (string, error) {
+		cidrs := p.Site(site).Fence.CIDRs
+		if len(cidrs) == 0 {
+			return "no fence CIDRs in the plan", nil
+		}
+		e, err := activities.EndpointFor(p, via, activities.RPCListClusterFence)
+		if err != nil {
+			return "", err
+		}
+		list, err := call[activities.FenceList](ctx, activities.CallOptions(p, via, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
+		if err != nil {
+			return "", err
+		}
+		var fenced []string
+		for _, c := range cidrs {
+			if slices.Contains(list.CIDRs, c) {
+				fenced = append(fenced, c)
+			}
+		}
+		if len(fenced) == 0 {
+			return "not fenced", nil
+		}
+		e, err = activities.EndpointFor(p, via, activities.RPCUnfenceClusterNetwork)
+		if err != nil {
+			return "", err
+		}
+		if _, err := call[struct{}](ctx, activities.CallOptions(p, via, activities.RPCUnfenceClusterNetwork), st.UnfenceClusterNetwork,
+			activities.FenceInput{Endpoint: e, CIDRs: fenced}); err != nil {
+			return "", err
+		}
+		return "unfenced " + strings.Join(fenced, ", "), nil
+	})
+}
+
+// stopAll stops the site's workloads, highest priority number first (the
+// reverse of the start order), each a step that must succeed.
+func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
+	ws := workloadsOn(p, site)
+	batches := byPriority(ws, func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+	slices.Reverse(batches)
+	for _, batch := range batches {
+		for _, w := range batch {
+			r.add(fmt.Sprintf("stop %s on %s", w, site), false)
+		}
+	}
+	for _, batch := range batches {
+		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, name string) error {
+			return r.step(ctx, fmt.Sprintf("stop %s on %s", name, site), false, func(ctx workflow.Context) (string, error) {
+				in, err := activities.WorkloadInputFor(p, site, name, action)
+				if err != nil {
+					return "", err
+				}
+				out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StopWorkload, in)
+				return out.Output, err
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
