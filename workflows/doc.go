@@ -16,9 +16,12 @@
 //     unfence, resync the old primary, start; a promotion that fails for
 //     good rolls everything back.
 //
+// One action per plan: Start runs every action of a plan under one
+// workflow id (ActionID) with the conflict policy Fail, and refuses a
+// second with a *BusyError naming the running action.
+//
 // Still to come: Drill, Protect, the fan-out to child workflows for very
-// large plans, one action per plan at a time, and replay tests of recorded
-// histories.
+// large plans, and replay tests of recorded histories.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -34,9 +34,14 @@ type fixture struct {
 	workloads  *activities.Workloads
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
+
+// newFixtureN adds extra groups vg-0001… of one volume each, at priorities
+// 2 and 3.
+func newFixtureN(t *testing.T, extra int) *fixture {
 	t.Helper()
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
+	groups := append([]sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1", "v2"}}, {ID: "vg-2", Volumes: []string{"v3"}}}, sim.GenerateGroups(extra, 1)...)
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond, Groups: groups, Volumes: []string{"solo"},
 		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
 	hooks := filepath.Join(t.TempDir(), "hooks.log")
 	hook := func(what string) plans.ExecHooks {
@@ -66,6 +71,10 @@ func newFixture(t *testing.T) *fixture {
 			{Name: "web", Priority: 2, Sites: refs("web")},
 			{Name: "pg", Priority: 1, Sites: refs("pg")},
 		},
+	}
+	for i, g := range groups[2:] {
+		p.VolumeGroups = append(p.VolumeGroups, plans.VolumeGroup{Name: g.ID, Priority: 2 + i%2,
+			Sites: map[string]plans.GroupRef{"east": {GroupID: g.ID}, "west": {GroupID: g.ID}}})
 	}
 	p.ApplyDefaults()
 	f := &fixture{east: east, west: west, plan: p, hooks: hooks, storage: activities.NewStorage(), workloads: activities.NewWorkloads()}

@@ -1,0 +1,66 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+)
+
+// TaskQueue is the main worker's task queue.
+const TaskQueue = "drover"
+
+// ActionID is the workflow id of a plan's DR action. Every action of a
+// plan (failover, reprotect, failback, drill) shares it, so that only one
+// runs at a time.
+func ActionID(plan string) string { return "drover-action-" + plan }
+
+// Register registers every action on a worker.
+func Register(w worker.Registry) {
+	w.RegisterWorkflow(Failover)
+	w.RegisterWorkflow(Reprotect)
+	w.RegisterWorkflow(Failback)
+}
+
+// BusyError refuses an action because another one of the plan runs.
+type BusyError struct {
+	Plan      string
+	Running   string // the running action's workflow type
+	RunID     string
+	StartedAt time.Time
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("plan %q already has a DR action running: %s (workflow %s, run %s, started %s); wait for it, or resolve it with drctl",
+		e.Plan, e.Running, ActionID(e.Plan), e.RunID, e.StartedAt.UTC().Format(time.RFC3339))
+}
+
+// Start starts a DR action (wf, one of the workflows above) for a plan,
+// or refuses with a *BusyError naming the action that is running.
+func Start(ctx context.Context, c client.Client, plan string, wf, in any) (client.WorkflowRun, error) {
+	id := ActionID(plan)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       id,
+		TaskQueue:                                TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+	}, wf, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		busy := &BusyError{Plan: plan, RunID: started.RunId}
+		if d, derr := c.DescribeWorkflowExecution(ctx, id, ""); derr == nil {
+			info := d.GetWorkflowExecutionInfo()
+			busy.Running = info.GetType().GetName()
+			busy.RunID = info.GetExecution().GetRunId()
+			busy.StartedAt = info.GetStartTime().AsTime()
+		}
+		return nil, busy
+	}
+	return run, err
+}
