@@ -146,14 +146,9 @@ type ReplicationInfo struct {
 	LastSyncBytes    int64         `json:"lastSyncBytes"`
 	Status           string        `json:"status,omitempty"`
 	StatusMessage    string        `json:"statusMessage,omitempty"`
-}
-
-// Lag is how far the last completed sync is behind now.
-func (r ReplicationInfo) Lag(now time.Time) time.Duration {
-	if r.LastSyncTime.IsZero() {
-		return 0
-	}
-	return now.Sub(r.LastSyncTime)
+	// Lag is how far the last completed sync was behind the worker's clock
+	// when the call answered; zero before the first sync.
+	Lag time.Duration `json:"lag"`
 }
 
 // GetVolumeReplicationInfo reads the last sync of a primary copy.
@@ -169,6 +164,7 @@ func (s *Storage) GetVolumeReplicationInfo(ctx context.Context, in ReplicationIn
 		out = ReplicationInfo{LastSyncBytes: r.GetLastSyncBytes(), StatusMessage: r.GetStatusMessage()}
 		if r.GetLastSyncTime() != nil {
 			out.LastSyncTime = r.GetLastSyncTime().AsTime()
+			out.Lag = time.Since(out.LastSyncTime)
 		}
 		if r.GetLastSyncDuration() != nil {
 			out.LastSyncDuration = r.GetLastSyncDuration().AsDuration()

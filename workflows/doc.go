@@ -15,12 +15,16 @@
 //     without force, promote without force once the final sync landed,
 //     unfence, resync the old primary, start; a promotion that fails for
 //     good rolls everything back.
+//   - Drill (drill.go): every check of a failover or failback without a
+//     state change (storage ready, secrets accepted, fencing possible,
+//     replication fresh, workloads and their CSI volumes present), and
+//     the steps the real action would take.
 //
 // One action per plan: Start runs every action of a plan under one
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.
 //
-// Still to come: Drill, Protect, the fan-out to child workflows for very
+// Still to come: Protect, the fan-out to child workflows for very
 // large plans, and replay tests of recorded histories.
 //
 // Every action shares the bookkeeping in run.go:

@@ -156,7 +156,7 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 		if err != nil {
 			return "", err
 		}
-		lag := info.Lag(workflow.Now(ctx))
+		lag := info.Lag
 		switch {
 		case info.Status != "" && info.Status != "HEALTHY":
 			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("replication of %s is %s: %s", in.Source, info.Status, info.StatusMessage), ErrPreflight, nil)

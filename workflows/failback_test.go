@@ -21,6 +21,7 @@ func (f *fixture) run(t *testing.T, wf, in any, out any) ([]call, error) {
 	env, calls := f.env(t)
 	env.RegisterWorkflow(workflows.Reprotect)
 	env.RegisterWorkflow(workflows.Failback)
+	env.RegisterWorkflow(workflows.Drill)
 	env.ExecuteWorkflow(wf, in)
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("the action did not complete")

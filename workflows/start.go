@@ -25,6 +25,7 @@ func Register(w worker.Registry) {
 	w.RegisterWorkflow(Failover)
 	w.RegisterWorkflow(Reprotect)
 	w.RegisterWorkflow(Failback)
+	w.RegisterWorkflow(Drill)
 }
 
 // BusyError refuses an action because another one of the plan runs.

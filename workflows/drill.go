@@ -1,0 +1,166 @@
+package workflows
+
+import (
+	"fmt"
+	"strings"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/orchestrators"
+	"github.com/drover-dr/drover/plans"
+)
+
+// DrillInput rehearses an action: "failover" or "failback" from From to To.
+type DrillInput struct {
+	Plan   *plans.Plan `json:"plan"`
+	Action string      `json:"action"`
+	From   string      `json:"from"`
+	To     string      `json:"to"`
+}
+
+// DrillResult lists every check with its outcome, and what the real action
+// would do, step by step.
+type DrillResult struct {
+	Progress
+	OK     bool     `json:"ok"`
+	Failed int      `json:"failed"`
+	Would  []string `json:"would"`
+}
+
+// Drill runs every check of the action without changing any state:
+// endpoints reachable and ready, secrets accepted, capabilities present,
+// replication healthy and fresh within the RPO target, orchestrators
+// reachable and the workloads (and their CSI volumes) present on the
+// target. Failed checks do not stop the drill; the result counts them.
+func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
+	p := in.Plan
+	if err := checkSites(p, in.From, in.To); err != nil {
+		return nil, err
+	}
+	if in.Action != "failover" && in.Action != "failback" {
+		return nil, fmt.Errorf("drill: action %q is not failover or failback", in.Action)
+	}
+	r, err := newRun(ctx, "drill "+in.Action, p)
+	if err != nil {
+		return nil, err
+	}
+	res := &DrillResult{}
+	check := func(name string, fn func(ctx workflow.Context) (string, error)) {
+		s := r.add(name, false)
+		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+		out, err := fn(ctx)
+		s.Output, s.End = out, workflow.Now(ctx)
+		if err != nil {
+			s.State, s.LastError = StateFailed, errorText(err)
+			res.Failed++
+			return
+		}
+		s.State = StateDone
+	}
+
+	// Storage of both sites: a failover drill cannot expect the lost site
+	// to answer, but today it should.
+	for _, site := range []string{in.From, in.To} {
+		check("storage ready on "+site, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) })
+		check("secrets accepted on "+site, func(ctx workflow.Context) (string, error) {
+			e, err := activities.EndpointFor(p, site, activities.RPCListClusterFence)
+			if err != nil {
+				return "", err
+			}
+			l, err := call[activities.FenceList](ctx, activities.CallOptions(p, site, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("ListClusterFence answered: %d CIDRs fenced", len(l.CIDRs)), nil
+		})
+	}
+	check("fencing possible for "+in.From, func(ctx workflow.Context) (string, error) {
+		f := p.Site(in.From).Fence
+		switch {
+		case f.Unavailable:
+			return "fencing unavailable: a failover needs the operator's confirmation", nil
+		case len(f.CIDRs) > 0:
+			return "fence CIDRs " + strings.Join(f.CIDRs, ", "), nil
+		}
+		e, err := activities.EndpointFor(p, in.To, activities.RPCGetCapabilities)
+		if err != nil {
+			return "", err
+		}
+		caps, err := call[activities.CapabilitiesResult](ctx, activities.CallOptions(p, in.To, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: e})
+		if err != nil {
+			return "", err
+		}
+		if m := caps.Missing(activities.CapNetworkFence, activities.CapGetFenceClients); len(m) > 0 {
+			return "", fmt.Errorf("the plan lists no CIDRs for %s and the storage of %s lacks %v", in.From, in.To, m)
+		}
+		return "CIDRs from GetFenceClients at failover time", nil
+	})
+	for _, g := range p.VolumeGroups {
+		check(fmt.Sprintf("replication of %s fresh on %s", g.Name, in.From), func(ctx workflow.Context) (string, error) {
+			return fresh(ctx, p, in.From, g.Name)
+		})
+	}
+	for _, w := range workloadsOn(p, in.To) {
+		check(fmt.Sprintf("workload %s ready to start on %s", w.Name, in.To), func(ctx workflow.Context) (string, error) {
+			wi, err := activities.WorkloadInputFor(p, in.To, w.Name, "drill")
+			if err != nil {
+				return "", err
+			}
+			d, err := call[orchestrators.Description](ctx, activities.WorkloadOptions(p, in.To, wi.Workload), wl.DescribeWorkload, wi)
+			if err != nil {
+				return "", err
+			}
+			var missing []string
+			for _, v := range d.Volumes {
+				if !v.Registered {
+					missing = append(missing, v.ID)
+				}
+			}
+			if len(missing) > 0 {
+				return d.Detail, fmt.Errorf("CSI volumes %s are not registered on %s", strings.Join(missing, ", "), in.To)
+			}
+			return strings.TrimSpace(d.Status + " " + d.Detail), nil
+		})
+	}
+
+	res.Would = would(p, in)
+	r.finish(ctx, nil)
+	res.Progress = *r.progress
+	res.OK = res.Failed == 0
+	return res, nil
+}
+
+// would lists what the real action would do, in order.
+func would(p *plans.Plan, in DrillInput) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	groups := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
+	ws := byPriority(workloadsOn(p, in.To), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+	if in.Action == "failover" {
+		add("check that the storage of %s is ready and can replicate", in.To)
+		add("stop the workloads of %s, best effort within %v", in.From, p.Policy.StopDeadline)
+		if f := p.Site(in.From).Fence; f.Unavailable {
+			add("skip fencing %s (unavailable): only with the operator's confirmation", in.From)
+		} else {
+			add("fence %s's clients %s through %s and verify with ListClusterFence", in.From, strings.Join(f.CIDRs, ", "), in.To)
+		}
+		for _, b := range groups {
+			add("force-promote on %s: %s", in.To, strings.Join(b, ", "))
+		}
+	} else {
+		add("check both sites and that replication on %s is healthy and within %v", in.From, p.Policy.RPOTarget)
+		add("stop the workloads of %s", in.From)
+		for _, b := range groups {
+			add("demote on %s without force: %s", in.From, strings.Join(b, ", "))
+		}
+		for _, b := range groups {
+			add("promote on %s without force once the final sync landed: %s", in.To, strings.Join(b, ", "))
+		}
+		add("unfence %s if fenced, resync %s", in.To, in.From)
+	}
+	for _, b := range ws {
+		add("start on %s and wait healthy: %s", in.To, strings.Join(b, ", "))
+	}
+	return out
+}

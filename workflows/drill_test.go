@@ -1,0 +1,62 @@
+package workflows_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// readOnly are the only calls a drill may make.
+var readOnly = []string{"Probe", "GetCapabilities", "GetIdentity", "ListClusterFence", "GetFenceClients", "GetVolumeReplicationInfo", "DescribeWorkload"}
+
+// TestDrill: a drill of a healthy plan passes every check and says what a
+// failover would do; a drill of a broken one names each failed check. No
+// drill changes anything.
+func TestDrill(t *testing.T) {
+	f := newFixture(t)
+	var res workflows.DrillResult
+	calls, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	if !res.OK || res.Failed != 0 {
+		for _, s := range res.Steps {
+			t.Logf("%s: %s %s", s.Name, s.State, s.LastError)
+		}
+		t.Fatal("the drill of a healthy plan failed")
+	}
+	if len(res.Steps) != 2*2+1+3+2 {
+		t.Fatalf("%d checks, want storage and secrets on both sites, fencing, 3 groups, 2 workloads", len(res.Steps))
+	}
+	want := []string{"fence east's clients 127.0.0.2/32 through west", "force-promote on west: db, logs", "force-promote on west: loose", "start on west and wait healthy: pg"}
+	for _, w := range want {
+		if !slices.ContainsFunc(res.Would, func(s string) bool { return strings.HasPrefix(s, w) }) {
+			t.Fatalf("the plan of the failover lacks %q:\n%s", w, strings.Join(res.Would, "\n"))
+		}
+	}
+
+	// Break it: a secret the worker cannot resolve, and an RPO target no
+	// replication can meet.
+	f.plan.Sites[1].Storage.Secret = &plans.SecretRef{Env: "DROVER_DRILL_NOT_SET"}
+	f.plan.Policy.RPOTarget = plans.Duration(1)
+	more, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	failed := map[string]string{}
+	for _, s := range res.Steps {
+		if s.State == workflows.StateFailed {
+			failed[s.Name] = s.LastError
+		}
+	}
+	if res.OK || !strings.Contains(failed["secrets accepted on west"], "DROVER_DRILL_NOT_SET") || !strings.Contains(failed["replication of db fresh on east"], "more than the RPO target") {
+		t.Fatalf("failed checks %v", failed)
+	}
+	for _, c := range append(calls, more...) {
+		if !slices.Contains(readOnly, c.name) {
+			t.Fatalf("a drill made the call %v", c)
+		}
+	}
+	roles(t, f.east, sim.RolePrimary)
+	roles(t, f.west, sim.RoleSecondary)
+}
