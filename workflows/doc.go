@@ -19,13 +19,19 @@
 //     state change (storage ready, secrets accepted, fencing possible,
 //     replication fresh, workloads and their CSI volumes present), and
 //     the steps the real action would take.
+//   - Protect (protect.go): long-running per plan (ProtectID); enables
+//     replication on the primary, polls each group's last sync, lag and
+//     status, marks the plan out of RPO past the target, records each
+//     site's clients, and continues as new to keep its history small;
+//     ReadProtect gives a failover the recorded clients and last sync.
 //
 // One action per plan: Start runs every action of a plan under one
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.
 //
-// Still to come: Protect, the fan-out to child workflows for very
-// large plans, and replay tests of recorded histories.
+// Still to come: the fan-out to child workflows for very large plans,
+// restarting Protect in the new direction after a reprotect, and replay
+// tests of recorded histories.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

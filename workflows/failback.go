@@ -17,6 +17,9 @@ type FailbackInput struct {
 	Plan *plans.Plan `json:"plan"`
 	From string      `json:"from"`
 	To   string      `json:"to"`
+	// Fenced are CIDRs of To fenced beyond the plan's (by a failover that
+	// fenced Protect's recorded clients), lifted if still fenced.
+	Fenced []string `json:"fenced,omitempty"`
 }
 
 // FailbackResult is the timeline, and whether the move was rolled back.
@@ -125,7 +128,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("failback to %q rolled back: %s", to, res.Reason), ErrRolledBack, nil)
 	}
 
-	if err := unfence(ctx, r, p, to, from); err != nil {
+	if err := unfence(ctx, r, p, to, from, in.Fenced); err != nil {
 		return err
 	}
 	if err := forGroups(ctx, r, p, "resync", from, func(ctx workflow.Context, group string) (string, error) {

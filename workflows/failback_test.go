@@ -19,9 +19,6 @@ import (
 func (f *fixture) run(t *testing.T, wf, in any, out any) ([]call, error) {
 	t.Helper()
 	env, calls := f.env(t)
-	env.RegisterWorkflow(workflows.Reprotect)
-	env.RegisterWorkflow(workflows.Failback)
-	env.RegisterWorkflow(workflows.Drill)
 	env.ExecuteWorkflow(wf, in)
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("the action did not complete")
@@ -147,7 +144,6 @@ func TestFailbackRollsBack(t *testing.T) {
 	// with west's promotion of the loose volume refused for good.
 	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "INVALID_ARGUMENT", Count: 100, Message: "pool is read-only"}}))
 	env, calls := f.env(t)
-	env.RegisterWorkflow(workflows.Failback)
 	env.ExecuteWorkflow(workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
 	var ae *temporal.ApplicationError
 	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrRolledBack || !strings.Contains(ae.Error(), "pool is read-only") {

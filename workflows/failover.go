@@ -26,6 +26,9 @@ type FailoverInput struct {
 	// LastSync is the last completed sync known before the loss (from
 	// Protect); zero when unknown.
 	LastSync time.Time `json:"lastSync,omitzero"`
+	// Clients are From's client CIDRs as Protect last recorded them; they
+	// are fenced when the plan lists no CIDRs for From.
+	Clients []string `json:"clients,omitempty"`
 }
 
 // FailoverResult is the timeline with the achieved recovery figures.
@@ -109,6 +112,9 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	}
 	site := p.Site(from)
 	cidrs := site.Fence.CIDRs
+	if len(cidrs) == 0 {
+		cidrs = in.Clients
+	}
 	if err := r.step(ctx, "fence "+from, true, func(ctx workflow.Context) (string, error) {
 		switch {
 		case site.Fence.Unavailable && !in.ConfirmUnfenced:

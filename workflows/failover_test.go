@@ -81,7 +81,8 @@ func newFixtureN(t *testing.T, extra int) *fixture {
 	t.Cleanup(func() { f.storage.Close() })
 
 	// Replication on, data written on east and shipped to west.
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	for _, site := range []string{"east", "west"} {
 		for _, g := range p.VolumeGroups {
 			ins, err := activities.ReplicationInputs(p, site, g.Name, activities.RPCEnableVolumeReplication, false)
@@ -96,10 +97,15 @@ func newFixtureN(t *testing.T, extra int) *fixture {
 	defer c.Close()
 	_, err = c.Write(ctx, "v1", 0, []byte("order 1"))
 	mustOK(t, err)
-	in, err := activities.ReplicationInputs(p, "east", "db", activities.RPCGetVolumeReplicationInfo, false)
-	mustOK(t, err)
-	_, err = f.storage.WaitForSync(ctx, activities.WaitSyncInput{Call: in[0], After: time.Now(), Interval: 10 * time.Millisecond})
-	mustOK(t, err)
+	after := time.Now()
+	for _, g := range p.VolumeGroups { // every source has synced once
+		ins, err := activities.ReplicationInputs(p, "east", g.Name, activities.RPCGetVolumeReplicationInfo, false)
+		mustOK(t, err)
+		for _, in := range ins {
+			_, err = f.storage.WaitForSync(ctx, activities.WaitSyncInput{Call: in, After: after, Interval: 10 * time.Millisecond})
+			mustOK(t, err)
+		}
+	}
 	return f
 }
 
@@ -125,7 +131,7 @@ func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(discard{})
 	env := ts.NewTestWorkflowEnvironment()
-	env.RegisterWorkflow(workflows.Failover)
+	workflows.Register(env)
 	env.RegisterActivity(f.storage)
 	env.RegisterActivity(f.workloads)
 	calls := &[]call{}

@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,10 +34,25 @@ func TestActionsOnDevServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
+	// Protect records the groups' syncs and east's clients; the failover
+	// fences the recorded clients (the plan lists none for east).
+	f.plan.Sites[0].Fence.CIDRs = nil
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 100*time.Millisecond)
+	mustOK(t, err)
+	var ps *workflows.ProtectState
+	deadline := time.Now().Add(time.Minute)
+	for ps == nil || ps.LastSync().IsZero() || len(ps.Clients["east"]) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("protect never recorded the plan: %+v", ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+		ps, _ = workflows.ReadProtect(ctx, srv.Client, "shop")
+	}
 	f.east.Down()
 	gated := *f.plan
 	gated.Policy.Approvals = []string{"beforePromote"}
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: &gated, From: "east", To: "west"})
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: &gated, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"]})
 	mustOK(t, err)
 
 	// The failover waits at its gate; a second action is refused.
@@ -54,7 +70,15 @@ func TestActionsOnDevServer(t *testing.T) {
 	var fo workflows.FailoverResult
 	mustOK(t, run.Get(ctx, &fo))
 	allDone(t, fo.Progress)
-	t.Logf("failover of %d groups: RTO %v, %d steps", len(f.plan.VolumeGroups), fo.RTO, len(fo.Steps))
+	if !fo.RPOKnown || !slices.Equal(fo.Fenced, []string{"127.0.0.2/32"}) {
+		t.Fatalf("failover fenced %v, RPO known %v; want the clients Protect recorded and an RPO", fo.Fenced, fo.RPOKnown)
+	}
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateUnguard,
+		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, uh.Get(ctx, nil))
+	mustOK(t, prot.Get(ctx, nil))
+	t.Logf("failover of %d groups: RTO %v, RPO estimate %v, %d steps", len(f.plan.VolumeGroups), fo.RTO, fo.RPO, len(fo.Steps))
 
 	west, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
 	mustOK(t, err)
@@ -63,7 +87,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, err)
 
 	mustOK(t, f.east.Up())
-	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west"})
+	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: fo.Fenced})
 	mustOK(t, err)
 	var rp workflows.ReprotectResult
 	mustOK(t, run.Get(ctx, &rp))

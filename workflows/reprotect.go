@@ -18,6 +18,9 @@ type ReprotectInput struct {
 	Plan *plans.Plan `json:"plan"`
 	From string      `json:"from"`
 	To   string      `json:"to"`
+	// Fenced are the CIDRs the failover fenced (FailoverResult.Fenced),
+	// lifted with the plan's own CIDRs of From.
+	Fenced []string `json:"fenced,omitempty"`
 }
 
 // ReprotectResult is the timeline.
@@ -77,7 +80,7 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 	}); err != nil {
 		return err
 	}
-	return unfence(ctx, r, p, from, to)
+	return unfence(ctx, r, p, from, to, in.Fenced)
 }
 
 // resync resynchronises every source of a group on site until ready.
@@ -117,13 +120,19 @@ func waitSync(ctx workflow.Context, p *plans.Plan, site, group string, after tim
 	return "synced at " + last.UTC().Format(time.RFC3339Nano), nil
 }
 
-// unfence lifts the fence of a site's CIDRs, through the other site's
-// storage (the fence domain is shared), when they are fenced.
-func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string) error {
+// unfence lifts the fence of a site's CIDRs (the plan's, and extra ones a
+// failover fenced), through the other site's storage (the fence domain is
+// shared), where they are fenced.
+func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extra []string) error {
 	return r.step(ctx, "unfence "+site, false, func(ctx workflow.Context) (string, error) {
-		cidrs := p.Site(site).Fence.CIDRs
+		cidrs := slices.Clone(p.Site(site).Fence.CIDRs)
+		for _, c := range extra {
+			if !slices.Contains(cidrs, c) {
+				cidrs = append(cidrs, c)
+			}
+		}
 		if len(cidrs) == 0 {
-			return "no fence CIDRs in the plan", nil
+			return "no fence CIDRs for " + site, nil
 		}
 		e, err := activities.EndpointFor(p, via, activities.RPCListClusterFence)
 		if err != nil {

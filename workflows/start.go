@@ -10,6 +10,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
+
+	"github.com/drover-dr/drover/plans"
 )
 
 // TaskQueue is the main worker's task queue.
@@ -26,6 +28,7 @@ func Register(w worker.Registry) {
 	w.RegisterWorkflow(Reprotect)
 	w.RegisterWorkflow(Failback)
 	w.RegisterWorkflow(Drill)
+	w.RegisterWorkflow(Protect)
 }
 
 // BusyError refuses an action because another one of the plan runs.
@@ -64,4 +67,28 @@ func Start(ctx context.Context, c client.Client, plan string, wf, in any) (clien
 		return nil, busy
 	}
 	return run, err
+}
+
+// StartProtect starts a plan's Protect polling every interval (zero: the
+// default), or leaves the running one be.
+func StartProtect(ctx context.Context, c client.Client, p *plans.Plan, primary string, interval time.Duration) (client.WorkflowRun, error) {
+	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       ProtectID(p.Metadata.Name),
+		TaskQueue:                TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, Protect, ProtectInput{Plan: p, Primary: primary, Interval: interval})
+}
+
+// ReadProtect returns what a plan's Protect last recorded, for a failover
+// to fence the recorded clients and report its RPO estimate.
+func ReadProtect(ctx context.Context, c client.Client, plan string) (*ProtectState, error) {
+	v, err := c.QueryWorkflow(ctx, ProtectID(plan), "", QueryProtect)
+	if err != nil {
+		return nil, fmt.Errorf("read the protection state of plan %q: %w", plan, err)
+	}
+	var s ProtectState
+	if err := v.Get(&s); err != nil {
+		return nil, err
+	}
+	return &s, nil
 }

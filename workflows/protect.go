@@ -1,0 +1,234 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// Names of Protect's query and update.
+const (
+	QueryProtect  = "protect"
+	UpdateUnguard = "stop"
+)
+
+// DefaultProtectInterval is how often Protect polls replication.
+const DefaultProtectInterval = 30 * time.Second
+
+// protectRunLength bounds one run of Protect: after this many polls, or a
+// history this long, it continues as new with its state.
+const (
+	protectRunLength  = 100
+	protectHistoryCap = 4000
+	ProtectIDPrefix   = "drover-protect-"
+)
+
+// ProtectID is the workflow id of a plan's Protect.
+func ProtectID(plan string) string { return ProtectIDPrefix + plan }
+
+// ProtectInput starts or continues protection of a plan with Primary as
+// the replication source.
+type ProtectInput struct {
+	Plan     *plans.Plan   `json:"plan"`
+	Primary  string        `json:"primary"`
+	Interval time.Duration `json:"interval,omitempty"`
+	// State is what the previous run recorded (continue-as-new).
+	State *ProtectState `json:"state,omitempty"`
+}
+
+// GroupHealth is the last look at one group's replication.
+type GroupHealth struct {
+	LastSync time.Time     `json:"lastSync,omitzero"`
+	Lag      time.Duration `json:"lag"`
+	Status   string        `json:"status,omitempty"`
+	Message  string        `json:"message,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	OutOfRPO bool          `json:"outOfRPO"`
+	Checked  time.Time     `json:"checked"`
+}
+
+// ProtectState is what Protect knows; failover and failback read it.
+type ProtectState struct {
+	Primary string                 `json:"primary"`
+	Enabled bool                   `json:"enabled"`
+	Groups  map[string]GroupHealth `json:"groups"`
+	// OutOfRPO: some group's lag is past the plan's RPO target.
+	OutOfRPO bool `json:"outOfRPO"`
+	// Clients are the client CIDRs each site's storage last reported.
+	Clients map[string][]string `json:"clients,omitempty"`
+	Polls   int                 `json:"polls"`
+	Runs    int                 `json:"runs"`
+}
+
+// LastSync is the oldest last sync over the groups: what a failover now
+// could lose back to. Zero when some group has none.
+func (s *ProtectState) LastSync() time.Time {
+	var oldest time.Time
+	for _, g := range s.Groups {
+		if g.LastSync.IsZero() {
+			return time.Time{}
+		}
+		if oldest.IsZero() || g.LastSync.Before(oldest) {
+			oldest = g.LastSync
+		}
+	}
+	return oldest
+}
+
+// StopProtect asks Protect to end; Disable also turns replication off.
+type StopProtect struct {
+	Disable bool `json:"disable,omitempty"`
+}
+
+// Protect keeps watch over a plan's replication, for as long as it runs:
+// it enables replication of every group on the primary (idempotent, with
+// the plan's parameters), then polls GetVolumeReplicationInfo on the
+// primary, records each group's last sync, lag and status, marks the plan
+// out of RPO past the target, and refreshes each site's GetFenceClients.
+// It continues as new to keep its history small, and ends on a "stop"
+// update, disabling replication only when asked.
+func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
+	p := in.Plan
+	if p == nil || p.Site(in.Primary) == nil {
+		return nil, fmt.Errorf("protect: the plan has no site %q", in.Primary)
+	}
+	s := in.State
+	if s == nil || s.Primary != in.Primary {
+		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
+	}
+	s.Runs++
+	interval := in.Interval
+	if interval <= 0 {
+		interval = DefaultProtectInterval
+	}
+	var stop *StopProtect
+	if err := workflow.SetQueryHandler(ctx, QueryProtect, func() (*ProtectState, error) { return s, nil }); err != nil {
+		return nil, err
+	}
+	if err := workflow.SetUpdateHandler(ctx, UpdateUnguard, func(ctx workflow.Context, req StopProtect) (string, error) {
+		stop = &req
+		return "protection stops", nil
+	}); err != nil {
+		return nil, err
+	}
+	log := workflow.GetLogger(ctx)
+
+	if !s.Enabled {
+		r, err := newRun(ctx, "protect", p)
+		if err != nil {
+			return nil, err
+		}
+		if err := forGroups(ctx, r, p, "enable replication of", in.Primary, func(ctx workflow.Context, group string) (string, error) {
+			return replicate(ctx, p, in.Primary, group, activities.RPCEnableVolumeReplication, false, st.EnableVolumeReplication)
+		}); err != nil {
+			return s, err
+		}
+		s.Enabled = true
+	}
+
+	for polls := 0; ; polls++ {
+		if stop != nil {
+			break
+		}
+		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
+			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Plan: p, Primary: in.Primary, Interval: interval, State: s})
+		}
+		wasOut := s.OutOfRPO
+		pollReplication(ctx, p, s)
+		pollClients(ctx, p, s)
+		s.Polls++
+		if s.OutOfRPO && !wasOut {
+			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D())
+		}
+		if _, err := workflow.AwaitWithTimeout(ctx, interval, func() bool { return stop != nil }); err != nil {
+			return s, err
+		}
+	}
+	if stop.Disable {
+		r, err := newRun(ctx, "unprotect", p)
+		if err != nil {
+			return s, err
+		}
+		if err := forGroups(ctx, r, p, "disable replication of", in.Primary, func(ctx workflow.Context, group string) (string, error) {
+			return replicate(ctx, p, in.Primary, group, activities.RPCDisableVolumeReplication, false, st.DisableVolumeReplication)
+		}); err != nil {
+			return s, err
+		}
+		s.Enabled = false
+	}
+	return s, nil
+}
+
+// pollReplication records every group's replication on the primary. A
+// poll's errors are recorded, not fatal: the next poll tries again.
+func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
+	target := p.Policy.RPOTarget.D()
+	if target <= 0 {
+		target = plans.DefaultRPOTarget
+	}
+	names := make([]string, 0, len(p.VolumeGroups))
+	for _, g := range p.VolumeGroups {
+		names = append(names, g.Name)
+	}
+	sort.Strings(names)
+	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
+		h := GroupHealth{Checked: workflow.Now(ctx)}
+		ins, err := activities.ReplicationInputs(p, s.Primary, group, activities.RPCGetVolumeReplicationInfo, false)
+		if err == nil {
+			o := activities.CallOptions(p, s.Primary, activities.RPCGetVolumeReplicationInfo)
+			o.ScheduleToCloseTimeout = o.StartToCloseTimeout // one poll, no long retries: the next poll comes
+			for _, in := range ins {
+				var info activities.ReplicationInfo
+				if info, err = call[activities.ReplicationInfo](ctx, o, st.GetVolumeReplicationInfo, in); err != nil {
+					break
+				}
+				if h.LastSync.IsZero() || info.LastSyncTime.Before(h.LastSync) {
+					h.LastSync, h.Lag, h.Status, h.Message = info.LastSyncTime, info.Lag, info.Status, info.StatusMessage
+				}
+			}
+		}
+		if err != nil {
+			h.Error = errorText(err)
+			prev := s.Groups[group]
+			h.LastSync, h.Lag = prev.LastSync, prev.Lag
+			if !prev.LastSync.IsZero() {
+				h.Lag = workflow.Now(ctx).Sub(prev.LastSync)
+			}
+		}
+		h.OutOfRPO = h.LastSync.IsZero() || h.Lag > target
+		s.Groups[group] = h
+		return nil
+	})
+	s.OutOfRPO = false
+	for _, h := range s.Groups {
+		s.OutOfRPO = s.OutOfRPO || h.OutOfRPO
+	}
+}
+
+// pollClients refreshes the clients each site's storage reports, which a
+// failover fences when the plan lists no CIDRs.
+func pollClients(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
+	for _, site := range p.Sites {
+		e, err := activities.EndpointFor(p, site.Name, activities.RPCGetFenceClients)
+		if err != nil {
+			continue
+		}
+		o := activities.CallOptions(p, site.Name, activities.RPCGetFenceClients)
+		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
+		got, err := call[activities.FenceClients](ctx, o, st.GetFenceClients, activities.FenceListInput{Endpoint: e})
+		if err != nil {
+			continue // keep the last answer: a lost site does not answer
+		}
+		var cidrs []string
+		for _, c := range got.Clients {
+			cidrs = append(cidrs, c.CIDRs...)
+		}
+		sort.Strings(cidrs)
+		s.Clients[site.Name] = cidrs
+	}
+}

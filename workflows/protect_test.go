@@ -1,0 +1,83 @@
+package workflows_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// TestProtectRecordsAndContinues: Protect enables replication on the
+// primary, records every group's last sync and each site's clients, and
+// after a run's worth of polls continues as new, carrying its state.
+func TestProtectRecordsAndContinues(t *testing.T) {
+	f := newFixture(t)
+	env, calls := f.env(t)
+	var seen *workflows.ProtectState
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryProtect)
+		mustOK(t, err)
+		mustOK(t, v.Get(&seen))
+	}, 30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v, want continue-as-new after a run's worth of polls", err)
+	}
+	if seen == nil || !seen.Enabled || len(seen.Groups) != 3 || seen.OutOfRPO {
+		t.Fatalf("state at 30s: %+v", seen)
+	}
+	for g, h := range seen.Groups {
+		if h.LastSync.IsZero() || h.Status != "HEALTHY" || h.Error != "" {
+			t.Fatalf("group %s: %+v", g, h)
+		}
+	}
+	if !slices.Contains(seen.Clients["east"], "127.0.0.2/32") {
+		t.Fatalf("clients %v: east's writer is missing", seen.Clients)
+	}
+	if seen.LastSync().IsZero() {
+		t.Fatal("no last sync over the groups")
+	}
+	first := indexOf(*calls, "GetVolumeReplicationInfo", "east", "")
+	for _, src := range []string{"vg-1", "vg-2", "solo"} {
+		if i := indexOf(*calls, "EnableVolumeReplication", "east", src); i < 0 || i > first {
+			t.Fatalf("replication of %s was not enabled on east before polling:\n%v", src, *calls)
+		}
+	}
+	if indexOf(*calls, "EnableVolumeReplication", "west", "") >= 0 {
+		t.Fatal("protect enabled replication on the secondary")
+	}
+}
+
+// TestProtectStops: past its RPO target the plan is marked out of RPO;
+// the stop update ends Protect and, when asked, disables replication.
+func TestProtectStops(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(1) // no replication can meet it
+	env, _ := f.env(t)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdateUnguard, "stop", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("stop rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, workflows.StopProtect{Disable: true})
+	}, 25*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	var s workflows.ProtectState
+	mustOK(t, env.GetWorkflowResult(&s))
+	if s.Enabled || !s.OutOfRPO || s.Polls < 2 {
+		t.Fatalf("final state %+v", s)
+	}
+	state := f.east.Snapshot()
+	for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+		if u := state.Unit(key); u == nil || u.Enabled {
+			t.Fatalf("%s on east still replicates: %+v", key, u)
+		}
+	}
+}
