@@ -29,9 +29,13 @@
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.
 //
-// Still to come: the fan-out to child workflows for very large plans,
-// restarting Protect in the new direction after a reprotect, and replay
-// tests of recorded histories.
+// Versioning: testdata/ holds histories of every action recorded from the
+// dev-server test (DROVER_RECORD_HISTORIES=1); TestReplay replays them
+// against the current code, so a change that would break a running action
+// fails CI.
+//
+// Still to come: the fan-out to child workflows for very large plans, and
+// restarting Protect in the new direction after a reprotect.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -69,6 +69,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, h.Get(ctx, nil))
 	var fo workflows.FailoverResult
 	mustOK(t, run.Get(ctx, &fo))
+	record(t, ctx, srv.Client, run, "failover")
 	allDone(t, fo.Progress)
 	if !fo.RPOKnown || !slices.Equal(fo.Fenced, []string{"127.0.0.2/32"}) {
 		t.Fatalf("failover fenced %v, RPO known %v; want the clients Protect recorded and an RPO", fo.Fenced, fo.RPOKnown)
@@ -78,6 +79,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, err)
 	mustOK(t, uh.Get(ctx, nil))
 	mustOK(t, prot.Get(ctx, nil))
+	record(t, ctx, srv.Client, prot, "protect")
 	t.Logf("failover of %d groups: RTO %v, RPO estimate %v, %d steps", len(f.plan.VolumeGroups), fo.RTO, fo.RPO, len(fo.Steps))
 
 	west, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
@@ -91,12 +93,14 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, err)
 	var rp workflows.ReprotectResult
 	mustOK(t, run.Get(ctx, &rp))
+	record(t, ctx, srv.Client, run, "reprotect")
 	allDone(t, rp.Progress)
 
 	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
 	mustOK(t, err)
 	var fb workflows.FailbackResult
 	mustOK(t, run.Get(ctx, &fb))
+	record(t, ctx, srv.Client, run, "failback")
 	allDone(t, fb.Progress)
 
 	roles(t, f.east, sim.RolePrimary)

@@ -107,11 +107,15 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		interval = DefaultProtectInterval
 	}
 	var stop *StopProtect
+	var cancelRound workflow.CancelFunc
 	if err := workflow.SetQueryHandler(ctx, QueryProtect, func() (*ProtectState, error) { return s, nil }); err != nil {
 		return nil, err
 	}
 	if err := workflow.SetUpdateHandler(ctx, UpdateUnguard, func(ctx workflow.Context, req StopProtect) (string, error) {
 		stop = &req
+		if cancelRound != nil {
+			cancelRound() // a poll of a dead site can hang until its deadline
+		}
 		return "protection stops", nil
 	}); err != nil {
 		return nil, err
@@ -139,8 +143,15 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Plan: p, Primary: in.Primary, Interval: interval, State: s})
 		}
 		wasOut := s.OutOfRPO
-		pollReplication(ctx, p, s)
-		pollClients(ctx, p, s)
+		round, cancel := workflow.WithCancel(ctx)
+		cancelRound = cancel
+		pollReplication(round, p, s)
+		pollClients(round, p, s)
+		cancel()
+		cancelRound = nil
+		if stop != nil {
+			break // this round was cut short: keep the last full one
+		}
 		s.Polls++
 		if s.OutOfRPO && !wasOut {
 			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D())
@@ -176,6 +187,7 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		names = append(names, g.Name)
 	}
 	sort.Strings(names)
+	next := make(map[string]GroupHealth, len(names))
 	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
 		h := GroupHealth{Checked: workflow.Now(ctx)}
 		ins, err := activities.ReplicationInputs(p, s.Primary, group, activities.RPCGetVolumeReplicationInfo, false)
@@ -201,9 +213,13 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 			}
 		}
 		h.OutOfRPO = h.LastSync.IsZero() || h.Lag > target
-		s.Groups[group] = h
+		next[group] = h
 		return nil
 	})
+	if ctx.Err() != nil {
+		return // cut short by a stop: keep the last complete round
+	}
+	s.Groups = next
 	s.OutOfRPO = false
 	for _, h := range s.Groups {
 		s.OutOfRPO = s.OutOfRPO || h.OutOfRPO
@@ -221,7 +237,7 @@ func pollClients(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		o := activities.CallOptions(p, site.Name, activities.RPCGetFenceClients)
 		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 		got, err := call[activities.FenceClients](ctx, o, st.GetFenceClients, activities.FenceListInput{Endpoint: e})
-		if err != nil {
+		if err != nil || ctx.Err() != nil {
 			continue // keep the last answer: a lost site does not answer
 		}
 		var cidrs []string

@@ -9,7 +9,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/plans"
 )
@@ -22,8 +21,9 @@ const TaskQueue = "drover"
 // runs at a time.
 func ActionID(plan string) string { return "drover-action-" + plan }
 
-// Register registers every action on a worker.
-func Register(w worker.Registry) {
+// Register registers every action on a worker (or a replayer, or a test
+// environment).
+func Register(w interface{ RegisterWorkflow(any) }) {
 	w.RegisterWorkflow(Failover)
 	w.RegisterWorkflow(Reprotect)
 	w.RegisterWorkflow(Failback)
