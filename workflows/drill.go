@@ -35,13 +35,10 @@ type DrillResult struct {
 // target. Failed checks do not stop the drill; the result counts them.
 func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	p := in.Plan
-	if err := checkSites(p, in.From, in.To); err != nil {
-		return nil, err
-	}
 	if in.Action != "failover" && in.Action != "failback" {
 		return nil, fmt.Errorf("drill: action %q is not failover or failback", in.Action)
 	}
-	r, err := newRun(ctx, "drill "+in.Action, p)
+	r, err := begin(ctx, "drill "+in.Action, p, in.From, in.To)
 	if err != nil {
 		return nil, err
 	}

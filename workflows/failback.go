@@ -54,11 +54,7 @@ const finalSyncPoll = 5 * time.Second
 // are demoted, From's are promoted again, From's workloads restarted, and
 // the action ends with ErrRolledBack.
 func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
-	p := in.Plan
-	if err := checkSites(p, in.From, in.To); err != nil {
-		return nil, err
-	}
-	r, err := newRun(ctx, "failback", p)
+	r, err := begin(ctx, "failback", in.Plan, in.From, in.To)
 	if err != nil {
 		return nil, err
 	}

@@ -118,17 +118,24 @@ func TestFailoverReprotectFailback(t *testing.T) {
 			t.Fatalf("a planned failback forced a role change: %v", c)
 		}
 	}
-	roles(t, f.east, sim.RolePrimary)
-	roles(t, f.west, sim.RoleSecondary)
 
 	// No data loss: east serves the write made on west.
+	f.homeAgain(t, "v1", 5, "written on west")
+}
+
+// homeAgain checks, after a failback to east, that east serves the block
+// written on west during the outage and that no invariant broke.
+func (f *fixture) homeAgain(t *testing.T, volume string, block int64, want string) {
+	t.Helper()
+	roles(t, f.east, sim.RolePrimary)
+	roles(t, f.west, sim.RoleSecondary)
 	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
 	mustOK(t, err)
 	defer east.Close()
-	got, err := east.Read(ctx, "v1", 5)
+	got, err := east.Read(context.Background(), volume, block)
 	mustOK(t, err)
-	if string(got) != "written on west" {
-		t.Fatalf("east reads %q after the failback", got)
+	if string(got) != want {
+		t.Fatalf("east reads %q after the failback, want %q", got, want)
 	}
 	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
 		t.Fatalf("invariants: %s", r)

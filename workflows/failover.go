@@ -72,11 +72,7 @@ func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (
 // fence steps succeeded, were confirmed away, or were skipped with an
 // explicit override.
 func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
-	p := in.Plan
-	if err := checkSites(p, in.From, in.To); err != nil {
-		return nil, err
-	}
-	r, err := newRun(ctx, "failover", p)
+	r, err := begin(ctx, "failover", in.Plan, in.From, in.To)
 	if err != nil {
 		return nil, err
 	}

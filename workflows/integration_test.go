@@ -103,19 +103,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	record(t, ctx, srv.Client, run, "failback")
 	allDone(t, fb.Progress)
 
-	roles(t, f.east, sim.RolePrimary)
-	roles(t, f.west, sim.RoleSecondary)
-	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
-	mustOK(t, err)
-	defer east.Close()
-	got, err := east.Read(ctx, "v3", 0)
-	mustOK(t, err)
-	if string(got) != "written during the outage" {
-		t.Fatalf("east reads %q after the failback", got)
-	}
-	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
-		t.Fatalf("invariants: %s", r)
-	}
+	f.homeAgain(t, "v3", 0, "written during the outage")
 }
 
 // waitFor polls the progress query until the named step is in state.

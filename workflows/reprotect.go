@@ -41,11 +41,7 @@ type ReprotectResult struct {
 //
 // After it, Failback can move the plan back to From without data loss.
 func Reprotect(ctx workflow.Context, in ReprotectInput) (*ReprotectResult, error) {
-	p := in.Plan
-	if err := checkSites(p, in.From, in.To); err != nil {
-		return nil, err
-	}
-	r, err := newRun(ctx, "reprotect", p)
+	r, err := begin(ctx, "reprotect", in.Plan, in.From, in.To)
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,14 @@ type run struct {
 	aborted   bool
 }
 
+// begin checks an action's sites and starts its bookkeeping.
+func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string) (*run, error) {
+	if err := checkSites(p, from, to); err != nil {
+		return nil, err
+	}
+	return newRun(ctx, action, p)
+}
+
 func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
 	r := &run{ctx: ctx, plan: p, decisions: map[string]Decision{}, approved: map[string]bool{},
 		progress: &Progress{Action: action, Plan: p.Metadata.Name, State: StateRunning, Start: workflow.Now(ctx)}}
