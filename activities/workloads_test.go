@@ -1,7 +1,6 @@
 package activities_test
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,27 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 // nomadPlan is a plan whose site "west" runs Nomad at addr, with the
 // workload "web" on job jobID from a job file.
 func nomadPlan(t *testing.T, addr, jobID, command string, token *plans.SecretRef) *plans.Plan {
 	t.Helper()
-	job := &api.Job{ID: ptr(jobID), Name: ptr(jobID), Type: ptr("service"), TaskGroups: []*api.TaskGroup{{
-		Name: ptr("web"), Count: ptr(1),
-		Tasks: []*api.Task{{Name: "main", Driver: "raw_exec", Config: map[string]any{"command": command, "args": []string{"300"}}}}}}}
-	data, err := json.Marshal(map[string]any{"Job": job})
-	mustOK(t, err)
-	file := filepath.Join(t.TempDir(), jobID+".json")
-	mustOK(t, os.WriteFile(file, data, 0o600))
+	file := nomadfake.WriteJobFile(t, nomadfake.ServiceJob(jobID, 1, command))
 	p := &plans.Plan{Metadata: plans.Metadata{Name: "shop"},
 		Sites: []plans.Site{{Name: "west", Orchestrator: plans.Orchestrator{Nomad: &plans.Nomad{Address: addr, Token: token}}}},
 		Workloads: []plans.Workload{{Name: "web", HealthTimeout: plans.Duration(30 * time.Second),

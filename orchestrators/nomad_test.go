@@ -1,7 +1,6 @@
 package orchestrators_test
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -37,36 +36,10 @@ func eachAgent(t *testing.T, test func(t *testing.T, a agent)) {
 
 func ptr[T any](v T) *T { return &v }
 
-// serviceJob is a raw_exec service job of one task group "web"; command
-// "false" makes its allocations fail.
-func serviceJob(id string, count int, command string) *api.Job {
-	return &api.Job{
-		ID: ptr(id), Name: ptr(id), Type: ptr("service"), Datacenters: []string{"*"},
-		Update: &api.UpdateStrategy{MinHealthyTime: ptr(200 * time.Millisecond), HealthyDeadline: ptr(20 * time.Second),
-			ProgressDeadline: ptr(30 * time.Second), HealthCheck: ptr("task_states")},
-		TaskGroups: []*api.TaskGroup{{
-			Name: ptr("web"), Count: ptr(count),
-			RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
-			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
-			Tasks: []*api.Task{{Name: "main", Driver: "raw_exec",
-				Config: map[string]any{"command": command, "args": []string{"300"}}}},
-		}},
-	}
-}
-
-// jobFile writes the job as `nomad job run -output` does.
-func jobFile(t *testing.T, j *api.Job) string {
-	t.Helper()
-	data, err := json.Marshal(map[string]any{"Job": j})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), *j.ID+".json")
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+var (
+	serviceJob = nomadfake.ServiceJob
+	jobFile    = func(t *testing.T, j *api.Job) string { return nomadfake.WriteJobFile(t, j) }
+)
 
 func nomadFor(t *testing.T, a agent, token string) *orchestrators.Nomad {
 	t.Helper()
