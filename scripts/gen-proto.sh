@@ -41,5 +41,9 @@ for svc in fence replication identity; do
     --go-grpc_out=csiaddons --go-grpc_opt=paths=source_relative,"$maps" \
     "csiaddons/$svc/$svc.proto"
 done
+# The grpc generator's comment points at a package index site; the
+# project names no such hosts, so the pointer becomes the package name.
+sed -i 's|please refer to https://[^ ]*/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.|please refer to the documentation of grpc.ClientConn.NewStream.|' \
+  csiaddons/*/*_grpc.pb.go
 gofmt -l csiaddons >/dev/null
 echo "gen-proto: regenerated csiaddons/{fence,replication,identity}"

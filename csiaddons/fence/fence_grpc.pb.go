@@ -27,7 +27,7 @@ const (
 
 // FenceControllerClient is the client API for FenceController service.
 //
-// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to the documentation of grpc.ClientConn.NewStream.
 //
 // FenceController holds the RPC method for performing fencing operations.
 type FenceControllerClient interface {

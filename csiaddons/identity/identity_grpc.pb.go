@@ -26,7 +26,7 @@ const (
 
 // IdentityClient is the client API for Identity service.
 //
-// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to the documentation of grpc.ClientConn.NewStream.
 //
 // Identity holds the RPC methods that every CSI-Addons plugin serves so that
 // a caller can learn who the plugin is, what it can do and whether it is

@@ -29,7 +29,7 @@ const (
 
 // ControllerClient is the client API for Controller service.
 //
-// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to the documentation of grpc.ClientConn.NewStream.
 //
 // Controller holds the RPC methods for replication and all the methods it
 // exposes should be idempotent.
