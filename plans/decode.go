@@ -157,23 +157,17 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			v.Set(reflect.MakeMap(v.Type()))
 		}
 		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				d.errorf(k, path, "keys must be plain strings")
-				continue
-			}
-			p := join(path, k.Value)
+		d.entries(n, path, func(k, val *yaml.Node, p string) {
 			if seen[k.Value] {
 				d.errorf(k, p, "duplicate key %q", k.Value)
-				continue
+				return
 			}
 			seen[k.Value] = true
 			d.at[p] = pos{k.Line, k.Column}
 			ev := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, ev, p)
 			v.SetMapIndex(reflect.ValueOf(k.Value), ev)
-		}
+		})
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			d.errorf(n, path, "want a list, got %s", kindName(n))
@@ -249,13 +243,7 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		byName[f.name] = f
 	}
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, path, "keys must be plain strings")
-			continue
-		}
-		p := join(path, k.Value)
+	d.entries(n, path, func(k, val *yaml.Node, p string) {
 		f, ok := byName[k.Value]
 		if !ok {
 			msg := fmt.Sprintf("unknown key %q", k.Value)
@@ -263,22 +251,35 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			d.errorf(k, p, "%s", msg)
-			continue
+			return
 		}
 		if seen[k.Value] {
 			d.errorf(k, p, "duplicate key %q", k.Value)
-			continue
+			return
 		}
 		seen[k.Value] = true
 		if val.Kind != yaml.ScalarNode {
 			d.at[p] = pos{k.Line, k.Column}
 		}
 		d.decode(val, v.Field(f.index), p)
-	}
+	})
 	for _, f := range fields {
 		if f.required && !seen[f.name] {
 			d.errorf(n, join(path, f.name), "required key is missing")
 		}
+	}
+}
+
+// entries calls fn for each key and value of a mapping node with the
+// key's path; keys that are not plain strings are reported and skipped.
+func (d *decoder) entries(n *yaml.Node, path string, fn func(k, val *yaml.Node, p string)) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, path, "keys must be plain strings")
+			continue
+		}
+		fn(k, val, join(path, k.Value))
 	}
 }
 
