@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -45,7 +47,7 @@ func runCall(t *testing.T, st *activities.Storage, opts workflow.ActivityOptions
 func runActivity(t *testing.T, acts []any, opts workflow.ActivityOptions, name string, in, out any) ([]attempt, error) {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
-	ts.SetLogger(discardLogger{})
+	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := ts.NewTestWorkflowEnvironment()
 	for _, a := range acts {
 		env.RegisterActivity(a)

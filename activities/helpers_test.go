@@ -3,10 +3,12 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"google.golang.org/grpc/codes"
@@ -68,7 +70,7 @@ func newStorage(t *testing.T) *activities.Storage {
 func activityEnv(t *testing.T, s *activities.Storage) *testsuite.TestActivityEnvironment {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
-	ts.SetLogger(discardLogger{})
+	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := ts.NewTestActivityEnvironment()
 	env.RegisterActivity(s)
 	return env
@@ -118,10 +120,3 @@ func setFaults(t *testing.T, s *simtest.Site, rules ...sim.FaultRule) {
 		t.Fatal(err)
 	}
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Debug(string, ...any) {}
-func (discardLogger) Info(string, ...any)  {}
-func (discardLogger) Warn(string, ...any)  {}
-func (discardLogger) Error(string, ...any) {}

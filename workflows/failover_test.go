@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -129,7 +131,7 @@ func (c call) String() string { return strings.TrimSpace(c.name + " " + c.site +
 func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call) {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
-	ts.SetLogger(discard{})
+	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := ts.NewTestWorkflowEnvironment()
 	workflows.Register(env)
 	env.RegisterActivity(f.storage)
@@ -160,12 +162,28 @@ func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call
 	return env, calls
 }
 
-type discard struct{}
+// send sends an update from inside the test environment. accepted and
+// rejected, when not nil, see the outcome; by default a rejection fails
+// the test.
+func send(t *testing.T, env *testsuite.TestWorkflowEnvironment, name string, arg any, accepted func(), rejected func(error)) {
+	if accepted == nil {
+		accepted = func() {}
+	}
+	if rejected == nil {
+		rejected = func(err error) { t.Errorf("update %s rejected: %v", name, err) }
+	}
+	env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{OnAccept: accepted, OnReject: rejected, OnComplete: func(any, error) {}}, arg)
+}
 
-func (discard) Debug(string, ...any) {}
-func (discard) Info(string, ...any)  {}
-func (discard) Warn(string, ...any)  {}
-func (discard) Error(string, ...any) {}
+// progressOf answers the progress query from inside the test environment.
+func progressOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.Progress {
+	t.Helper()
+	v, err := env.QueryWorkflow(workflows.QueryProgress)
+	mustOK(t, err)
+	var p workflows.Progress
+	mustOK(t, v.Get(&p))
+	return p
+}
 
 func indexOf(calls []call, name, site, subject string) int {
 	for i, c := range calls {
@@ -278,11 +296,7 @@ func TestFailoverPausesOnFenceFailure(t *testing.T) {
 	env, calls := f.env(t)
 	var pausedSeen, skipRejected, retried bool
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(workflows.QueryProgress)
-		mustOK(t, err)
-		var p workflows.Progress
-		mustOK(t, v.Get(&p))
-		for _, s := range p.Steps {
+		for _, s := range progressOf(t, env).Steps {
 			if s.Name == "fence east" && s.State == workflows.StatePaused && strings.Contains(s.LastError, "fence agent crashed") {
 				pausedSeen = true
 			}
@@ -290,16 +304,10 @@ func TestFailoverPausesOnFenceFailure(t *testing.T) {
 		if indexOf(*calls, "PromoteVolume", "", "") >= 0 {
 			t.Error("promoted while the fence step was paused")
 		}
-		env.UpdateWorkflow(workflows.UpdateResolve, "skip", &testsuite.TestUpdateCallback{
-			OnReject:   func(err error) { skipRejected = strings.Contains(err.Error(), "needs --override") },
-			OnAccept:   func() {},
-			OnComplete: func(any, error) {},
-		}, workflows.Decision{Step: "fence east", Action: workflows.DecisionSkip})
-		env.UpdateWorkflow(workflows.UpdateResolve, "retry", &testsuite.TestUpdateCallback{
-			OnReject:   func(err error) { t.Errorf("retry rejected: %v", err) },
-			OnAccept:   func() { retried = true },
-			OnComplete: func(any, error) {},
-		}, workflows.Decision{Step: "fence east", Action: workflows.DecisionRetry})
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionSkip},
+			func() {}, func(err error) { skipRejected = strings.Contains(err.Error(), "needs --override") })
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionRetry},
+			func() { retried = true }, nil)
 	}, time.Hour)
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
 	mustOK(t, env.GetWorkflowError())
@@ -322,9 +330,7 @@ func TestFailoverUnfencedNeedsConfirmation(t *testing.T) {
 	f.plan.Sites[0].Fence = plans.Fence{Unavailable: true}
 	env, calls := f.env(t)
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdateResolve, "abort", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("abort rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, workflows.Decision{Step: "fence east", Action: workflows.DecisionAbort})
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionAbort}, nil, nil)
 	}, time.Hour)
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
 	var ae *temporal.ApplicationError
@@ -354,12 +360,9 @@ func TestFailoverApprovalGate(t *testing.T) {
 	var waited bool
 	env.RegisterDelayedCallback(func() {
 		waited = indexOf(*calls, "ListClusterFence", "west", "") >= 0 && indexOf(*calls, "PromoteVolume", "", "") < 0
-		env.UpdateWorkflow(workflows.UpdateApprove, "wrong", &testsuite.TestUpdateCallback{
-			OnReject: func(error) {}, OnAccept: func() { t.Error("approved a gate that is not waiting") }, OnComplete: func(any, error) {},
-		}, workflows.Approval{Gate: "beforeStart"})
-		env.UpdateWorkflow(workflows.UpdateApprove, "ok", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("approval rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, workflows.Approval{Gate: "beforePromote", By: "ops"})
+		send(t, env, workflows.UpdateApprove, workflows.Approval{Gate: "beforeStart"},
+			func() { t.Error("approved a gate that is not waiting") }, func(error) {})
+		send(t, env, workflows.UpdateApprove, workflows.Approval{Gate: "beforePromote", By: "ops"}, nil, nil)
 	}, time.Hour)
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
 	mustOK(t, env.GetWorkflowError())

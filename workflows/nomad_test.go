@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/plans"
@@ -76,18 +75,12 @@ func TestFailoverPausesOnUnhealthyWorkload(t *testing.T) {
 	env, calls := f.env(t)
 	var paused string
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(workflows.QueryProgress)
-		mustOK(t, err)
-		var p workflows.Progress
-		mustOK(t, v.Get(&p))
-		for _, s := range p.Steps {
+		for _, s := range progressOf(t, env).Steps {
 			if s.State == workflows.StatePaused {
 				paused = s.Name + ": " + s.LastError
 			}
 		}
-		env.UpdateWorkflow(workflows.UpdateResolve, "abort", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("abort rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, workflows.Decision{Step: "start web on west", Action: workflows.DecisionAbort})
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "start web on west", Action: workflows.DecisionAbort}, nil, nil)
 	}, time.Hour)
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
 	if !strings.HasPrefix(paused, "start web on west: ") || !strings.Contains(paused, "will not become healthy") || !strings.Contains(paused, "web.web[0]") {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/plans"
@@ -63,9 +62,7 @@ func TestProtectStops(t *testing.T) {
 	f.plan.Policy.RPOTarget = plans.Duration(1) // no replication can meet it
 	env, _ := f.env(t)
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdateUnguard, "stop", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("stop rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, workflows.StopProtect{Disable: true})
+		send(t, env, workflows.UpdateUnguard, workflows.StopProtect{Disable: true}, nil, nil)
 	}, 25*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 	mustOK(t, env.GetWorkflowError())
