@@ -74,7 +74,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	if !fo.RPOKnown || !slices.Equal(fo.Fenced, []string{"127.0.0.2/32"}) {
 		t.Fatalf("failover fenced %v, RPO known %v; want the clients Protect recorded and an RPO", fo.Fenced, fo.RPOKnown)
 	}
-	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateUnguard,
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateStopProtect,
 		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	mustOK(t, err)
 	mustOK(t, uh.Get(ctx, nil))

@@ -13,8 +13,8 @@ import (
 
 // Names of Protect's query and update.
 const (
-	QueryProtect  = "protect"
-	UpdateUnguard = "stop"
+	QueryProtect      = "protect"
+	UpdateStopProtect = "stop"
 )
 
 // DefaultProtectInterval is how often Protect polls replication.
@@ -111,7 +111,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryProtect, func() (*ProtectState, error) { return s, nil }); err != nil {
 		return nil, err
 	}
-	if err := workflow.SetUpdateHandler(ctx, UpdateUnguard, func(ctx workflow.Context, req StopProtect) (string, error) {
+	if err := workflow.SetUpdateHandler(ctx, UpdateStopProtect, func(ctx workflow.Context, req StopProtect) (string, error) {
 		stop = &req
 		if cancelRound != nil {
 			cancelRound() // a poll of a dead site can hang until its deadline

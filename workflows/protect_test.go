@@ -62,7 +62,7 @@ func TestProtectStops(t *testing.T) {
 	f.plan.Policy.RPOTarget = plans.Duration(1) // no replication can meet it
 	env, _ := f.env(t)
 	env.RegisterDelayedCallback(func() {
-		send(t, env, workflows.UpdateUnguard, workflows.StopProtect{Disable: true}, nil, nil)
+		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{Disable: true}, nil, nil)
 	}, 25*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 	mustOK(t, env.GetWorkflowError())
