@@ -65,7 +65,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 			if err != nil {
 				return "", err
 			}
-			l, err := call[activities.FenceList](ctx, activities.CallOptions(p, site, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
+			l, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, site, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
 			if err != nil {
 				return "", err
 			}
@@ -84,7 +84,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		if err != nil {
 			return "", err
 		}
-		caps, err := call[activities.CapabilitiesResult](ctx, activities.CallOptions(p, in.To, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: e})
+		caps, err := rpcCall[activities.CapabilitiesResult](ctx, activities.CallOptions(p, in.To, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: e})
 		if err != nil {
 			return "", err
 		}

@@ -151,7 +151,7 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 	}
 	worst := time.Duration(0)
 	for _, in := range ins {
-		info, err := call[activities.ReplicationInfo](ctx, activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
+		info, err := rpcCall[activities.ReplicationInfo](ctx, activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
 		if err != nil {
 			return "", err
 		}

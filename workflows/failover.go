@@ -43,18 +43,6 @@ type FailoverResult struct {
 	Fenced   []string      `json:"fenced,omitempty"`
 }
 
-var (
-	st *activities.Storage
-	wl *activities.Workloads
-)
-
-// call runs one activity and decodes its result.
-func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
-	var out T
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), fn, in).Get(ctx, &out)
-	return out, err
-}
-
 // Failover moves the plan to site To after the loss of site From:
 //
 //  1. preflight To: its storage answers Probe and can replicate;
@@ -126,7 +114,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		if err != nil {
 			return "", err
 		}
-		if _, err := call[struct{}](ctx, activities.CallOptions(p, to, activities.RPCFenceClusterNetwork), st.FenceClusterNetwork,
+		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, to, activities.RPCFenceClusterNetwork), st.FenceClusterNetwork,
 			activities.FenceInput{Endpoint: e, CIDRs: cidrs}); err != nil {
 			return "", err
 		}
@@ -143,7 +131,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		if err != nil {
 			return "", err
 		}
-		list, err := call[activities.FenceList](ctx, activities.CallOptions(p, to, activities.RPCListClusterFence), st.ListClusterFence,
+		list, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, to, activities.RPCListClusterFence), st.ListClusterFence,
 			activities.FenceListInput{Endpoint: e})
 		if err != nil {
 			return "", err
@@ -186,26 +174,43 @@ func checkSites(p *plans.Plan, from, to string) error {
 	return nil
 }
 
-// preflight checks that a site's storage is ready and can replicate.
+// preflight checks that a site's storage is ready and can replicate. Its
+// two calls run at once.
 func preflight(ctx workflow.Context, p *plans.Plan, site string) (string, error) {
-	e, err := activities.EndpointFor(p, site, activities.RPCProbe)
+	pe, err := activities.EndpointFor(p, site, activities.RPCProbe)
 	if err != nil {
 		return "", err
 	}
-	probe, err := call[activities.ProbeResult](ctx, activities.CallOptions(p, site, activities.RPCProbe), st.Probe, activities.IdentityInput{Endpoint: e})
+	ce, err := activities.EndpointFor(p, site, activities.RPCGetCapabilities)
 	if err != nil {
 		return "", err
+	}
+	var (
+		probe      activities.ProbeResult
+		caps       activities.CapabilitiesResult
+		perr, cerr error
+	)
+	probeCall := func(ctx workflow.Context) {
+		probe, perr = rpcCall[activities.ProbeResult](ctx, activities.CallOptions(p, site, activities.RPCProbe), st.Probe, activities.IdentityInput{Endpoint: pe})
+	}
+	capsCall := func(ctx workflow.Context) {
+		caps, cerr = rpcCall[activities.CapabilitiesResult](ctx, activities.CallOptions(p, site, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: ce})
+	}
+	if localCalls(ctx) {
+		together(ctx, probeCall, capsCall)
+	} else { // histories from before localCalls made the calls in turn
+		if probeCall(ctx); perr == nil && probe.Ready {
+			capsCall(ctx)
+		}
+	}
+	if perr != nil {
+		return "", perr
 	}
 	if !probe.Ready {
 		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the storage of site %q is not ready (Probe)", site), ErrPreflight, nil)
 	}
-	e, err = activities.EndpointFor(p, site, activities.RPCGetCapabilities)
-	if err != nil {
-		return "", err
-	}
-	caps, err := call[activities.CapabilitiesResult](ctx, activities.CallOptions(p, site, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: e})
-	if err != nil {
-		return "", err
+	if cerr != nil {
+		return "", cerr
 	}
 	if m := caps.Missing(activities.CapVolumeReplication); len(m) > 0 {
 		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the storage of site %q lacks %v", site, m), ErrPreflight, nil)
@@ -290,7 +295,7 @@ func replicate(ctx workflow.Context, p *plans.Plan, site, group, rpc string, for
 		return "", err
 	}
 	for _, in := range ins {
-		if _, err := call[struct{}](ctx, activities.CallOptions(p, site, rpc), fn, in); err != nil {
+		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, site, rpc), fn, in); err != nil {
 			return "", err
 		}
 	}

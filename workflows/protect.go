@@ -196,7 +196,7 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 			o.ScheduleToCloseTimeout = o.StartToCloseTimeout // one poll, no long retries: the next poll comes
 			for _, in := range ins {
 				var info activities.ReplicationInfo
-				if info, err = call[activities.ReplicationInfo](ctx, o, st.GetVolumeReplicationInfo, in); err != nil {
+				if info, err = rpcCall[activities.ReplicationInfo](ctx, o, st.GetVolumeReplicationInfo, in); err != nil {
 					break
 				}
 				if h.LastSync.IsZero() || info.LastSyncTime.Before(h.LastSync) {
@@ -236,7 +236,7 @@ func pollClients(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		}
 		o := activities.CallOptions(p, site.Name, activities.RPCGetFenceClients)
 		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-		got, err := call[activities.FenceClients](ctx, o, st.GetFenceClients, activities.FenceListInput{Endpoint: e})
+		got, err := rpcCall[activities.FenceClients](ctx, o, st.GetFenceClients, activities.FenceListInput{Endpoint: e})
 		if err != nil || ctx.Err() != nil {
 			continue // keep the last answer: a lost site does not answer
 		}

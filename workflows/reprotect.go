@@ -134,7 +134,7 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 		if err != nil {
 			return "", err
 		}
-		list, err := call[activities.FenceList](ctx, activities.CallOptions(p, via, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
+		list, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, via, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
 		if err != nil {
 			return "", err
 		}
@@ -151,7 +151,7 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 		if err != nil {
 			return "", err
 		}
-		if _, err := call[struct{}](ctx, activities.CallOptions(p, via, activities.RPCUnfenceClusterNetwork), st.UnfenceClusterNetwork,
+		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, via, activities.RPCUnfenceClusterNetwork), st.UnfenceClusterNetwork,
 			activities.FenceInput{Endpoint: e, CIDRs: fenced}); err != nil {
 			return "", err
 		}
