@@ -233,6 +233,9 @@ func (s *Site) listen() error {
 		}
 		opts = append(opts, grpc.Creds(creds))
 	}
+	// Stop waits for running handlers, so that nothing changes the state
+	// after Down or Close returns.
+	opts = append(opts, grpc.WaitForHandlers(true))
 	gs := grpc.NewServer(opts...)
 	identity.RegisterIdentityServer(gs, &identityServer{s: s})
 	fence.RegisterFenceControllerServer(gs, &fenceServer{s: s})
@@ -283,12 +286,7 @@ func (s *Site) Down() {
 	gs, ds := s.grpcSrv, s.dataSrv
 	s.grpcSrv, s.dataSrv = nil, nil
 	s.mu.Unlock()
-	if gs != nil {
-		gs.Stop()
-	}
-	if ds != nil {
-		ds.Close()
-	}
+	stopServers(gs, ds)
 	s.log.Warn("site down")
 }
 
@@ -359,12 +357,7 @@ func (s *Site) Close() error {
 		close(s.stop)
 		<-s.loopDone
 	}
-	if gs != nil {
-		gs.Stop()
-	}
-	if ds != nil {
-		ds.Close()
-	}
+	stopServers(gs, ds)
 	if cs != nil {
 		cs.Close()
 	}
@@ -372,6 +365,21 @@ func (s *Site) Close() error {
 		s.peer.close()
 	}
 	return nil
+}
+
+// stopServers stops the gRPC and data servers and waits for the handlers
+// they were running (a data request gets a second to finish).
+func stopServers(gs *grpc.Server, ds *http.Server) {
+	if gs != nil {
+		gs.Stop()
+	}
+	if ds != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if ds.Shutdown(ctx) != nil {
+			ds.Close()
+		}
+	}
 }
 
 // Snapshot returns a deep copy of the site's state.
