@@ -4,6 +4,7 @@
 package devserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +52,36 @@ func Binary() string {
 type Server struct {
 	Client client.Client
 	srv    *testsuite.DevServer
+	log    *logBuffer
+}
+
+// logBuffer keeps the server's log (warnings and errors) for the test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Warnings returns the lines of the server's log that contain any of the
+// substrings (the server logs at warn level and above).
+func (s *Server) Warnings(subs ...string) []string {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(s.log.buf.String(), "\n") {
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Start runs a dev server for the test, with logger for its client (nil:
@@ -67,19 +100,20 @@ func Start(t testing.TB, logger log.Logger) *Server {
 	if logger == nil {
 		logger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
+	lb := &logBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath:  bin,
 		ClientOptions: &client.Options{Logger: logger},
-		LogLevel:      "error",
-		Stdout:        io.Discard,
-		Stderr:        io.Discard,
+		LogLevel:      "warn",
+		Stdout:        lb,
+		Stderr:        lb,
 	})
 	if err != nil {
 		t.Fatalf("start the Temporal dev server (%s): %v", bin, err)
 	}
-	s := &Server{Client: srv.Client(), srv: srv}
+	s := &Server{Client: srv.Client(), srv: srv, log: lb}
 	t.Cleanup(func() {
 		if err := srv.Stop(); err != nil {
 			t.Logf("stop the Temporal dev server: %v", err)

@@ -1,0 +1,36 @@
+package devserver_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/internal/devserver"
+)
+
+// TestWarningsSeen: the server's size warnings reach Warnings, so a test
+// that finds none has really looked. A 600 KiB input is over the 512 KiB
+// blob warn limit.
+func TestWarningsSeen(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "big-input", TaskQueue: "nobody-polls"},
+		"Anything", strings.Repeat("x", 600<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Client.TerminateWorkflow(context.Background(), run.GetID(), "", "test over")
+	for len(srv.Warnings("exceeds the warning limit")) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no blob size warning in the server's log")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if w := srv.Warnings("exceeds the warning limit"); !strings.Contains(w[0], "big-input") {
+		t.Fatalf("warning %q does not name the workflow", w[0])
+	}
+}
