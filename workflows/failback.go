@@ -72,9 +72,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 			return err
 		}
 	}
-	if err := forGroups(ctx, r, p, "check replication of", from, func(ctx workflow.Context, group string) (string, error) {
-		return fresh(ctx, p, from, group)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpCheck, Site: from}); err != nil {
 		return err
 	}
 	if err := stopAll(ctx, r, p, from, "failback"); err != nil {
@@ -83,9 +81,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := r.gate(ctx, "beforeDemote"); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, "demote", from, func(ctx workflow.Context, group string) (string, error) {
-		return replicate(ctx, p, from, group, activities.RPCDemoteVolume, false, st.DemoteVolume)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpDemote, Site: from}); err != nil {
 		return err
 	}
 	if err := r.gate(ctx, "beforePromote"); err != nil {
@@ -95,26 +91,10 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	// The promotion does not pause: if it fails for good, roll back.
 	promoted := map[string]bool{}
 	var failure error
-	batches := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
-	for _, batch := range batches {
-		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
-			name := fmt.Sprintf("promote %s on %s", group, to)
-			s := r.add(name, false)
-			s.State, s.Start = StateRunning, workflow.Now(ctx)
-			out, err := promoteAfterFinalSync(ctx, p, to, group, s)
-			s.Output, s.End = out, workflow.Now(ctx)
-			if err != nil {
-				s.State, s.LastError = StateFailed, errorText(err)
-				return err
-			}
-			s.State = StateDone
-			promoted[group] = true
-			return nil
-		})
-		if err != nil {
-			failure = err
-			break
-		}
+	if fansOut(ctx, p) {
+		failure = promoteBatches(ctx, r, p, to, promoted)
+	} else {
+		failure = promoteEach(ctx, r, p, to, promoted)
 	}
 	if failure != nil {
 		res.RolledBack, res.Reason = true, errorText(failure)
@@ -127,9 +107,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := unfence(ctx, r, p, to, from, in.Fenced); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, "resync", from, func(ctx workflow.Context, group string) (string, error) {
-		return resync(ctx, p, from, group)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from}); err != nil {
 		return err
 	}
 	if err := r.gate(ctx, "beforeStart"); err != nil {
@@ -200,11 +178,83 @@ func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group stri
 	}
 }
 
+// promoteEach is the failback's promotion, one step per group, by
+// priority; it records the promoted groups and returns the first failure.
+func promoteEach(ctx workflow.Context, r *run, p *plans.Plan, site string, promoted map[string]bool) error {
+	prios := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
+	for _, batch := range prios {
+		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
+			s := r.add(fmt.Sprintf("promote %s on %s", group, site), false)
+			s.State, s.Start = StateRunning, workflow.Now(ctx)
+			out, err := promoteAfterFinalSync(ctx, p, site, group, s)
+			s.Output, s.End = out, workflow.Now(ctx)
+			if err != nil {
+				s.State, s.LastError = StateFailed, errorText(err)
+				return err
+			}
+			s.State = StateDone
+			promoted[group] = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// promoteBatches is the failback's promotion for a plan that fans out:
+// one child per batch, no pause; it records the promoted groups and
+// returns the first failure.
+func promoteBatches(ctx workflow.Context, r *run, p *plans.Plan, site string, promoted map[string]bool) error {
+	op := GroupOp{Kind: OpFinalPromote, Verb: "promote", Site: site}
+	bs := batches(p)
+	steps := make([]*Step, len(bs))
+	for i, b := range bs {
+		steps[i] = r.add(batchStep(op, b), false)
+	}
+	for i, b := range bs {
+		s := steps[i]
+		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+		res, err := r.inChild(ctx, p, op, b)
+		s.End = workflow.Now(ctx)
+		if err == nil {
+			for _, g := range res.Done {
+				promoted[g] = true
+			}
+			s.Output = fmt.Sprintf("%d of %d groups promoted", len(res.Done), len(b))
+			if len(res.Failed) > 0 {
+				err = batchFailure(op, res)
+			}
+		}
+		if err != nil {
+			s.State, s.LastError = StateFailed, errorText(err)
+			return err
+		}
+		s.State = StateDone
+	}
+	return nil
+}
+
 // rollback undoes a failed failback: demote what was promoted on to
 // (first, so that never two copies are writable), promote every group on
 // from again with force (to holds no new writes: its workloads never
 // started), and restart from's workloads.
 func rollback(ctx workflow.Context, r *run, p *plans.Plan, from, to string, promoted map[string]bool) error {
+	if fansOut(ctx, p) {
+		var groups []string
+		for _, g := range p.VolumeGroups {
+			if promoted[g.Name] {
+				groups = append(groups, g.Name)
+			}
+		}
+		if len(groups) > 0 {
+			if err := forGroups(ctx, r, subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: to, Force: true, Guard: true}); err != nil {
+				return err
+			}
+		}
+		promoted = nil // done: the loop below has nothing left
+	}
 	for _, g := range p.VolumeGroups {
 		if !promoted[g.Name] {
 			continue
@@ -215,9 +265,7 @@ func rollback(ctx workflow.Context, r *run, p *plans.Plan, from, to string, prom
 			return err
 		}
 	}
-	if err := forGroups(ctx, r, p, "rollback: promote", from, func(ctx workflow.Context, group string) (string, error) {
-		return replicate(ctx, p, from, group, activities.RPCPromoteVolume, true, st.PromoteVolume)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpPromote, Verb: "rollback: promote", Site: from, Force: true}); err != nil {
 		return err
 	}
 	return startAll(ctx, r, p, from, "failback rollback")

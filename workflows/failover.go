@@ -265,28 +265,6 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 	return strings.Join(lines, "\n")
 }
 
-// forGroups runs one step per volume group, by priority, each priority's
-// groups at most policy.parallelism at a time. verb names the steps
-// ("promote db on west").
-func forGroups(ctx workflow.Context, r *run, p *plans.Plan, verb, site string, fn func(ctx workflow.Context, group string) (string, error)) error {
-	batches := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
-	name := func(g string) string { return fmt.Sprintf("%s %s on %s", verb, g, site) }
-	for _, batch := range batches {
-		for _, g := range batch {
-			r.add(name(g), false)
-		}
-	}
-	for _, batch := range batches {
-		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
-			return r.step(ctx, name(group), false, func(ctx workflow.Context) (string, error) { return fn(ctx, group) })
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // replicate calls one replication rpc for every source of a group on a
 // site.
 func replicate(ctx workflow.Context, p *plans.Plan, site, group, rpc string, force bool, fn any) (string, error) {
@@ -308,9 +286,7 @@ func replicate(ctx workflow.Context, p *plans.Plan, site, group, rpc string, for
 
 // promoteAll promotes every volume group on site.
 func promoteAll(ctx workflow.Context, r *run, p *plans.Plan, site string, force bool) error {
-	return forGroups(ctx, r, p, "promote", site, func(ctx workflow.Context, group string) (string, error) {
-		return replicate(ctx, p, site, group, activities.RPCPromoteVolume, force, st.PromoteVolume)
-	})
+	return forGroups(ctx, r, p, GroupOp{Kind: OpPromote, Site: site, Force: force})
 }
 
 // startAll starts the site's workloads by priority and waits until each

@@ -127,9 +127,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := forGroups(ctx, r, p, "enable replication of", in.Primary, func(ctx workflow.Context, group string) (string, error) {
-			return replicate(ctx, p, in.Primary, group, activities.RPCEnableVolumeReplication, false, st.EnableVolumeReplication)
-		}); err != nil {
+		if err := forGroups(ctx, r, p, GroupOp{Kind: OpEnable, Site: in.Primary}); err != nil {
 			return s, err
 		}
 		s.Enabled = true
@@ -165,9 +163,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if err != nil {
 			return s, err
 		}
-		if err := forGroups(ctx, r, p, "disable replication of", in.Primary, func(ctx workflow.Context, group string) (string, error) {
-			return replicate(ctx, p, in.Primary, group, activities.RPCDisableVolumeReplication, false, st.DisableVolumeReplication)
-		}); err != nil {
+		if err := forGroups(ctx, r, p, GroupOp{Kind: OpDisable, Site: in.Primary}); err != nil {
 			return s, err
 		}
 		s.Enabled = false

@@ -60,20 +60,14 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 	if err := r.gate(ctx, "beforeDemote"); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, "demote", from, func(ctx workflow.Context, group string) (string, error) {
-		return replicate(ctx, p, from, group, activities.RPCDemoteVolume, true, st.DemoteVolume)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpDemote, Site: from, Force: true}); err != nil {
 		return err
 	}
 	res.ResyncStart = workflow.Now(ctx)
-	if err := forGroups(ctx, r, p, "resync", from, func(ctx workflow.Context, group string) (string, error) {
-		return resync(ctx, p, from, group)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from}); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, "wait for a sync of", to, func(ctx workflow.Context, group string) (string, error) {
-		return waitSync(ctx, p, to, group, res.ResyncStart)
-	}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpWaitSync, Site: to, After: res.ResyncStart}); err != nil {
 		return err
 	}
 	return unfence(ctx, r, p, from, to, in.Fenced)

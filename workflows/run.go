@@ -82,6 +82,7 @@ type run struct {
 	decisions map[string]Decision
 	approved  map[string]bool
 	aborted   bool
+	children  int // GroupBatch children started, for their ids
 }
 
 // begin checks an action's sites and starts its bookkeeping.

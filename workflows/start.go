@@ -29,6 +29,7 @@ func Register(w interface{ RegisterWorkflow(any) }) {
 	w.RegisterWorkflow(Failback)
 	w.RegisterWorkflow(Drill)
 	w.RegisterWorkflow(Protect)
+	w.RegisterWorkflow(GroupBatch)
 }
 
 // BusyError refuses an action because another one of the plan runs.

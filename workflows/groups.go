@@ -1,0 +1,254 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// GroupsPerChild is the size of the batches in which a plan with more
+// volume groups than this fans out to child workflows (GroupBatch). The
+// action then records one step per batch, and no history grows with the
+// number of groups: a 5,000-group failover is 50 children of a few
+// hundred events each under a parent of a few hundred.
+const GroupsPerChild = 100
+
+// The kinds of per-group operation.
+const (
+	OpPromote      = "promote"
+	OpDemote       = "demote"
+	OpResync       = "resync"
+	OpWaitSync     = "wait for a sync of"
+	OpCheck        = "check replication of"
+	OpEnable       = "enable replication of"
+	OpDisable      = "disable replication of"
+	OpFinalPromote = "promote after the final sync"
+	ErrGroupsFail  = "GroupsFailed"
+	changeFanOut   = "fan-out-groups"
+)
+
+// GroupOp is one operation on volume groups on one site, in a form a
+// child workflow can take as input.
+type GroupOp struct {
+	Kind string `json:"kind"`
+	// Verb names the steps ("rollback: promote"); Kind by default.
+	Verb  string `json:"verb,omitempty"`
+	Site  string `json:"site"`
+	Force bool   `json:"force,omitempty"`
+	// After: OpWaitSync waits for a sync newer than this.
+	After time.Time `json:"after,omitzero"`
+	// Guard marks the steps as guards (see Step.Guard).
+	Guard bool `json:"guard,omitempty"`
+}
+
+func (op GroupOp) verb() string {
+	if op.Verb != "" {
+		return op.Verb
+	}
+	return op.Kind
+}
+
+// do runs the operation on one group.
+func (op GroupOp) do(ctx workflow.Context, p *plans.Plan, group string) (string, error) {
+	switch op.Kind {
+	case OpPromote:
+		return replicate(ctx, p, op.Site, group, activities.RPCPromoteVolume, op.Force, st.PromoteVolume)
+	case OpDemote:
+		return replicate(ctx, p, op.Site, group, activities.RPCDemoteVolume, op.Force, st.DemoteVolume)
+	case OpEnable:
+		return replicate(ctx, p, op.Site, group, activities.RPCEnableVolumeReplication, false, st.EnableVolumeReplication)
+	case OpDisable:
+		return replicate(ctx, p, op.Site, group, activities.RPCDisableVolumeReplication, false, st.DisableVolumeReplication)
+	case OpResync:
+		return resync(ctx, p, op.Site, group)
+	case OpWaitSync:
+		return waitSync(ctx, p, op.Site, group, op.After)
+	case OpCheck:
+		return fresh(ctx, p, op.Site, group)
+	case OpFinalPromote:
+		return promoteAfterFinalSync(ctx, p, op.Site, group, &Step{})
+	}
+	return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown group operation %q", op.Kind), ErrPreflight, nil)
+}
+
+// GroupBatchInput is one child's share of an operation: the plan cut down
+// to the batch's groups (the sites and policy kept, the workloads left
+// out), and the operation.
+type GroupBatchInput struct {
+	Plan *plans.Plan `json:"plan"`
+	Op   GroupOp     `json:"op"`
+}
+
+// GroupFailure is a group the operation failed on, after its retries.
+type GroupFailure struct {
+	Group string `json:"group"`
+	Error string `json:"error"`
+	Type  string `json:"type,omitempty"`
+}
+
+// GroupBatchResult tells which groups the operation is done on and which
+// it failed on.
+type GroupBatchResult struct {
+	Done   []string       `json:"done"`
+	Failed []GroupFailure `json:"failed,omitempty"`
+}
+
+// GroupBatch runs an operation on every group of its plan, at most
+// policy.parallelism at a time. A group's failure is reported in the
+// result, not as the child's error: the parent decides (pause, roll back).
+func GroupBatch(ctx workflow.Context, in GroupBatchInput) (*GroupBatchResult, error) {
+	p := in.Plan
+	names := make([]string, len(p.VolumeGroups))
+	for i, g := range p.VolumeGroups {
+		names[i] = g.Name
+	}
+	errs := map[string]error{}
+	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
+		if _, err := in.Op.do(ctx, p, group); err != nil {
+			errs[group] = err
+		}
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := &GroupBatchResult{Done: []string{}}
+	for _, g := range names {
+		if err, ok := errs[g]; ok {
+			typ, _, _ := activities.FailureOf(err)
+			res.Failed = append(res.Failed, GroupFailure{Group: g, Error: errorText(err), Type: typ})
+		} else {
+			res.Done = append(res.Done, g)
+		}
+	}
+	return res, nil
+}
+
+// fansOut tells whether a plan's groups go to child workflows.
+func fansOut(ctx workflow.Context, p *plans.Plan) bool {
+	return len(p.VolumeGroups) > GroupsPerChild && workflow.GetVersion(ctx, changeFanOut, workflow.DefaultVersion, 1) == 1
+}
+
+// batches cuts each priority's groups into batches of GroupsPerChild,
+// lowest priority first.
+func batches(p *plans.Plan) [][]string {
+	var out [][]string
+	for _, prio := range byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name }) {
+		for c := range slices.Chunk(prio, GroupsPerChild) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// batchStep names the step of one batch.
+func batchStep(op GroupOp, batch []string) string {
+	if len(batch) == 1 {
+		return fmt.Sprintf("%s %s on %s (a batch of 1)", op.verb(), batch[0], op.Site)
+	}
+	return fmt.Sprintf("%s %s … %s on %s (%d groups)", op.verb(), batch[0], batch[len(batch)-1], op.Site, len(batch))
+}
+
+// subPlan is p with only the named groups and no workloads.
+func subPlan(p *plans.Plan, groups []string) *plans.Plan {
+	sub := *p
+	sub.Workloads = nil
+	sub.VolumeGroups = make([]plans.VolumeGroup, 0, len(groups))
+	for _, g := range p.VolumeGroups {
+		if slices.Contains(groups, g.Name) {
+			sub.VolumeGroups = append(sub.VolumeGroups, g)
+		}
+	}
+	return &sub
+}
+
+// inChild runs op on groups in a GroupBatch child workflow. Its id names
+// the parent, the operation and a sequence number, so that drctl and the
+// Temporal UI show where it belongs.
+func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []string) (*GroupBatchResult, error) {
+	r.children++
+	kind := strings.NewReplacer(" ", "-", ":", "").Replace(op.verb())
+	id := fmt.Sprintf("%s/%s-%s-%d", workflow.GetInfo(ctx).WorkflowExecution.ID, kind, op.Site, r.children)
+	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id})
+	var res GroupBatchResult
+	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// batchFailure is the error of a batch some groups of which failed: it
+// names up to five of them with their errors.
+func batchFailure(op GroupOp, res *GroupBatchResult) error {
+	lines := make([]string, 0, 5)
+	for _, f := range res.Failed[:min(len(res.Failed), 5)] {
+		lines = append(lines, f.Group+": "+f.Error)
+	}
+	more := ""
+	if n := len(res.Failed) - len(lines); n > 0 {
+		more = fmt.Sprintf("; and %d more", n)
+	}
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s failed on %d of %d groups on %s: %s%s",
+		op.verb(), len(res.Failed), len(res.Failed)+len(res.Done), op.Site, strings.Join(lines, "; "), more), ErrGroupsFail, nil)
+}
+
+// forGroups runs op on every volume group of the plan, by priority, each
+// priority's groups at most policy.parallelism at a time. A small plan
+// has one step per group ("promote db on west"); a plan of more than
+// GroupsPerChild groups has one step per batch, each batch a child
+// workflow. A batch that failed on some groups pauses like any step, and
+// its retry runs again only those groups.
+func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
+	if fansOut(ctx, p) {
+		bs := batches(p)
+		for _, b := range bs {
+			r.add(batchStep(op, b), op.Guard)
+		}
+		for _, b := range bs {
+			left, done := b, 0
+			err := r.step(ctx, batchStep(op, b), false, func(ctx workflow.Context) (string, error) {
+				res, err := r.inChild(ctx, p, op, left)
+				if err != nil {
+					return "", err
+				}
+				done += len(res.Done)
+				out := fmt.Sprintf("%d of %d groups done", done, len(b))
+				if len(res.Failed) > 0 {
+					left = left[:0:0]
+					for _, f := range res.Failed {
+						left = append(left, f.Group)
+					}
+					return out, batchFailure(op, res)
+				}
+				return out, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	prios := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
+	name := func(g string) string { return fmt.Sprintf("%s %s on %s", op.verb(), g, op.Site) }
+	for _, batch := range prios {
+		for _, g := range batch {
+			r.add(name(g), op.Guard)
+		}
+	}
+	for _, batch := range prios {
+		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
+			return r.step(ctx, name(group), false, func(ctx workflow.Context) (string, error) { return op.do(ctx, p, group) })
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package workflows_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// count is how many calls of name were made.
+func count(calls []call, name string) int {
+	n := 0
+	for _, c := range calls {
+		if c.name == name {
+			n++
+		}
+	}
+	return n
+}
+
+// allRoles checks that every unit of a site has the role.
+func allRoles(t *testing.T, s *simtest.Site, want sim.Role) {
+	t.Helper()
+	for _, u := range s.Snapshot().Units {
+		if u.Role != want {
+			t.Fatalf("%s %s is %s, want %s", u.Kind, u.ID, u.Role, want)
+		}
+	}
+}
+
+// TestFailoverFansOut: a plan of more than GroupsPerChild groups promotes
+// them in child workflows, one step per batch and priority; a batch that
+// failed on some groups pauses, and its retry promotes only those.
+func TestFailoverFansOut(t *testing.T) {
+	f := newFixtureN(t, 150) // 153 groups: 2 at priority 0, 1 at 1, 75 at 2 and at 3
+	f.east.Down()
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "INVALID_ARGUMENT", Count: 2, Message: "pool busy"}}))
+	env, calls := f.env(t)
+	var paused string
+	env.RegisterDelayedCallback(func() {
+		for _, s := range progressOf(t, env).Steps {
+			if s.State == workflows.StatePaused {
+				paused = s.Name + ": " + s.LastError
+				send(t, env, workflows.UpdateResolve, workflows.Decision{Step: s.Name, Action: workflows.DecisionRetry}, nil, nil)
+			}
+		}
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	allDone(t, res.Progress)
+
+	if !strings.Contains(paused, "failed on 2 of") || !strings.Contains(paused, "pool busy") {
+		t.Fatalf("paused step %q; want a batch naming its 2 failed groups", paused)
+	}
+	var batches []string
+	for _, s := range res.Steps {
+		if strings.HasPrefix(s.Name, "promote ") {
+			batches = append(batches, s.Name)
+		}
+	}
+	want := []string{
+		"promote db … logs on west (2 groups)",
+		"promote loose on west (a batch of 1)",
+		"promote vg-0001 … vg-0149 on west (75 groups)",
+		"promote vg-0002 … vg-0150 on west (75 groups)",
+	}
+	if strings.Join(batches, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("promotion steps:\n%s\nwant:\n%s", strings.Join(batches, "\n"), strings.Join(want, "\n"))
+	}
+	// Every group once, and the two failed ones once more.
+	if n := count(*calls, "PromoteVolume"); n != 153+2 {
+		t.Fatalf("%d PromoteVolume calls, want 155", n)
+	}
+	allRoles(t, f.west, sim.RolePrimary)
+	mustOK(t, f.east.Up())
+	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
+		t.Fatalf("invariants: %s", r)
+	}
+}
+
+// TestFailbackRollsBackBatches: in a plan that fans out, a group that
+// cannot be promoted on the target (it names a volume of another group,
+// which the storage refuses) rolls the failback back: the groups already
+// promoted there are demoted again, in batches, and the source is primary
+// again everywhere.
+func TestFailbackRollsBackBatches(t *testing.T) {
+	f := newFixtureN(t, 150)
+	f.plan.VolumeGroups = append(f.plan.VolumeGroups, plans.VolumeGroup{Name: "broken", Priority: 9,
+		Sites: map[string]plans.GroupRef{"east": {}, "west": {Volumes: []string{"v1"}}}})
+	env, calls := f.env(t)
+	env.ExecuteWorkflow(workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrRolledBack || !strings.Contains(ae.Error(), "replicate the group") {
+		t.Fatalf("error %v, want a rollback naming the cause", err)
+	}
+	// 153 promoted on west, then demoted with force; all promoted on east.
+	if p, d := count(*calls, "PromoteVolume"), count(*calls, "DemoteVolume"); p != 153+1+153 || d != 153+153 {
+		t.Fatalf("%d promotions and %d demotions; want 307 and 306", p, d)
+	}
+	allRoles(t, f.east, sim.RolePrimary)
+	allRoles(t, f.west, sim.RoleSecondary)
+	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
+		t.Fatalf("invariants: %s", r)
+	}
+}
