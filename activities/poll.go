@@ -176,3 +176,58 @@ func (h *poller) stop() {
 	close(h.done)
 	h.wg.Wait()
 }
+
+// SurveyInput is a batch of GetVolumeReplicationInfo calls on one site,
+// Protect's poll of many sources in one activity.
+type SurveyInput struct {
+	Calls []ReplicationInput `json:"calls"`
+	// Parallelism bounds the calls in flight (default 10).
+	Parallelism int `json:"parallelism,omitempty"`
+}
+
+// SurveyEntry is one call's answer, or its error.
+type SurveyEntry struct {
+	Info  ReplicationInfo `json:"info,omitzero"`
+	Error string          `json:"error,omitempty"`
+	Type  string          `json:"type,omitempty"`
+}
+
+// SurveyResult has one entry per call, in the order of the calls.
+type SurveyResult struct {
+	Entries []SurveyEntry `json:"entries"`
+}
+
+// SurveyReplication makes a batch of GetVolumeReplicationInfo calls, at
+// most Parallelism at a time, each within its endpoint's deadline and the
+// batch within one deadline in all (a dead site answers the whole batch
+// with errors in one deadline, not one per call). A call's failure is an
+// entry of the result, not retried: the next poll asks again.
+func (s *Storage) SurveyReplication(ctx context.Context, in SurveyInput) (SurveyResult, error) {
+	res := SurveyResult{Entries: make([]SurveyEntry, len(in.Calls))}
+	if len(in.Calls) == 0 {
+		return res, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, in.Calls[0].Endpoint.deadline())
+	defer cancel()
+	limit := in.Parallelism
+	if limit <= 0 {
+		limit = 10
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i, c := range in.Calls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			info, err := s.GetVolumeReplicationInfo(ctx, c)
+			if err != nil {
+				typ, _, _ := FailureOf(err)
+				res.Entries[i] = SurveyEntry{Error: err.Error(), Type: typ}
+				return
+			}
+			res.Entries[i] = SurveyEntry{Info: info}
+		})
+	}
+	wg.Wait()
+	return res, nil
+}

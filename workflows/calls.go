@@ -18,6 +18,9 @@ var (
 // regular activities.
 const changeLocalCalls = "local-storage-calls"
 
+// regularOnly, as a context key, keeps rpcCall to regular activities.
+type regularOnly struct{}
+
 // call runs one activity and decodes its result.
 func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
 	var out T
@@ -38,7 +41,7 @@ func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (
 // calls are idempotent). With a site task queue the call stays a regular
 // activity, since only a worker inside the site can reach its storage.
 func rpcCall[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
-	if o.TaskQueue != "" || !localCalls(ctx) {
+	if o.TaskQueue != "" || ctx.Value(regularOnly{}) != nil || !localCalls(ctx) {
 		return call[T](ctx, o, fn, in)
 	}
 	var out T

@@ -146,6 +146,10 @@ func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call
 				c.site, _ = in["endpoint"].(map[string]any)["site"].(string)
 			case in["call"] != nil:
 				c.site, _ = in["call"].(map[string]any)["endpoint"].(map[string]any)["site"].(string)
+			case in["calls"] != nil: // a batch of one site's calls
+				if cs, _ := in["calls"].([]any); len(cs) > 0 {
+					c.site, _ = cs[0].(map[string]any)["endpoint"].(map[string]any)["site"].(string)
+				}
 			case in["workload"] != nil:
 				w := in["workload"].(map[string]any)
 				c.site, _ = w["site"].(string)

@@ -22,9 +22,22 @@ import (
 // while the first waits at an approval gate is refused with the name of
 // the running one. The storage invariants hold at the end and a write
 // made during the outage survives the trip back.
+//
+// It runs twice: with 8 groups, one step per group, and with 153, which
+// fan out to child workflows in batches.
 func TestActionsOnDevServer(t *testing.T) {
 	srv := devserver.Start(t, nil)
-	f := newFixtureN(t, 5) // 8 groups at 4 priorities
+	for _, c := range []struct {
+		name   string
+		extra  int
+		suffix string
+	}{{"8 groups", 5, ""}, {"153 groups in batches", 150, "-batches"}} {
+		t.Run(c.name, func(t *testing.T) { actionsOnDevServer(t, srv, c.extra, c.suffix) })
+	}
+}
+
+func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix string) {
+	f := newFixtureN(t, extra) // extra groups at priorities 2 and 3
 	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(f.storage)
@@ -69,7 +82,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, h.Get(ctx, nil))
 	var fo workflows.FailoverResult
 	mustOK(t, run.Get(ctx, &fo))
-	record(t, ctx, srv.Client, run, "failover")
+	record(t, ctx, srv.Client, run, "failover"+suffix)
 	allDone(t, fo.Progress)
 	if !fo.RPOKnown || !slices.Equal(fo.Fenced, []string{"127.0.0.2/32"}) {
 		t.Fatalf("failover fenced %v, RPO known %v; want the clients Protect recorded and an RPO", fo.Fenced, fo.RPOKnown)
@@ -79,7 +92,7 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, err)
 	mustOK(t, uh.Get(ctx, nil))
 	mustOK(t, prot.Get(ctx, nil))
-	record(t, ctx, srv.Client, prot, "protect")
+	record(t, ctx, srv.Client, prot, "protect"+suffix)
 	t.Logf("failover of %d groups: RTO %v, RPO estimate %v, %d steps", len(f.plan.VolumeGroups), fo.RTO, fo.RPO, len(fo.Steps))
 
 	west, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
@@ -93,14 +106,14 @@ func TestActionsOnDevServer(t *testing.T) {
 	mustOK(t, err)
 	var rp workflows.ReprotectResult
 	mustOK(t, run.Get(ctx, &rp))
-	record(t, ctx, srv.Client, run, "reprotect")
+	record(t, ctx, srv.Client, run, "reprotect"+suffix)
 	allDone(t, rp.Progress)
 
 	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
 	mustOK(t, err)
 	var fb workflows.FailbackResult
 	mustOK(t, run.Get(ctx, &fb))
-	record(t, ctx, srv.Client, run, "failback")
+	record(t, ctx, srv.Client, run, "failback"+suffix)
 	allDone(t, fb.Progress)
 
 	f.homeAgain(t, "v3", 0, "written during the outage")

@@ -26,6 +26,10 @@ const (
 	protectRunLength  = 100
 	protectHistoryCap = 4000
 	ProtectIDPrefix   = "drover-protect-"
+	// surveyBatch is how many sources one SurveyReplication polls.
+	surveyBatch = 100
+	// changeSurvey marks histories whose polls are batched surveys.
+	changeSurvey = "survey-polls"
 )
 
 // ProtectID is the workflow id of a plan's Protect.
@@ -102,6 +106,10 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
 	}
 	s.Runs++
+	// Protect runs for days and must answer a stop or a query at once;
+	// a local activity on a dead site would hold its workflow task for
+	// the call's deadline.
+	ctx = workflow.WithValue(ctx, regularOnly{}, true)
 	interval := in.Interval
 	if interval <= 0 {
 		interval = DefaultProtectInterval
@@ -173,23 +181,116 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 
 // pollReplication records every group's replication on the primary. A
 // poll's errors are recorded, not fatal: the next poll tries again.
+//
+// The calls go in batches of surveyBatch sources, one SurveyReplication
+// activity each, one batch after another: a round of a 5,000-group plan
+// adds some 150 events to the history, and a regular activity never
+// holds up the workflow task, so a stop or a query is answered at once
+// even while a dead primary lets every call run to its deadline.
 func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
+	if workflow.GetVersion(ctx, changeSurvey, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		pollEach(ctx, p, s)
+		return
+	}
+	names := groupNames(p)
+	var (
+		calls []activities.ReplicationInput
+		owner []string
+	)
+	failed := map[string]string{}
+	for _, g := range names {
+		ins, err := activities.ReplicationInputs(p, s.Primary, g, activities.RPCGetVolumeReplicationInfo, false)
+		if err != nil {
+			failed[g] = err.Error()
+			continue
+		}
+		for _, in := range ins {
+			calls, owner = append(calls, in), append(owner, g)
+		}
+	}
+	o := activities.CallOptions(p, s.Primary, activities.RPCGetVolumeReplicationInfo)
+	o.ScheduleToCloseTimeout = o.StartToCloseTimeout // one poll, no long retries: the next poll comes
+	entries := make([]activities.SurveyEntry, len(calls))
+	for start := 0; start < len(calls); start += surveyBatch {
+		end := min(start+surveyBatch, len(calls))
+		res, err := call[activities.SurveyResult](ctx, o, st.SurveyReplication,
+			activities.SurveyInput{Calls: calls[start:end], Parallelism: p.Policy.Parallelism})
+		if ctx.Err() != nil {
+			return // cut short by a stop: keep the last complete round
+		}
+		for i := start; i < end; i++ {
+			if err != nil || len(res.Entries) != end-start {
+				entries[i] = activities.SurveyEntry{Error: fmt.Sprintf("not polled: %v", err)}
+			} else {
+				entries[i] = res.Entries[i-start]
+			}
+		}
+	}
+	now := workflow.Now(ctx)
+	next := make(map[string]GroupHealth, len(names))
+	for _, g := range names {
+		h := GroupHealth{Checked: now, Error: failed[g]}
+		for i, e := range entries {
+			switch {
+			case owner[i] != g || h.Error != "":
+			case e.Error != "":
+				h.Error = e.Error
+			case h.LastSync.IsZero() || e.Info.LastSyncTime.Before(h.LastSync):
+				h.LastSync, h.Lag, h.Status, h.Message = e.Info.LastSyncTime, e.Info.Lag, e.Info.Status, e.Info.StatusMessage
+			}
+		}
+		next[g] = health(h, s.Groups[g], now, p)
+	}
+	s.record(next)
+}
+
+// health finishes a group's record: after an error it keeps the last
+// known sync and counts the lag from it; out of RPO when the lag passes
+// the target or no sync is known.
+func health(h, prev GroupHealth, now time.Time, p *plans.Plan) GroupHealth {
 	target := p.Policy.RPOTarget.D()
 	if target <= 0 {
 		target = plans.DefaultRPOTarget
 	}
+	if h.Error != "" {
+		h.LastSync, h.Lag, h.Status, h.Message = prev.LastSync, prev.Lag, "", ""
+		if !prev.LastSync.IsZero() {
+			h.Lag = now.Sub(prev.LastSync)
+		}
+	}
+	h.OutOfRPO = h.LastSync.IsZero() || h.Lag > target
+	return h
+}
+
+// record makes a complete round the state.
+func (s *ProtectState) record(next map[string]GroupHealth) {
+	s.Groups = next
+	s.OutOfRPO = false
+	for _, h := range s.Groups {
+		s.OutOfRPO = s.OutOfRPO || h.OutOfRPO
+	}
+}
+
+func groupNames(p *plans.Plan) []string {
 	names := make([]string, 0, len(p.VolumeGroups))
 	for _, g := range p.VolumeGroups {
 		names = append(names, g.Name)
 	}
 	sort.Strings(names)
+	return names
+}
+
+// pollEach is the poll of histories from before the batched survey: one
+// call per source.
+func pollEach(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
+	names := groupNames(p)
 	next := make(map[string]GroupHealth, len(names))
 	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
 		h := GroupHealth{Checked: workflow.Now(ctx)}
 		ins, err := activities.ReplicationInputs(p, s.Primary, group, activities.RPCGetVolumeReplicationInfo, false)
 		if err == nil {
 			o := activities.CallOptions(p, s.Primary, activities.RPCGetVolumeReplicationInfo)
-			o.ScheduleToCloseTimeout = o.StartToCloseTimeout // one poll, no long retries: the next poll comes
+			o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 			for _, in := range ins {
 				var info activities.ReplicationInfo
 				if info, err = rpcCall[activities.ReplicationInfo](ctx, o, st.GetVolumeReplicationInfo, in); err != nil {
@@ -202,24 +303,14 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		}
 		if err != nil {
 			h.Error = errorText(err)
-			prev := s.Groups[group]
-			h.LastSync, h.Lag = prev.LastSync, prev.Lag
-			if !prev.LastSync.IsZero() {
-				h.Lag = workflow.Now(ctx).Sub(prev.LastSync)
-			}
 		}
-		h.OutOfRPO = h.LastSync.IsZero() || h.Lag > target
-		next[group] = h
+		next[group] = health(h, s.Groups[group], workflow.Now(ctx), p)
 		return nil
 	})
 	if ctx.Err() != nil {
 		return // cut short by a stop: keep the last complete round
 	}
-	s.Groups = next
-	s.OutOfRPO = false
-	for _, h := range s.Groups {
-		s.OutOfRPO = s.OutOfRPO || h.OutOfRPO
-	}
+	s.record(next)
 }
 
 // pollClients refreshes the clients each site's storage reports, which a

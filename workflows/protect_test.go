@@ -44,7 +44,7 @@ func TestProtectRecordsAndContinues(t *testing.T) {
 	if seen.LastSync().IsZero() {
 		t.Fatal("no last sync over the groups")
 	}
-	first := indexOf(*calls, "GetVolumeReplicationInfo", "east", "")
+	first := indexOf(*calls, "SurveyReplication", "east", "")
 	for _, src := range []string{"vg-1", "vg-2", "solo"} {
 		if i := indexOf(*calls, "EnableVolumeReplication", "east", src); i < 0 || i > first {
 			t.Fatalf("replication of %s was not enabled on east before polling:\n%v", src, *calls)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -60,7 +62,19 @@ func TestReplay(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			workflows.Register(r)
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+			file, err := os.Open(f)
+			mustOK(t, err)
+			defer file.Close()
+			h, err := client.HistoryFromJSON(file, client.HistoryJSONOptions{})
+			mustOK(t, err)
+			// Child workflow ids derive from the parent's: replay under
+			// the id the history was recorded with (plan "shop").
+			id := workflows.ActionID("shop")
+			if strings.HasPrefix(filepath.Base(f), "protect") {
+				id = workflows.ProtectID("shop")
+			}
+			if err := r.ReplayWorkflowHistoryWithOptions(nil, h, worker.ReplayWorkflowHistoryOptions{
+				OriginalExecution: workflow.Execution{ID: id}}); err != nil {
 				t.Fatalf("replay of %s: %v", f, err)
 			}
 		})
