@@ -34,8 +34,25 @@
 // against the current code, so a change that would break a running action
 // fails CI.
 //
-// Still to come: the fan-out to child workflows for very large plans, and
-// restarting Protect in the new direction after a reprotect.
+// Reprotect and Failback end by protecting the plan from its new primary:
+// they start Protect (a child that outlives them) or signal the running
+// one to retarget.
+//
+// Scale and speed (calls.go, groups.go):
+//   - a single storage call runs as a local activity on the workflow's
+//     own worker (rpcCall), unless its site has a task queue: same retry
+//     policy, deadline and time limit, a marker in the history, and a call
+//     in flight when the worker died runs again on replay (the CSI-Addons
+//     calls are idempotent). Polls that heartbeat, workload calls and all
+//     of Protect's calls stay regular activities; Protect polls in
+//     batched SurveyReplication activities;
+//   - a plan of more than GroupsPerChild groups fans out: each priority's
+//     groups go to GroupBatch children of up to 100, the action records
+//     one step per batch, a batch that failed on some groups pauses and
+//     its retry runs only those.
+//
+// Version markers (workflow.GetVersion) keep older histories replaying:
+// testdata/*-v0.json are from before local calls and batches.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

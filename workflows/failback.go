@@ -113,7 +113,10 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := r.gate(ctx, "beforeStart"); err != nil {
 		return err
 	}
-	return startAll(ctx, r, p, to, "failback")
+	if err := startAll(ctx, r, p, to, "failback"); err != nil {
+		return err
+	}
+	return protectFrom(ctx, r, p, to)
 }
 
 // fresh requires a group's replication on its primary to be healthy and

@@ -91,7 +91,8 @@ func TestFailoverReprotectFailback(t *testing.T) {
 		[3]string{"DemoteVolume", "east", "vg-1"},
 		[3]string{"ResyncUntilReady", "east", ""},
 		[3]string{"WaitForSync", "west", ""},
-		[3]string{"UnfenceClusterNetwork", "west", ""})
+		[3]string{"UnfenceClusterNetwork", "west", ""},
+		[3]string{"Protect", "west", ""})
 	if i := indexOf(calls, "DemoteVolume", "east", "vg-1"); !calls[i].force {
 		t.Fatal("reprotect must demote the stale primaries with force")
 	}
@@ -112,7 +113,8 @@ func TestFailoverReprotectFailback(t *testing.T) {
 		[3]string{"DemoteVolume", "west", "vg-1"},
 		[3]string{"PromoteVolume", "east", "vg-1"},
 		[3]string{"ResyncUntilReady", "west", ""},
-		[3]string{"StartWorkload", "east", ""})
+		[3]string{"StartWorkload", "east", ""},
+		[3]string{"Protect", "east", ""})
 	for _, c := range calls {
 		if (c.name == "PromoteVolume" || c.name == "DemoteVolume") && c.force {
 			t.Fatalf("a planned failback forced a role change: %v", c)

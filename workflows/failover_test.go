@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/stretchr/testify/mock"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
@@ -127,9 +129,9 @@ type call struct {
 
 func (c call) String() string { return strings.TrimSpace(c.name + " " + c.site + " " + c.subject) }
 
-// env is a test workflow environment with the real activities registered
-// and every activity call recorded in order.
-func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call) {
+// testEnv is a test workflow environment with the real activities
+// registered and every activity call recorded in order.
+func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call) {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
@@ -181,6 +183,19 @@ func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call
 		}
 		record(info, in)
 	})
+	return env, calls
+}
+
+// env is testEnv for the actions. Reprotect and failback end by starting
+// Protect, a child that would outlive them and run on here forever: the
+// environment records it instead.
+func (f *fixture) env(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]call) {
+	env, calls := f.testEnv(t)
+	env.OnWorkflow(workflows.Protect, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in workflows.ProtectInput) (*workflows.ProtectState, error) {
+			*calls = append(*calls, call{name: "Protect", site: in.Primary})
+			return &workflows.ProtectState{Primary: in.Primary}, nil
+		})
 	return env, calls
 }
 

@@ -117,6 +117,17 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 	allDone(t, fb.Progress)
 
 	f.homeAgain(t, "v3", 0, "written during the outage")
+
+	// The reprotect started protection from west (Protect was stopped
+	// after the failover); the failback moved it back to east.
+	simtest.Eventually(t, time.Minute, "protection from east", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && ps.Primary == "east" && ps.Polls > 0
+	})
+	uh, err = srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.ProtectID("shop"), UpdateName: workflows.UpdateStopProtect,
+		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, uh.Get(ctx, nil))
 }
 
 // waitFor polls the progress query until the named step is in state.

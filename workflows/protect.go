@@ -2,9 +2,11 @@ package workflows
 
 import (
 	"fmt"
+	enumspb "go.temporal.io/api/enums/v1"
 	"sort"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -26,6 +28,11 @@ const (
 	protectRunLength  = 100
 	protectHistoryCap = 4000
 	ProtectIDPrefix   = "drover-protect-"
+	// SignalRetarget moves a running Protect to a new primary.
+	SignalRetarget = "retarget"
+	// changeProtectAfter marks histories of Reprotect and Failback that
+	// end by protecting the plan from its new primary.
+	changeProtectAfter = "protect-after"
 	// surveyBatch is how many sources one SurveyReplication polls.
 	surveyBatch = 100
 	// changeSurvey marks histories whose polls are batched surveys.
@@ -129,6 +136,28 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		return nil, err
 	}
 	log := workflow.GetLogger(ctx)
+	// A retarget signal (sent by Reprotect and Failback when the primary
+	// moved) makes Protect continue from the new primary.
+	var retarget string
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		ch := workflow.GetSignalChannel(ctx, SignalRetarget)
+		for {
+			var rt Retarget
+			ch.Receive(ctx, &rt)
+			if p.Site(rt.Primary) == nil || rt.Primary == in.Primary {
+				log.Warn("retarget ignored", "primary", rt.Primary)
+				continue
+			}
+			retarget = rt.Primary
+			if cancelRound != nil {
+				cancelRound()
+			}
+		}
+	})
+	moved := func() bool { return retarget != "" && stop == nil }
+	again := func() error {
+		return workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Plan: p, Primary: retarget, Interval: interval})
+	}
 
 	if !s.Enabled {
 		r, err := newRun(ctx, "protect", p)
@@ -145,6 +174,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if stop != nil {
 			break
 		}
+		if moved() {
+			return nil, again()
+		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
 			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Plan: p, Primary: in.Primary, Interval: interval, State: s})
 		}
@@ -158,11 +190,14 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if stop != nil {
 			break // this round was cut short: keep the last full one
 		}
+		if moved() {
+			return nil, again()
+		}
 		s.Polls++
 		if s.OutOfRPO && !wasOut {
 			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D())
 		}
-		if _, err := workflow.AwaitWithTimeout(ctx, interval, func() bool { return stop != nil }); err != nil {
+		if _, err := workflow.AwaitWithTimeout(ctx, interval, func() bool { return stop != nil || moved() }); err != nil {
 			return s, err
 		}
 	}
@@ -177,6 +212,37 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s.Enabled = false
 	}
 	return s, nil
+}
+
+// Retarget is the retarget signal's payload.
+type Retarget struct {
+	Primary string `json:"primary"`
+}
+
+// protectFrom is the last step of Reprotect and Failback: protection of
+// the plan from its new primary. It starts Protect (as a child that
+// outlives the action) or, when one runs, signals it to retarget.
+func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) error {
+	if workflow.GetVersion(ctx, changeProtectAfter, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	return r.step(ctx, "protect from "+primary, false, func(ctx workflow.Context) (string, error) {
+		id := ProtectID(p.Metadata.Name)
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
+			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON})
+		var exec workflow.Execution
+		err := workflow.ExecuteChildWorkflow(cctx, Protect, ProtectInput{Plan: p, Primary: primary}).GetChildWorkflowExecution().Get(ctx, &exec)
+		if err == nil {
+			return fmt.Sprintf("protection started from %s (workflow %s)", primary, id), nil
+		}
+		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			return "", err
+		}
+		if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRetarget, Retarget{Primary: primary}).Get(ctx, nil); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("the running protection (workflow %s) now polls %s", id, primary), nil
+	})
 }
 
 // pollReplication records every group's replication on the primary. A

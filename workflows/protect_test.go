@@ -17,7 +17,7 @@ import (
 // after a run's worth of polls continues as new, carrying its state.
 func TestProtectRecordsAndContinues(t *testing.T) {
 	f := newFixture(t)
-	env, calls := f.env(t)
+	env, calls := f.testEnv(t)
 	var seen *workflows.ProtectState
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(workflows.QueryProtect)
@@ -60,7 +60,7 @@ func TestProtectRecordsAndContinues(t *testing.T) {
 func TestProtectStops(t *testing.T) {
 	f := newFixture(t)
 	f.plan.Policy.RPOTarget = plans.Duration(1) // no replication can meet it
-	env, _ := f.env(t)
+	env, _ := f.testEnv(t)
 	env.RegisterDelayedCallback(func() {
 		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{Disable: true}, nil, nil)
 	}, 25*time.Second)

@@ -70,7 +70,10 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpWaitSync, Site: to, After: res.ResyncStart}); err != nil {
 		return err
 	}
-	return unfence(ctx, r, p, from, to, in.Fenced)
+	if err := unfence(ctx, r, p, from, to, in.Fenced); err != nil {
+		return err
+	}
+	return protectFrom(ctx, r, p, to)
 }
 
 // resync resynchronises every source of a group on site until ready.
