@@ -194,6 +194,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return nil, again()
 		}
 		s.Polls++
+		s.report(ctx, p.Metadata.Name)
 		if s.OutOfRPO && !wasOut {
 			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D())
 		}
@@ -335,6 +336,28 @@ func (s *ProtectState) record(next map[string]GroupHealth) {
 	for _, h := range s.Groups {
 		s.OutOfRPO = s.OutOfRPO || h.OutOfRPO
 	}
+}
+
+// report sets the replication metrics from a complete round.
+func (s *ProtectState) report(ctx workflow.Context, plan string) {
+	m := workflow.GetMetricsHandler(ctx)
+	for _, g := range groupNamesOf(s.Groups) {
+		m.WithTags(map[string]string{"plan": plan, "group": g}).Gauge(MetricReplicationLag).Update(s.Groups[g].Lag.Seconds())
+	}
+	out := 0.0
+	if s.OutOfRPO {
+		out = 1
+	}
+	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(out)
+}
+
+func groupNamesOf(m map[string]GroupHealth) []string {
+	names := make([]string, 0, len(m))
+	for g := range m {
+		names = append(names, g)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func groupNames(p *plans.Plan) []string {

@@ -173,6 +173,9 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 			return nil
 		}
 		st.LastError = errorText(err)
+		tags := r.tags()
+		tags["code"] = failureCode(err)
+		workflow.GetMetricsHandler(ctx).WithTags(tags).Counter(MetricStepFailures).Inc(1)
 		if r.plan.Policy.OnFailure == "abort" {
 			st.State, st.End = StateFailed, workflow.Now(ctx)
 			return err
@@ -218,6 +221,9 @@ func (r *run) finish(ctx workflow.Context, err error) {
 	if err != nil {
 		r.progress.State = StateAborted
 	}
+	tags := r.tags()
+	tags["outcome"] = r.progress.State
+	workflow.GetMetricsHandler(ctx).WithTags(tags).Timer(MetricActionDuration).Record(r.progress.End.Sub(r.progress.Start))
 }
 
 // errorText is the most specific message of an activity error chain.

@@ -1,14 +1,193 @@
-// Command worker will be the Temporal worker process that runs Drover's
-// workflows and activities. It is not implemented yet; it says so and
-// exits non-zero rather than pretending to work.
+// Command worker is Drover's Temporal worker: it runs the DR workflows and
+// the storage and orchestrator activities, or, with --site, only the
+// activities of one site on that site's task queue.
+//
+// It connects the way every Temporal tool does: TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, the TEMPORAL_TLS_* variables and
+// the profiles of the environment configuration file (TEMPORAL_PROFILE,
+// TEMPORAL_CONFIG_FILE). It serves Prometheus metrics (the SDK's and
+// Drover's own), logs with log/slog, and stops gracefully on SIGINT or
+// SIGTERM, letting running activities finish.
+//
+// Exit codes: 0 after a clean stop, 2 for bad flags, 3 when Temporal
+// cannot be reached.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/uber-go/tally/v4"
+	"github.com/uber-go/tally/v4/prometheus"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	sdktally "go.temporal.io/sdk/contrib/tally"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/workflows"
 )
 
+// config is the worker's command line.
+type config struct {
+	site      string
+	taskQueue string
+	metrics   string
+	logLevel  string
+	logFormat string
+	identity  string
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.site, "site", "", "run only the activities of this site, on its task queue (a worker inside the site)")
+	fs.StringVar(&c.taskQueue, "task-queue", "", "task queue to poll (default \""+workflows.TaskQueue+"\", with --site \"drover-site-NAME\")")
+	fs.StringVar(&c.metrics, "metrics", "127.0.0.1:9464", "address of the Prometheus /metrics endpoint; empty turns it off")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.identity, "identity", "", "worker identity shown in Temporal (default pid@host)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: worker [flags]\n\nConnects with TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,\nTEMPORAL_TLS_* and TEMPORAL_PROFILE, like the temporal CLI.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.taskQueue == "" {
+		c.taskQueue = workflows.TaskQueue
+		if c.site != "" {
+			c.taskQueue = SiteTaskQueue(c.site)
+		}
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return c, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return c, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	return c, nil
+}
+
+// SiteTaskQueue is the default task queue of a site's own worker; a plan
+// routes a site's calls there with sites[].taskQueue.
+func SiteTaskQueue(site string) string { return "drover-site-" + site }
+
 func main() {
-	fmt.Fprintln(os.Stderr, "drover worker: not yet implemented (see the workflows and operator-surface issues)")
-	os.Exit(1)
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v (see worker -h)\n", err)
+		return 2
+	}
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.logLevel))
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})
+	if c.logFormat == "json" {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})
+	}
+	logger := slog.New(h)
+
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		logger.Error("read the Temporal client configuration", "error", err)
+		return 2
+	}
+	opts.Logger = log.NewStructuredLogger(logger)
+	if c.identity != "" {
+		opts.Identity = c.identity
+	}
+
+	var metricsSrv *http.Server
+	if c.metrics != "" {
+		reporter := prometheus.NewReporter(prometheus.Options{})
+		scope, closer := tally.NewRootScope(tally.ScopeOptions{
+			CachedReporter:  reporter,
+			Separator:       prometheus.DefaultSeparator,
+			SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+		}, time.Second)
+		defer closer.Close()
+		opts.MetricsHandler = sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope))
+		lis, err := net.Listen("tcp", c.metrics)
+		if err != nil {
+			logger.Error("metrics endpoint", "address", c.metrics, "error", err)
+			return 2
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", reporter.HTTPHandler())
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = metricsSrv.Serve(lis) }()
+		logger.Info("metrics", "url", "http://"+lis.Addr().String()+"/metrics")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cl, err := client.DialContext(ctx, opts)
+	cancel()
+	if err != nil {
+		addr := opts.HostPort
+		if addr == "" {
+			addr = client.DefaultHostPort
+		}
+		logger.Error("cannot reach Temporal: start it (make up) or set TEMPORAL_ADDRESS", "address", addr, "error", err)
+		return 3
+	}
+	defer cl.Close()
+
+	w := worker.New(cl, c.taskQueue, worker.Options{})
+	if c.site == "" {
+		workflows.Register(w)
+	}
+	storage := activities.NewStorage()
+	defer storage.Close()
+	w.RegisterActivity(storage)
+	w.RegisterActivity(activities.NewWorkloads())
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	interrupt := make(chan any)
+	go func() {
+		s := <-stop
+		logger.Info("stopping: letting running activities finish", "signal", s.String())
+		close(interrupt)
+	}()
+	what := "workflows and activities"
+	if c.site != "" {
+		what = "activities of site " + c.site
+	}
+	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", strings.TrimSpace(opts.Namespace))
+	err = w.Run(interrupt)
+	if metricsSrv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = metricsSrv.Shutdown(sctx)
+		scancel()
+	}
+	if err != nil {
+		logger.Error("worker stopped", "error", err)
+		return 1
+	}
+	logger.Info("worker stopped")
+	return 0
 }

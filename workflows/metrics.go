@@ -1,0 +1,41 @@
+package workflows
+
+import (
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// Drover's own metrics, emitted through the workflow's metrics handler
+// (not during replay) and served by the worker next to the SDK's.
+const (
+	// MetricActionDuration times each finished action; tags plan, action
+	// and outcome (completed or aborted).
+	MetricActionDuration = "drover_action_duration"
+	// MetricStepFailures counts steps that failed for good; tags plan,
+	// action and code (the failure's type, e.g. Unavailable, NotFenced).
+	MetricStepFailures = "drover_step_failures"
+	// MetricReplicationLag is each group's lag on its primary, in
+	// seconds, as Protect last saw it; tags plan and group.
+	MetricReplicationLag = "drover_replication_lag_seconds"
+	// MetricOutOfRPO is 1 while a protected plan is out of its RPO target.
+	MetricOutOfRPO = "drover_out_of_rpo"
+)
+
+func (r *run) tags() map[string]string {
+	return map[string]string{"plan": r.progress.Plan, "action": r.progress.Action}
+}
+
+// failureCode names an error for the step failure metric.
+func failureCode(err error) string {
+	var ae *temporal.ApplicationError
+	switch {
+	case temporal.IsCanceledError(err):
+		return "Canceled"
+	case errors.As(err, &ae) && ae.Type() != "":
+		return ae.Type()
+	case temporal.IsTimeoutError(err):
+		return "Timeout"
+	}
+	return "Other"
+}
