@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -80,24 +79,6 @@ func TestEnvFileSecrets(t *testing.T) {
 	}
 }
 
-// syncBuffer collects log output from the worker's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // leakResult is what the leak workflow returns: every error message it
 // saw, so that they land in the history too.
 type leakResult struct {
@@ -151,7 +132,7 @@ func TestSecretsStayOnTheWorker(t *testing.T) {
 	_, _ = rand.Read(raw)
 	secret := "drover-key-" + hex.EncodeToString(raw)
 
-	logs := &syncBuffer{}
+	logs := &simtest.Buffer{}
 	logger := log.NewStructuredLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	srv := devserver.Start(t, logger)
 

@@ -222,6 +222,17 @@ func progressOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.
 	return p
 }
 
+// pausedStep is the step waiting for the operator, if any.
+func pausedStep(t *testing.T, env *testsuite.TestWorkflowEnvironment) *workflows.Step {
+	t.Helper()
+	for _, s := range progressOf(t, env).Steps {
+		if s.State == workflows.StatePaused {
+			return s
+		}
+	}
+	return nil
+}
+
 func indexOf(calls []call, name, site, subject string) int {
 	for i, c := range calls {
 		if c.name == name && (site == "" || c.site == site) && (subject == "" || c.subject == subject) {

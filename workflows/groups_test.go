@@ -45,11 +45,9 @@ func TestFailoverFansOut(t *testing.T) {
 	env, calls := f.env(t)
 	var paused string
 	env.RegisterDelayedCallback(func() {
-		for _, s := range progressOf(t, env).Steps {
-			if s.State == workflows.StatePaused {
-				paused = s.Name + ": " + s.LastError
-				send(t, env, workflows.UpdateResolve, workflows.Decision{Step: s.Name, Action: workflows.DecisionRetry}, nil, nil)
-			}
+		if s := pausedStep(t, env); s != nil {
+			paused = s.Name + ": " + s.LastError
+			send(t, env, workflows.UpdateResolve, workflows.Decision{Step: s.Name, Action: workflows.DecisionRetry}, nil, nil)
 		}
 	}, time.Hour)
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})

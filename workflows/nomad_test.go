@@ -75,10 +75,8 @@ func TestFailoverPausesOnUnhealthyWorkload(t *testing.T) {
 	env, calls := f.env(t)
 	var paused string
 	env.RegisterDelayedCallback(func() {
-		for _, s := range progressOf(t, env).Steps {
-			if s.State == workflows.StatePaused {
-				paused = s.Name + ": " + s.LastError
-			}
+		if s := pausedStep(t, env); s != nil {
+			paused = s.Name + ": " + s.LastError
 		}
 		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "start web on west", Action: workflows.DecisionAbort}, nil, nil)
 	}, time.Hour)

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,24 +29,6 @@ func build(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func exitCode(err error) int {
@@ -105,7 +85,7 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	p.ApplyDefaults()
 
 	metrics := simtest.FreeAddr(t)
-	logs := &syncBuffer{}
+	logs := &simtest.Buffer{}
 	cmd := exec.Command(bin, "--metrics", metrics, "--log-format", "json")
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+srv.Address(), "TEMPORAL_NAMESPACE=default")
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -4,7 +4,6 @@
 package devserver
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,13 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/drover-dr/drover/internal/simtest"
 )
 
 // Binary finds the temporal CLI: $DROVER_TEMPORAL, else bin/temporal in the
@@ -52,28 +52,14 @@ func Binary() string {
 type Server struct {
 	Client client.Client
 	srv    *testsuite.DevServer
-	log    *logBuffer
-}
-
-// logBuffer keeps the server's log (warnings and errors) for the test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	log    *simtest.Buffer
 }
 
 // Warnings returns the lines of the server's log that contain any of the
 // substrings (the server logs at warn level and above).
 func (s *Server) Warnings(subs ...string) []string {
-	s.log.mu.Lock()
-	defer s.log.mu.Unlock()
 	var out []string
-	for _, line := range strings.Split(s.log.buf.String(), "\n") {
+	for _, line := range strings.Split(s.log.String(), "\n") {
 		for _, sub := range subs {
 			if strings.Contains(line, sub) {
 				out = append(out, line)
@@ -100,7 +86,7 @@ func Start(t testing.TB, logger log.Logger) *Server {
 	if logger == nil {
 		logger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
-	lb := &logBuffer{}
+	lb := &simtest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{

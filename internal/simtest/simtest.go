@@ -3,11 +3,13 @@
 package simtest
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +124,23 @@ func StartSite(t testing.TB, cfg sim.Config) *Site {
 	}
 	t.Cleanup(func() { s.Close() })
 	return &Site{Site: s, Config: cfg}
+}
+
+// Buffer collects output written from several goroutines (a logger, a
+// child process's stdout and stderr).
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
