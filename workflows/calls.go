@@ -4,6 +4,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
 )
 
 // Nil receivers name the activities; the worker runs its registered
@@ -52,6 +53,32 @@ func rpcCall[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 	}
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), fn, in).Get(ctx, &out)
 	return out, err
+}
+
+// listFence returns the CIDRs the storage of site lists as fenced.
+func listFence(ctx workflow.Context, p *plans.Plan, site string) ([]string, error) {
+	e, err := activities.EndpointFor(p, site, activities.RPCListClusterFence)
+	if err != nil {
+		return nil, err
+	}
+	l, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, site, activities.RPCListClusterFence), st.ListClusterFence,
+		activities.FenceListInput{Endpoint: e})
+	return l.CIDRs, err
+}
+
+// fenceCIDRs fences (rpc FenceClusterNetwork) or unfences
+// (UnfenceClusterNetwork) cidrs through the storage of site.
+func fenceCIDRs(ctx workflow.Context, p *plans.Plan, site, rpc string, cidrs []string) error {
+	e, err := activities.EndpointFor(p, site, rpc)
+	if err != nil {
+		return err
+	}
+	fn := st.FenceClusterNetwork
+	if rpc == activities.RPCUnfenceClusterNetwork {
+		fn = st.UnfenceClusterNetwork
+	}
+	_, err = rpcCall[struct{}](ctx, activities.CallOptions(p, site, rpc), fn, activities.FenceInput{Endpoint: e, CIDRs: cidrs})
+	return err
 }
 
 // localCalls tells whether this run makes its single storage calls as

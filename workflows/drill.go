@@ -61,15 +61,11 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	for _, site := range []string{in.From, in.To} {
 		check("storage ready on "+site, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) })
 		check("secrets accepted on "+site, func(ctx workflow.Context) (string, error) {
-			e, err := activities.EndpointFor(p, site, activities.RPCListClusterFence)
+			cidrs, err := listFence(ctx, p, site)
 			if err != nil {
 				return "", err
 			}
-			l, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, site, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("ListClusterFence answered: %d CIDRs fenced", len(l.CIDRs)), nil
+			return fmt.Sprintf("ListClusterFence answered: %d CIDRs fenced", len(cidrs)), nil
 		})
 	}
 	check("fencing possible for "+in.From, func(ctx workflow.Context) (string, error) {

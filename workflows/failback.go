@@ -239,34 +239,36 @@ func promoteBatches(ctx workflow.Context, r *run, p *plans.Plan, site string, pr
 	return nil
 }
 
+// demotePromoted demotes with force, on site, the groups a failed
+// failback promoted there: one step per group, or for a plan that fans
+// out, in batches.
+func demotePromoted(ctx workflow.Context, r *run, p *plans.Plan, site string, promoted map[string]bool) error {
+	var groups []string
+	for _, g := range p.VolumeGroups {
+		if promoted[g.Name] {
+			groups = append(groups, g.Name)
+		}
+	}
+	if len(groups) > 0 && fansOut(ctx, p) {
+		return forGroups(ctx, r, subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Force: true, Guard: true})
+	}
+	for _, g := range groups {
+		if err := r.step(ctx, fmt.Sprintf("rollback: demote %s on %s", g, site), true, func(ctx workflow.Context) (string, error) {
+			return replicate(ctx, p, site, g, activities.RPCDemoteVolume, true, st.DemoteVolume)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // rollback undoes a failed failback: demote what was promoted on to
 // (first, so that never two copies are writable), promote every group on
 // from again with force (to holds no new writes: its workloads never
 // started), and restart from's workloads.
 func rollback(ctx workflow.Context, r *run, p *plans.Plan, from, to string, promoted map[string]bool) error {
-	if fansOut(ctx, p) {
-		var groups []string
-		for _, g := range p.VolumeGroups {
-			if promoted[g.Name] {
-				groups = append(groups, g.Name)
-			}
-		}
-		if len(groups) > 0 {
-			if err := forGroups(ctx, r, subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: to, Force: true, Guard: true}); err != nil {
-				return err
-			}
-		}
-		promoted = nil // done: the loop below has nothing left
-	}
-	for _, g := range p.VolumeGroups {
-		if !promoted[g.Name] {
-			continue
-		}
-		if err := r.step(ctx, fmt.Sprintf("rollback: demote %s on %s", g.Name, to), true, func(ctx workflow.Context) (string, error) {
-			return replicate(ctx, p, to, g.Name, activities.RPCDemoteVolume, true, st.DemoteVolume)
-		}); err != nil {
-			return err
-		}
+	if err := demotePromoted(ctx, r, p, to, promoted); err != nil {
+		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpPromote, Verb: "rollback: promote", Site: from, Force: true}); err != nil {
 		return err

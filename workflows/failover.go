@@ -110,12 +110,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"site %q lists no fence CIDRs and no clients were recorded for it", from), ErrNotFenced, nil)
 		}
-		e, err := activities.EndpointFor(p, to, activities.RPCFenceClusterNetwork)
-		if err != nil {
-			return "", err
-		}
-		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, to, activities.RPCFenceClusterNetwork), st.FenceClusterNetwork,
-			activities.FenceInput{Endpoint: e, CIDRs: cidrs}); err != nil {
+		if err := fenceCIDRs(ctx, p, to, activities.RPCFenceClusterNetwork, cidrs); err != nil {
 			return "", err
 		}
 		res.Fenced = cidrs
@@ -127,24 +122,19 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		if site.Fence.Unavailable {
 			return "nothing to verify: fencing unavailable", nil
 		}
-		e, err := activities.EndpointFor(p, to, activities.RPCListClusterFence)
-		if err != nil {
-			return "", err
-		}
-		list, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, to, activities.RPCListClusterFence), st.ListClusterFence,
-			activities.FenceListInput{Endpoint: e})
+		listed, err := listFence(ctx, p, to)
 		if err != nil {
 			return "", err
 		}
 		var missing []string
 		for _, c := range cidrs {
-			if !slices.Contains(list.CIDRs, c) {
+			if !slices.Contains(listed, c) {
 				missing = append(missing, c)
 			}
 		}
 		if len(missing) > 0 {
 			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"the storage of %q does not list %s as fenced (it lists %v)", to, strings.Join(missing, ", "), list.CIDRs), ErrNotFenced, nil)
+				"the storage of %q does not list %s as fenced (it lists %v)", to, strings.Join(missing, ", "), listed), ErrNotFenced, nil)
 		}
 		return fmt.Sprintf("%d CIDRs fenced", len(cidrs)), nil
 	}); err != nil {
@@ -294,39 +284,27 @@ func promoteAll(ctx workflow.Context, r *run, p *plans.Plan, site string, force 
 func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
 	ws := workloadsOn(p, site)
 	batches := byPriority(ws, func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
-	for _, batch := range batches {
-		for _, w := range batch {
-			r.add(fmt.Sprintf("start %s on %s", w, site), false)
-		}
-	}
-	for _, batch := range batches {
-		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, name string) error {
-			return r.step(ctx, fmt.Sprintf("start %s on %s", name, site), false, func(ctx workflow.Context) (string, error) {
-				in, err := activities.WorkloadInputFor(p, site, name, action)
-				if err != nil {
-					return "", err
-				}
-				out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StartWorkload, in)
-				if err != nil {
-					return out.Output, err
-				}
-				timeout := plans.DefaultHealthTimeout
-				for _, w := range ws {
-					if w.Name == name && w.HealthTimeout > 0 {
-						timeout = w.HealthTimeout.D()
-					}
-				}
-				h, err := call[activities.HealthOutcome](ctx, activities.HealthOptions(p, site, in.Workload, timeout), wl.WaitHealthy,
-					activities.HealthInput{WorkloadInput: in, Timeout: timeout})
-				if err != nil {
-					return out.Output, err
-				}
-				return strings.TrimSpace(out.Output + "\nhealthy: " + h.Health.Detail), nil
-			})
-		})
+	name := func(w string) string { return fmt.Sprintf("start %s on %s", w, site) }
+	return r.stepBatches(ctx, batches, name, false, func(ctx workflow.Context, name string) (string, error) {
+		in, err := activities.WorkloadInputFor(p, site, name, action)
 		if err != nil {
-			return err
+			return "", err
 		}
-	}
-	return nil
+		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StartWorkload, in)
+		if err != nil {
+			return out.Output, err
+		}
+		timeout := plans.DefaultHealthTimeout
+		for _, w := range ws {
+			if w.Name == name && w.HealthTimeout > 0 {
+				timeout = w.HealthTimeout.D()
+			}
+		}
+		h, err := call[activities.HealthOutcome](ctx, activities.HealthOptions(p, site, in.Workload, timeout), wl.WaitHealthy,
+			activities.HealthInput{WorkloadInput: in, Timeout: timeout})
+		if err != nil {
+			return out.Output, err
+		}
+		return strings.TrimSpace(out.Output + "\nhealthy: " + h.Health.Detail), nil
+	})
 }

@@ -140,7 +140,7 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	env.RegisterActivity(f.storage)
 	env.RegisterActivity(f.workloads)
 	calls := &[]call{}
-	record := func(info *activity.Info, in map[string]any) {
+	add := func(info *activity.Info, in map[string]any) {
 		c := call{name: info.ActivityType.Name}
 		if in != nil {
 			switch {
@@ -170,7 +170,7 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 		if args.Get(&in) != nil {
 			in = nil
 		}
-		record(info, in)
+		add(info, in)
 	})
 	// Single storage calls run as local activities; their arguments come
 	// unencoded.
@@ -181,7 +181,7 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 				in = nil
 			}
 		}
-		record(info, in)
+		add(info, in)
 	})
 	return env, calls
 }

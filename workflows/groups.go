@@ -237,18 +237,7 @@ func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
 	}
 	prios := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
 	name := func(g string) string { return fmt.Sprintf("%s %s on %s", op.verb(), g, op.Site) }
-	for _, batch := range prios {
-		for _, g := range batch {
-			r.add(name(g), op.Guard)
-		}
-	}
-	for _, batch := range prios {
-		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
-			return r.step(ctx, name(group), false, func(ctx workflow.Context) (string, error) { return op.do(ctx, p, group) })
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.stepBatches(ctx, prios, name, op.Guard, func(ctx workflow.Context, group string) (string, error) {
+		return op.do(ctx, p, group)
+	})
 }

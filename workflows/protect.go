@@ -2,10 +2,12 @@ package workflows
 
 import (
 	"fmt"
-	enumspb "go.temporal.io/api/enums/v1"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -341,7 +343,7 @@ func (s *ProtectState) record(next map[string]GroupHealth) {
 // report sets the replication metrics from a complete round.
 func (s *ProtectState) report(ctx workflow.Context, plan string) {
 	m := workflow.GetMetricsHandler(ctx)
-	for _, g := range groupNamesOf(s.Groups) {
+	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
 		m.WithTags(map[string]string{"plan": plan, "group": g}).Gauge(MetricReplicationLag).Update(s.Groups[g].Lag.Seconds())
 	}
 	out := 0.0
@@ -349,15 +351,6 @@ func (s *ProtectState) report(ctx workflow.Context, plan string) {
 		out = 1
 	}
 	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(out)
-}
-
-func groupNamesOf(m map[string]GroupHealth) []string {
-	names := make([]string, 0, len(m))
-	for g := range m {
-		names = append(names, g)
-	}
-	sort.Strings(names)
-	return names
 }
 
 func groupNames(p *plans.Plan) []string {

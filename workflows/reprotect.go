@@ -127,29 +127,20 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 		if len(cidrs) == 0 {
 			return "no fence CIDRs for " + site, nil
 		}
-		e, err := activities.EndpointFor(p, via, activities.RPCListClusterFence)
-		if err != nil {
-			return "", err
-		}
-		list, err := rpcCall[activities.FenceList](ctx, activities.CallOptions(p, via, activities.RPCListClusterFence), st.ListClusterFence, activities.FenceListInput{Endpoint: e})
+		listed, err := listFence(ctx, p, via)
 		if err != nil {
 			return "", err
 		}
 		var fenced []string
 		for _, c := range cidrs {
-			if slices.Contains(list.CIDRs, c) {
+			if slices.Contains(listed, c) {
 				fenced = append(fenced, c)
 			}
 		}
 		if len(fenced) == 0 {
 			return "not fenced", nil
 		}
-		e, err = activities.EndpointFor(p, via, activities.RPCUnfenceClusterNetwork)
-		if err != nil {
-			return "", err
-		}
-		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, via, activities.RPCUnfenceClusterNetwork), st.UnfenceClusterNetwork,
-			activities.FenceInput{Endpoint: e, CIDRs: fenced}); err != nil {
+		if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
 			return "", err
 		}
 		return "unfenced " + strings.Join(fenced, ", "), nil
@@ -159,28 +150,15 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 // stopAll stops the site's workloads, highest priority number first (the
 // reverse of the start order), each a step that must succeed.
 func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
-	ws := workloadsOn(p, site)
-	batches := byPriority(ws, func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+	batches := byPriority(workloadsOn(p, site), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
 	slices.Reverse(batches)
-	for _, batch := range batches {
-		for _, w := range batch {
-			r.add(fmt.Sprintf("stop %s on %s", w, site), false)
-		}
-	}
-	for _, batch := range batches {
-		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, name string) error {
-			return r.step(ctx, fmt.Sprintf("stop %s on %s", name, site), false, func(ctx workflow.Context) (string, error) {
-				in, err := activities.WorkloadInputFor(p, site, name, action)
-				if err != nil {
-					return "", err
-				}
-				out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StopWorkload, in)
-				return out.Output, err
-			})
-		})
+	name := func(w string) string { return fmt.Sprintf("stop %s on %s", w, site) }
+	return r.stepBatches(ctx, batches, name, false, func(ctx workflow.Context, name string) (string, error) {
+		in, err := activities.WorkloadInputFor(p, site, name, action)
 		if err != nil {
-			return err
+			return "", err
 		}
-	}
-	return nil
+		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StopWorkload, in)
+		return out.Output, err
+	})
 }

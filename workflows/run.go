@@ -200,6 +200,27 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 	}
 }
 
+// stepBatches adds one step per item (named by name), then runs the
+// batches one after another, each batch's steps at most
+// policy.parallelism at a time.
+func (r *run) stepBatches(ctx workflow.Context, batches [][]string, name func(item string) string, guard bool,
+	fn func(ctx workflow.Context, item string) (string, error)) error {
+	for _, batch := range batches {
+		for _, it := range batch {
+			r.add(name(it), guard)
+		}
+	}
+	for _, batch := range batches {
+		err := parallel(ctx, batch, r.plan.Policy.Parallelism, func(ctx workflow.Context, it string) error {
+			return r.step(ctx, name(it), guard, func(ctx workflow.Context) (string, error) { return fn(ctx, it) })
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // gate waits for an approval when the plan asks for one at this point.
 func (r *run) gate(ctx workflow.Context, gate string) error {
 	if !slices.Contains(r.plan.Policy.Approvals, gate) {
