@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+
+	"github.com/drover-dr/drover/plans"
 )
 
 // DefaultPollInterval is the pause between two polls of a long call.
@@ -181,7 +183,8 @@ func (h *poller) stop() {
 // Protect's poll of many sources in one activity.
 type SurveyInput struct {
 	Calls []ReplicationInput `json:"calls"`
-	// Parallelism bounds the calls in flight (default 10).
+	// Parallelism bounds the calls in flight (default
+	// plans.DefaultParallelism).
 	Parallelism int `json:"parallelism,omitempty"`
 }
 
@@ -211,7 +214,7 @@ func (s *Storage) SurveyReplication(ctx context.Context, in SurveyInput) (Survey
 	defer cancel()
 	limit := in.Parallelism
 	if limit <= 0 {
-		limit = 10
+		limit = plans.DefaultParallelism
 	}
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup

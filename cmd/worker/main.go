@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +45,7 @@ type config struct {
 	taskQueue string
 	metrics   string
 	logLevel  string
+	level     slog.Level
 	logFormat string
 	identity  string
 }
@@ -79,8 +79,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return c, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+	if err := c.level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return c, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
 	}
 	return c, nil
@@ -103,11 +102,9 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker: %v (see worker -h)\n", err)
 		return 2
 	}
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.logLevel))
-	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.level})
 	if c.logFormat == "json" {
-		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.level})
 	}
 	logger := slog.New(h)
 
@@ -177,7 +174,7 @@ func run(args []string, stderr io.Writer) int {
 	if c.site != "" {
 		what = "activities of site " + c.site
 	}
-	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", strings.TrimSpace(opts.Namespace))
+	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", opts.Namespace)
 	err = w.Run(interrupt)
 	if metricsSrv != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
