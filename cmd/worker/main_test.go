@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
@@ -20,32 +20,10 @@ import (
 	"github.com/drover-dr/drover/workflows"
 )
 
-// build compiles the worker into the test's temporary directory.
-func build(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "worker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}
-
 // TestBadInput: bad flags exit 2 with a message; an unreachable Temporal
 // exits 3 and says what to do.
 func TestBadInput(t *testing.T) {
-	bin := build(t)
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	for _, c := range []struct {
 		args []string
 		env  string
@@ -60,7 +38,7 @@ func TestBadInput(t *testing.T) {
 		cmd := exec.Command(bin, c.args...)
 		cmd.Env = append(os.Environ(), c.env)
 		out, err := cmd.CombinedOutput()
-		if code := exitCode(err); code != c.code || !strings.Contains(string(out), c.want) {
+		if code := bintest.ExitCode(err); code != c.code || !strings.Contains(string(out), c.want) {
 			t.Errorf("worker %v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.want)
 		}
 	}
@@ -71,7 +49,7 @@ func TestBadInput(t *testing.T) {
 // endpoint then shows Drover's own metrics next to the SDK's, and SIGTERM
 // stops it cleanly.
 func TestWorkerServesActionsAndMetrics(t *testing.T) {
-	bin := build(t)
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	srv := devserver.Start(t, nil)
 	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
 		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
