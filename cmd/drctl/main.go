@@ -1,160 +1,216 @@
-// Command drctl is Drover's operator CLI.
+// Command drctl is Drover's operator CLI: it checks plans, starts the DR
+// actions, and watches and steers them.
 //
-// Implemented so far: the plan commands.
+//	drctl plan validate|show|schema     check and explain plans (no Temporal needed)
+//	drctl failover PLAN --to SITE       unplanned failover to SITE
+//	drctl reprotect PLAN                make the returned site a replica again
+//	drctl failback PLAN --to SITE       planned move back, no data loss
+//	drctl drill PLAN --to SITE          rehearse without changing anything
+//	drctl protect start|stop PLAN       replication watch (enables replication)
+//	drctl status [PLAN|RUN]             where a plan or an action stands
+//	drctl watch RUN                     live step table until the action ends
+//	drctl list                          recent actions and protections
+//	drctl resolve RUN --retry|--skip|--abort
+//	drctl approve RUN                   open the approval gate that waits
+//	drctl cancel RUN                    stop an action where it is
 //
-//	drctl plan validate FILE...   check plans; every problem with file:line:column
-//	drctl plan show FILE          print the effective plan, defaults filled in
-//	drctl plan schema             print the plan's JSON Schema
+// PLAN is a plan file; where only the plan's name is needed (status,
+// watch…) the name works too. RUN is a plan name, a plan file or a
+// workflow id (drover-action-NAME, drover-protect-NAME).
 //
-// Exit codes: 0 done, 2 bad input. The DR actions (failover, reprotect,
-// failback, drill, protect, status, watch…) land with the operator-surface
-// issue.
+// drctl connects like the temporal CLI: TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and profiles
+// (TEMPORAL_PROFILE), or --address and --namespace.
+//
+// Exit codes: 0 done, 1 the action failed (or a drill found problems),
+// 2 bad input (including a declined confirmation), 3 Temporal cannot be
+// reached.
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
-	"github.com/drover-dr/drover/plans"
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/log"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-const usage = `drctl — Drover's operator CLI
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitBadInput    = 2
+	exitUnreachable = 3
+)
 
-Usage:
-  drctl plan validate [-o text|json] FILE...   check plans
-  drctl plan show [-o yaml|json] FILE          print the effective plan (defaults filled in)
-  drctl plan schema                            print the plan JSON Schema
-
-Not yet available: failover, reprotect, failback, drill, protect, status,
-watch, list, resolve, approve, cancel.
-`
-
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
-
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	if args[0] != "plan" {
-		fmt.Fprintf(stderr, "drctl: %q is not available yet; see drctl --help\n", args[0])
-		return 2
-	}
-	if len(args) < 2 {
-		fmt.Fprint(stderr, "drctl plan: give validate, show or schema\n")
-		return 2
-	}
-	switch args[1] {
-	case "validate":
-		return planValidate(args[2:], stdout, stderr)
-	case "show":
-		return planShow(args[2:], stdout, stderr)
-	case "schema":
-		b, err := plans.JSONSchema()
-		if err != nil {
-			fmt.Fprintf(stderr, "drctl plan schema: %v\n", err)
-			return 1
-		}
-		stdout.Write(b)
-		return 0
-	}
-	fmt.Fprintf(stderr, "drctl plan: unknown command %q (validate, show or schema)\n", args[1])
-	return 2
+// exitError carries an exit code with its message.
+type exitError struct {
+	code int
+	err  error
 }
 
-func planValidate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("drctl plan validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "text", "output: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func badInput(format string, a ...any) error {
+	return &exitError{exitBadInput, fmt.Errorf(format, a...)}
+}
+
+func failed(format string, a ...any) error {
+	return &exitError{exitFailed, fmt.Errorf(format, a...)}
+}
+
+// silent ends with a code after the output already said why.
+func silent(code int) error { return &exitError{code, errSilent} }
+
+var errSilent = errors.New("")
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+// run executes drctl with args and returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := app.root()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if app.client != nil {
+		app.client.Close()
 	}
-	if fs.NArg() == 0 || (*out != "text" && *out != "json") {
-		fmt.Fprintln(stderr, "usage: drctl plan validate [-o text|json] FILE...")
-		return 2
+	if err == nil {
+		return exitOK
 	}
-	type result struct {
-		File   string              `json:"file"`
-		Valid  bool                `json:"valid"`
-		Name   string              `json:"name,omitempty"`
-		Errors []*plans.FieldError `json:"errors,omitempty"`
-		Error  string              `json:"error,omitempty"`
+	code := exitBadInput // cobra's own errors: unknown commands, flags, arguments
+	var xe *exitError
+	if errors.As(err, &xe) {
+		code = xe.code
 	}
-	var results []result
-	code := 0
-	for _, f := range fs.Args() {
-		r := result{File: f}
-		p, err := plans.Load(f)
-		var errs plans.Errors
-		switch {
-		case err == nil:
-			r.Valid, r.Name = true, p.Metadata.Name
-		case errors.As(err, &errs):
-			r.Errors = errs
-			code = 2
-		default:
-			r.Error = err.Error()
-			code = 2
-		}
-		results = append(results, r)
-	}
-	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(results)
-		return code
-	}
-	for _, r := range results {
-		switch {
-		case r.Valid:
-			fmt.Fprintf(stdout, "%s: plan %q is valid\n", r.File, r.Name)
-		case r.Error != "":
-			fmt.Fprintf(stderr, "%s\n", r.Error)
-		default:
-			for _, e := range r.Errors {
-				fmt.Fprintln(stderr, e)
-			}
-			fmt.Fprintf(stderr, "%s: %d problem(s); fix them and run drctl plan validate again\n", r.File, len(r.Errors))
+	if !errors.Is(err, errSilent) {
+		fmt.Fprintf(stderr, "drctl: %v\n", err)
+		if code == exitBadInput && xe == nil {
+			fmt.Fprintln(stderr, "see drctl --help")
 		}
 	}
 	return code
 }
 
-func planShow(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("drctl plan show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "yaml", "output: yaml or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+// app is one invocation: its streams, flags and Temporal client.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	output         string
+	address        string
+	namespace      string
+	client         client.Client
+}
+
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "drctl",
+		Short: "Drover's operator CLI: plans, DR actions, and their progress",
+		Long: `drctl checks DR plans and drives Drover's actions through Temporal.
+
+PLAN is a plan file. RUN is a plan name, a plan file or a workflow id
+(drover-action-NAME for failover, reprotect, failback and drill;
+drover-protect-NAME for protection).
+
+Connection: TEMPORAL_ADDRESS (default localhost:7233), TEMPORAL_NAMESPACE,
+TEMPORAL_API_KEY, TEMPORAL_TLS_* and TEMPORAL_PROFILE, as for the temporal
+CLI; --address and --namespace override them.
+
+Exit codes: 0 done, 1 the action failed, 2 bad input, 3 Temporal
+cannot be reached.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(a.stderr)
+			_ = cmd.Usage()
+			return silent(exitBadInput)
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			switch a.output {
+			case "text", "json", "yaml":
+				return nil
+			}
+			return badInput("-o %q: want text or json", a.output)
+		},
 	}
-	if fs.NArg() != 1 || (*out != "yaml" && *out != "json") {
-		fmt.Fprintln(stderr, "usage: drctl plan show [-o yaml|json] FILE")
-		return 2
+	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	root.PersistentFlags().StringVar(&a.address, "address", "", "Temporal frontend host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
+	root.PersistentFlags().StringVar(&a.namespace, "namespace", "", "Temporal namespace (default: TEMPORAL_NAMESPACE or default)")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return badInput("%v (see %s --help)", err, cmd.CommandPath())
+	})
+	root.AddCommand(a.planCommand())
+	root.AddCommand(a.actionCommands()...)
+	root.AddCommand(a.runCommands()...)
+	return root
+}
+
+// json reports whether -o json was asked for.
+func (a *app) json() bool { return a.output == "json" }
+
+// dial connects to Temporal once per invocation.
+func (a *app) dial(ctx context.Context) (client.Client, error) {
+	if a.client != nil {
+		return a.client, nil
 	}
-	p, err := plans.Load(fs.Arg(0))
+	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+		return nil, badInput("read the Temporal client configuration: %v", err)
 	}
-	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(p)
-		return 0
+	if a.address != "" {
+		opts.HostPort = a.address
 	}
-	b, err := p.YAML()
+	if a.namespace != "" {
+		opts.Namespace = a.namespace
+	}
+	opts.Logger = log.NewStructuredLogger(discardLogger())
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dctx, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "drctl plan show: %v\n", err)
-		return 1
+		addr := opts.HostPort
+		if addr == "" {
+			addr = client.DefaultHostPort
+		}
+		return nil, &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\nstart it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address", addr, err)}
 	}
-	fmt.Fprintf(stdout, "# effective plan %q: %s with every default filled in\n", p.Metadata.Name, fs.Arg(0))
-	stdout.Write(b)
-	return 0
+	a.client = c
+	return c, nil
+}
+
+// temporalError classifies an error from a Temporal call: a lost
+// connection exits 3, a missing workflow is bad input, the rest failed.
+func temporalError(what string, err error) error {
+	var xe *exitError
+	if errors.As(err, &xe) {
+		return err
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return badInput("%s: %v", what, err)
+	}
+	if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() == codes.Unavailable || isUnavailable(err) {
+		return &exitError{exitUnreachable, fmt.Errorf("%s: Temporal stopped answering: %v", what, err)}
+	}
+	return failed("%s: %v", what, err)
+}
+
+func isUnavailable(err error) bool {
+	var u *serviceerror.Unavailable
+	return errors.As(err, &u) || strings.Contains(err.Error(), "connection refused")
 }

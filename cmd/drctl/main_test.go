@@ -11,7 +11,7 @@ import (
 
 func drctl(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
+	code := run(args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

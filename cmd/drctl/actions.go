@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// actionFlags are the flags every DR action takes.
+type actionFlags struct {
+	to   string
+	yes  bool
+	wait bool
+}
+
+func (f *actionFlags) add(cmd *cobra.Command, needTo bool, destructive bool) {
+	if needTo {
+		cmd.Flags().StringVar(&f.to, "to", "", "the site that takes over (required)")
+	}
+	if destructive {
+		cmd.Flags().BoolVarP(&f.yes, "yes", "y", false, "do not ask for confirmation")
+	}
+	cmd.Flags().BoolVarP(&f.wait, "wait", "w", false, "wait for the action to end, showing its progress")
+}
+
+func (a *app) actionCommands() []*cobra.Command {
+	var fo, rp, fb, dr actionFlags
+	var confirmUnfenced bool
+	var from, drillAction string
+	failover := &cobra.Command{
+		Use:   "failover PLAN --to SITE",
+		Short: "Unplanned failover: fence the other site, force-promote on SITE, start the workloads there",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.failover(cmd.Context(), args[0], fo, confirmUnfenced)
+		},
+	}
+	fo.add(failover, true, true)
+	failover.Flags().BoolVar(&confirmUnfenced, "confirm-unfenced", false, "accept a forced promotion without a fence, for a lost site the plan says cannot be fenced")
+
+	reprotect := &cobra.Command{
+		Use:   "reprotect PLAN",
+		Short: "After a failover: make the returned site a replica again (demote, resync, unfence)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.reprotect(cmd.Context(), args[0], from, rp)
+		},
+	}
+	rp.add(reprotect, false, true)
+	reprotect.Flags().StringVar(&from, "from", "", "the returned site (default: the site the last failover left)")
+
+	failback := &cobra.Command{
+		Use:   "failback PLAN --to SITE",
+		Short: "Planned move to SITE with no data loss (rolls back if SITE cannot take over)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.failback(cmd.Context(), args[0], fb)
+		},
+	}
+	fb.add(failback, true, true)
+
+	drill := &cobra.Command{
+		Use:   "drill PLAN --to SITE",
+		Short: "Rehearse a failover (or failback) to SITE: every check, no change",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.drill(cmd.Context(), args[0], drillAction, dr)
+		},
+	}
+	dr.add(drill, true, false)
+	drill.Flags().StringVar(&drillAction, "action", "failover", "the action to rehearse: failover or failback")
+
+	return []*cobra.Command{failover, reprotect, failback, drill, a.protectCommand()}
+}
+
+// sites checks --to against the plan and returns (from, to).
+func sites(p *plans.Plan, to string) (string, string, error) {
+	var names []string
+	for _, s := range p.Sites {
+		names = append(names, s.Name)
+	}
+	if to == "" {
+		return "", "", badInput("give the site that takes over with --to (plan %q has sites %s)", p.Metadata.Name, strings.Join(names, ", "))
+	}
+	if p.Site(to) == nil {
+		return "", "", badInput("plan %q has no site %q; its sites are %s", p.Metadata.Name, to, strings.Join(names, ", "))
+	}
+	return otherSite(p, to), to, nil
+}
+
+func otherSite(p *plans.Plan, site string) string {
+	for _, s := range p.Sites {
+		if s.Name != site {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// confirm asks the operator to type yes, unless --yes was given.
+func (a *app) confirm(yes bool, what string) error {
+	if yes {
+		return nil
+	}
+	fmt.Fprintf(a.stderr, "%s\nType yes to go on: ", what)
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	answer := strings.ToLower(strings.TrimSpace(line))
+	if answer == "yes" || answer == "y" {
+		return nil
+	}
+	if err != nil && answer == "" {
+		return badInput("not confirmed (no answer on standard input); nothing was done. Pass --yes to go on without asking")
+	}
+	return badInput("not confirmed; nothing was done")
+}
+
+func groupCount(p *plans.Plan) string {
+	if len(p.VolumeGroups) == 1 {
+		return "1 volume group"
+	}
+	return fmt.Sprintf("%d volume groups", len(p.VolumeGroups))
+}
+
+func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmUnfenced bool) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	from, to, err := sites(p, f.to)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
+	cancel()
+	if perr == nil && ps.Primary == from {
+		in.LastSync, in.Clients = ps.LastSync(), ps.Clients[from]
+	} else if !a.json() {
+		fmt.Fprintf(a.stderr, "note: no protection state of plan %q from %s (drctl protect start); the RPO will be unknown\n", p.Metadata.Name, from)
+	}
+	fence := p.Site(from).Fence.CIDRs
+	if len(fence) == 0 {
+		fence = in.Clients
+	}
+	what := fmt.Sprintf("Fail over plan %q from %s to %s: fence %s's clients %v and force-promote %s on %s, then start %d workload(s) there.",
+		p.Metadata.Name, from, to, from, fence, groupCount(p), to, len(p.Workloads))
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "failover", workflows.Failover, in, f.wait)
+}
+
+func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	in := workflows.ReprotectInput{Plan: p}
+	last, res, err := lastFailover(ctx, c, p.Metadata.Name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case from != "":
+		if p.Site(from) == nil {
+			return badInput("plan %q has no site %q", p.Metadata.Name, from)
+		}
+		in.From, in.To = from, otherSite(p, from)
+		if last != nil && last.From == from {
+			in.Fenced = res.Fenced
+		}
+	case last != nil:
+		in.From, in.To, in.Fenced = last.From, last.To, res.Fenced
+	default:
+		return badInput("plan %q has no completed failover to reprotect after; name the returned site with --from", p.Metadata.Name)
+	}
+	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
+		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "reprotect", workflows.Reprotect, in, f.wait)
+}
+
+func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	from, to, err := sites(p, f.to)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	in := workflows.FailbackInput{Plan: p, From: from, To: to}
+	last, res, err := lastFailover(ctx, c, p.Metadata.Name)
+	if err != nil {
+		return err
+	}
+	if last != nil && last.From == to {
+		in.Fenced = res.Fenced
+	}
+	what := fmt.Sprintf("Fail back plan %q from %s to %s: stop %s's workloads, demote %s there, promote on %s once the final sync has landed, start the workloads on %s.",
+		p.Metadata.Name, from, to, from, groupCount(p), to, to)
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "failback", workflows.Failback, in, f.wait)
+}
+
+func (a *app) drill(ctx context.Context, file, action string, f actionFlags) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	if action != "failover" && action != "failback" {
+		return badInput("--action %q: want failover or failback", action)
+	}
+	from, to, err := sites(p, f.to)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "drill", workflows.Drill, workflows.DrillInput{Plan: p, Action: action, From: from, To: to}, f.wait)
+}
+
+// start starts an action and, with wait, follows it to its end.
+func (a *app) start(ctx context.Context, c client.Client, p *plans.Plan, action string, wf, in any, wait bool) error {
+	run, err := workflows.Start(ctx, c, p.Metadata.Name, wf, in)
+	var busy *workflows.BusyError
+	if errors.As(err, &busy) {
+		return failed("%v", err)
+	}
+	if err != nil {
+		return temporalError("start the "+action, err)
+	}
+	if !wait {
+		if a.json() {
+			writeJSON(a.stdout, map[string]string{"plan": p.Metadata.Name, "action": action, "workflowId": run.GetID(), "runId": run.GetRunID(), "state": workflows.StateRunning})
+			return nil
+		}
+		fmt.Fprintf(a.stdout, "%s of plan %q started: workflow %s, run %s\nfollow it with: drctl watch %s\n", action, p.Metadata.Name, run.GetID(), run.GetRunID(), p.Metadata.Name)
+		return nil
+	}
+	if !a.json() {
+		fmt.Fprintf(a.stdout, "%s of plan %q started: workflow %s, run %s\n", action, p.Metadata.Name, run.GetID(), run.GetRunID())
+	}
+	return a.follow(ctx, c, run.GetID(), run.GetRunID())
+}
+
+// lastFailover finds the plan's last completed failover: its input and
+// result, or nils when there is none.
+func lastFailover(ctx context.Context, c client.Client, plan string) (*workflows.FailoverInput, *workflows.FailoverResult, error) {
+	q := fmt.Sprintf("WorkflowId = '%s' AND WorkflowType = 'Failover' AND ExecutionStatus = 'Completed'", workflows.ActionID(plan))
+	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 20})
+	if err != nil {
+		return nil, nil, temporalError("look up the last failover of plan "+plan, err)
+	}
+	var latest *workflowpb.WorkflowExecutionInfo
+	for _, e := range resp.GetExecutions() {
+		if latest == nil || e.GetCloseTime().AsTime().After(latest.GetCloseTime().AsTime()) {
+			latest = e
+		}
+	}
+	if latest == nil {
+		return nil, nil, nil
+	}
+	id, runID := latest.GetExecution().GetWorkflowId(), latest.GetExecution().GetRunId()
+	it := c.GetWorkflowHistory(ctx, id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return nil, nil, failed("the history of failover run %s is empty", runID)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return nil, nil, temporalError("read the last failover of plan "+plan, err)
+	}
+	var in workflows.FailoverInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
+		return nil, nil, failed("decode the last failover's input: %v", err)
+	}
+	var res workflows.FailoverResult
+	if err := c.GetWorkflow(ctx, id, runID).Get(ctx, &res); err != nil {
+		return nil, nil, temporalError("read the last failover's result", err)
+	}
+	return &in, &res, nil
+}
+
+func (a *app) protectCommand() *cobra.Command {
+	var primary string
+	var interval time.Duration
+	var disable, yes bool
+	protect := &cobra.Command{
+		Use:   "protect",
+		Short: "Start or stop a plan's replication watch",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return badInput("give protect start PLAN or protect stop PLAN")
+		},
+	}
+	start := &cobra.Command{
+		Use:   "start PLAN",
+		Short: "Enable replication from the primary and watch its lag against the RPO target",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := loadPlan(args[0])
+			if err != nil {
+				return err
+			}
+			if primary == "" {
+				primary = p.Sites[0].Name
+			}
+			if p.Site(primary) == nil {
+				return badInput("plan %q has no site %q", p.Metadata.Name, primary)
+			}
+			if interval < 0 {
+				return badInput("--interval %v: want a positive duration", interval)
+			}
+			c, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			run, err := workflows.StartProtect(cmd.Context(), c, p, primary, interval)
+			if err != nil {
+				return temporalError("start protection", err)
+			}
+			if a.json() {
+				writeJSON(a.stdout, map[string]string{"plan": p.Metadata.Name, "primary": primary, "workflowId": run.GetID(), "runId": run.GetRunID()})
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "protection of plan %q from %s runs: workflow %s\nsee it with: drctl status %s\n", p.Metadata.Name, primary, run.GetID(), p.Metadata.Name)
+			return nil
+		},
+	}
+	start.Flags().StringVar(&primary, "primary", "", "the site holding the primary copies (default: the plan's first site)")
+	start.Flags().DurationVar(&interval, "interval", 0, "how often to poll replication (default 30s)")
+	stop := &cobra.Command{
+		Use:   "stop PLAN",
+		Short: "Stop watching; with --disable also turn replication off",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := planName(args[0])
+			if disable {
+				if err := a.confirm(yes, fmt.Sprintf("Stop protecting plan %q and disable its replication: the secondary copies stop receiving writes.", name)); err != nil {
+					return err
+				}
+			}
+			c, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			msg, err := a.update(cmd.Context(), c, workflows.ProtectID(name), workflows.UpdateStopProtect, workflows.StopProtect{Disable: disable})
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeJSON(a.stdout, map[string]any{"plan": name, "stopped": true, "disabled": disable})
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "plan %q: %s\n", name, msg)
+			return nil
+		},
+	}
+	stop.Flags().BoolVar(&disable, "disable", false, "also disable replication of every group")
+	stop.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	protect.AddCommand(start, stop)
+	return protect
+}
+
+// planName is the plan name an argument stands for: a plan file's name,
+// or the argument itself.
+func planName(arg string) string {
+	if isPlanFile(arg) {
+		if p, err := plans.Load(arg); err == nil {
+			return p.Metadata.Name
+		}
+	}
+	for _, prefix := range []string{workflows.ProtectIDPrefix, "drover-action-"} {
+		if n, ok := strings.CutPrefix(arg, prefix); ok {
+			return n
+		}
+	}
+	return arg
+}
+
+func isPlanFile(arg string) bool {
+	if !slices.ContainsFunc([]string{".yaml", ".yml", ".json"}, func(s string) bool { return strings.HasSuffix(arg, s) }) {
+		return false
+	}
+	_, err := os.Stat(arg)
+	return err == nil
+}

@@ -1,0 +1,346 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+)
+
+// cli runs the built drctl against one Temporal address.
+type cli struct {
+	t    *testing.T
+	bin  string
+	addr string
+}
+
+// run runs drctl with args (stdin empty) and returns its exit code,
+// stdout and stderr.
+func (c cli) run(args ...string) (int, string, string) {
+	return c.runIn("", args...)
+}
+
+func (c cli) runIn(stdin string, args ...string) (int, string, string) {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.addr, "TEMPORAL_NAMESPACE=default")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return bintest.ExitCode(err), out.String(), errb.String()
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		c.t.Fatalf("drctl %v did not end within 3 minutes:\n%s\n%s", args, out.String(), errb.String())
+		return 0, "", ""
+	}
+}
+
+// ok runs drctl -o json, wants exit 0, and decodes its output into v.
+func (c cli) ok(v any, args ...string) {
+	c.t.Helper()
+	code, out, errs := c.run(append([]string{"-o", "json"}, args...)...)
+	if code != 0 {
+		c.t.Fatalf("drctl %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+	}
+	if v != nil {
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			c.t.Fatalf("drctl %v: output is not JSON: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// want runs drctl and wants the exit code and a message on stderr.
+func (c cli) want(code int, msg string, args ...string) {
+	c.t.Helper()
+	got, out, errs := c.run(args...)
+	if got != code || !strings.Contains(errs, msg) {
+		c.t.Errorf("drctl %v: exit %d, stderr %q (stdout %q); want exit %d and %q", args, got, errs, out, code, msg)
+	}
+}
+
+type step struct{ Name, State string }
+
+type progress struct {
+	Action, Plan, State string
+	Steps               []step
+}
+
+type statusOut struct {
+	Plan   string
+	Action *struct {
+		Type, Status string
+		Progress     *progress
+	}
+	Protection *struct {
+		Primary string
+		Polls   int
+		Groups  map[string]struct{ LastSync time.Time }
+	}
+}
+
+type outcome struct {
+	WorkflowID, Status, Error string
+	Result                    json.RawMessage
+}
+
+// eventually polls drctl status until cond holds.
+func (c cli) eventually(what, plan string, cond func(statusOut) bool) {
+	c.t.Helper()
+	var last statusOut
+	simtest.Eventually(c.t, 2*time.Minute, what, func() bool {
+		code, out, _ := c.run("-o", "json", "status", plan)
+		last = statusOut{}
+		return code == 0 && json.Unmarshal([]byte(out), &last) == nil && cond(last)
+	})
+}
+
+func stepIn(s statusOut, state string) bool {
+	if s.Action == nil || s.Action.Progress == nil {
+		return false
+	}
+	return slices.ContainsFunc(s.Action.Progress.Steps, func(st step) bool { return st.State == state })
+}
+
+// TestCommandsAgainstDevServer drives the built drctl and worker against
+// the real Temporal dev server and simulated sites over gRPC sockets:
+// every command, JSON output parsed, exit codes checked, bad input
+// refused with exit 2 and a message, and the storage invariants holding
+// at the end of a failover, reprotect and failback cycle.
+func TestCommandsAgainstDevServer(t *testing.T) {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	dir := t.TempDir()
+	hooks := filepath.Join(dir, "hooks.log")
+	plan := func(name, extra string) string {
+		path := filepath.Join(dir, name)
+		body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: shop}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {timeout: 10s}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {timeout: 10s}}
+volumeGroups:
+  - name: db
+    sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
+  - name: logs
+    priority: 1
+    sites: {east: {groupID: vg-2}, west: {groupID: vg-2}}
+workloads:
+  - name: web
+    sites:
+      east: {exec: {start: "echo start east >> %[5]s", stop: "echo stop east >> %[5]s", health: "true"}}
+      west: {exec: {start: "echo start west >> %[5]s", stop: "echo stop west >> %[5]s", health: "true"}}
+policy:
+  rpoTarget: 30s
+  retry: {initialInterval: 50ms, maximumInterval: 200ms}
+%s`, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB, hooks, extra)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	shop := plan("shop.yaml", "")
+	gated := plan("gated.yaml", "  approvals: [beforeFence]\n")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: drover.dev/v1alpha1\nkind: FailoverPlan\nmetadata: {name: shop}\nsites: []\n"), 0o644)
+
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	metrics := simtest.FreeAddr(t)
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics)
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+
+	// Bad input: exit 2 and a message naming what to do.
+	c.want(2, "give the site that takes over with --to", "failover", shop, "--yes")
+	c.want(2, `plan "shop" has no site "mars"; its sites are east, west`, "failover", shop, "--to", "mars", "--yes")
+	c.want(2, "a plan has exactly two sites", "failover", bad, "--to", "west", "--yes")
+	c.want(2, "fix the plan (drctl plan validate", "drill", bad, "--to", "west")
+	c.want(2, "accepts 1 arg(s), received 0", "reprotect")
+	c.want(2, `-o "xml": want text or json`, "-o", "xml", "list")
+	c.want(2, "unknown flag: --frobnicate", "list", "--frobnicate")
+	c.want(2, `unknown command "frob"`, "frob")
+	c.want(2, "give exactly one of --retry, --skip or --abort", "resolve", "shop", "--retry", "--skip")
+	c.want(2, "has no completed failover to reprotect after", "reprotect", shop, "--yes")
+	c.want(2, "Temporal knows no action or protection of plan \"nosuch\"", "status", "nosuch")
+	c.want(3, "cannot reach Temporal at", "--address", simtest.FreeAddr(t), "list")
+	if code, out, _ := c.run("completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
+		t.Errorf("completion bash: exit %d", code)
+	}
+	var valid []struct{ Valid bool }
+	c.ok(&valid, "plan", "validate", shop, gated)
+	if len(valid) != 2 || !valid[0].Valid || !valid[1].Valid {
+		t.Fatalf("plan validate: %+v", valid)
+	}
+
+	// Protection enables replication and records the syncs.
+	var started map[string]string
+	c.ok(&started, "protect", "start", shop, "--primary", "east", "--interval", "200ms")
+	if started["workflowId"] != "drover-protect-shop" {
+		t.Fatalf("protect start: %v", started)
+	}
+	c.eventually("protection to record a sync of every group", "shop", func(s statusOut) bool {
+		if s.Protection == nil || s.Protection.Primary != "east" || len(s.Protection.Groups) != 2 {
+			return false
+		}
+		for _, g := range s.Protection.Groups {
+			if g.LastSync.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	w, err := sim.NewClient(west.DataAddr(), simtest.NodeB, "west-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	// A drill changes nothing and passes.
+	var drill outcome
+	c.ok(&drill, "drill", shop, "--to", "west", "--wait")
+	var dr struct {
+		OK     bool
+		Failed int
+		Would  []string
+	}
+	if err := json.Unmarshal(drill.Result, &dr); err != nil || drill.Status != "completed" || !dr.OK || len(dr.Would) == 0 {
+		t.Fatalf("drill: %+v %+v %v", drill, dr, err)
+	}
+
+	// A declined confirmation does nothing.
+	if code, _, errs := c.runIn("no\n", "failover", shop, "--to", "west"); code != 2 || !strings.Contains(errs, "not confirmed; nothing was done") {
+		t.Fatalf("declined failover: exit %d, %s", code, errs)
+	}
+	c.want(2, "Pass --yes to go on without asking", "failover", shop, "--to", "west")
+
+	// Cancel: a failover waiting at its first gate is cancelled.
+	c.ok(&started, "failover", gated, "--to", "west", "--yes")
+	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
+	c.ok(nil, "cancel", "shop", "--yes")
+	code, out, _ := c.run("-o", "json", "watch", "shop")
+	var o outcome
+	if code != 1 || json.Unmarshal([]byte(out), &o) != nil || o.Status != "canceled" {
+		t.Fatalf("watch of a cancelled failover: exit %d %s", code, out)
+	}
+
+	// The real failover: east is lost. It waits at its gate; a second
+	// action is refused; approve lets it through; watch shows the end.
+	east.Down()
+	c.ok(&started, "failover", gated, "--to", "west", "--yes")
+	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
+	c.want(1, `plan "shop" already has a DR action running: Failover`, "failback", shop, "--to", "east", "--yes")
+	c.ok(nil, "approve", "shop", "--yes", "--by", "test")
+	code, out, errs := c.run("watch", "shop")
+	if code != 0 || !strings.Contains(out, `failover of plan "shop" completed`) || !strings.Contains(out, "RTO ") || !strings.Contains(out, "promote db on west") {
+		t.Fatalf("watch failover: exit %d\n%s\n%s", code, out, errs)
+	}
+	t.Logf("watch:\n%s", out)
+	if _, err := w.Write(t.Context(), "v1", 0, []byte("written during the outage")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reprotect pauses on a demotion the storage refuses once; resolve
+	// --retry lets it finish.
+	if err := east.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := east.SetFaults([]sim.FaultRule{{Method: "DemoteVolume", Code: "INVALID_ARGUMENT", Count: 1, Message: "injected"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.ok(&started, "reprotect", shop, "--yes")
+	c.eventually("a paused demotion", "shop", func(s statusOut) bool { return stepIn(s, "paused") })
+	c.want(2, `refused: no step "nothing" in this action`, "resolve", "shop", "--skip", "--step", "nothing", "--yes")
+	var resolved map[string]string
+	c.ok(&resolved, "resolve", "shop", "--retry")
+	if !strings.HasPrefix(resolved["step"], "demote ") {
+		t.Fatalf("resolve: %v", resolved)
+	}
+	c.ok(&o, "watch", "shop")
+	if o.Status != "completed" {
+		t.Fatalf("reprotect: %+v", o)
+	}
+
+	// Failback moves everything home with nothing lost.
+	c.ok(&o, "failback", shop, "--to", "east", "--yes", "--wait")
+	if o.Status != "completed" {
+		t.Fatalf("failback: %+v", o)
+	}
+	var st statusOut
+	c.ok(&st, "status", shop)
+	if st.Action == nil || st.Action.Type != "Failback" || st.Action.Status != "completed" {
+		t.Fatalf("status after failback: %+v", st)
+	}
+	code, out, _ = c.run("status", "shop")
+	if code != 0 || !strings.Contains(out, "last action: Failback, completed") || !strings.Contains(out, "protection: running") {
+		t.Fatalf("status text: exit %d\n%s", code, out)
+	}
+	var list []struct{ Type, Status string }
+	c.ok(&list, "list")
+	var types []string
+	for _, x := range list {
+		types = append(types, x.Type+" "+x.Status)
+	}
+	for _, want := range []string{"Failover canceled", "Failover completed", "Reprotect completed", "Failback completed", "Drill completed", "Protect running"} {
+		if !slices.Contains(types, want) {
+			t.Errorf("list lacks %q: %v", want, types)
+		}
+	}
+	c.ok(nil, "protect", "stop", "shop")
+	c.want(2, "has ended; there is nothing to resolve", "resolve", "shop", "--retry", "--step", "nothing")
+
+	// The write made on west during the outage is on east now, and the
+	// simulator's checker finds no broken invariant.
+	home, err := sim.NewClient(east.DataAddr(), simtest.NodeA, "east-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+	got, err := home.Read(t.Context(), "v1", 0)
+	if err != nil || !strings.HasPrefix(string(got), "written during the outage") {
+		t.Fatalf("east after the failback: %q %v", got, err)
+	}
+	if r := sim.Check(east.Snapshot(), west.Snapshot()); !r.OK() {
+		t.Fatalf("invariants: %v", r)
+	}
+
+	// The worker's metrics show Drover's own after these actions.
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"drover_action_duration", `action="failback"`, "drover_step_failures", "drover_replication_lag_seconds"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

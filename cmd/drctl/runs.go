@@ -1,0 +1,590 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/drover-dr/drover/workflows"
+)
+
+// actionTypes are the workflow types drctl lists (GroupBatch children
+// are part of their parent's step table).
+var actionTypes = []string{"Failover", "Reprotect", "Failback", "Drill", "Protect"}
+
+// runID is the workflow id a RUN argument stands for.
+func runID(arg string) string {
+	if strings.HasPrefix(arg, "drover-action-") || strings.HasPrefix(arg, workflows.ProtectIDPrefix) {
+		return arg
+	}
+	return workflows.ActionID(planName(arg))
+}
+
+func (a *app) runCommands() []*cobra.Command {
+	status := &cobra.Command{
+		Use:   "status [PLAN|RUN]",
+		Short: "Where a plan stands: its last action and its protection (all plans without an argument)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return a.list(cmd.Context(), 0, true)
+			}
+			return a.status(cmd.Context(), args[0])
+		},
+	}
+	watch := &cobra.Command{
+		Use:   "watch RUN",
+		Short: "Follow an action: a live step table, then its result",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := runID(args[0])
+			if strings.HasPrefix(id, workflows.ProtectIDPrefix) {
+				return badInput("watch follows DR actions; for protection run drctl status %s", planName(args[0]))
+			}
+			c, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.follow(cmd.Context(), c, id, "")
+		},
+	}
+	var limit int
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Recent actions and protections, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return badInput("--limit %d: want 1 or more", limit)
+			}
+			return a.list(cmd.Context(), limit, false)
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 20, "how many to show")
+
+	var retry, skip, abort, override, yes bool
+	var step string
+	resolve := &cobra.Command{
+		Use:   "resolve RUN --retry|--skip|--abort",
+		Short: "Decide on a paused step: retry it, skip it, or abort the action",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var decisions []string
+			for d, on := range map[string]bool{workflows.DecisionRetry: retry, workflows.DecisionSkip: skip, workflows.DecisionAbort: abort} {
+				if on {
+					decisions = append(decisions, d)
+				}
+			}
+			if len(decisions) != 1 {
+				return badInput("give exactly one of --retry, --skip or --abort")
+			}
+			return a.resolve(cmd.Context(), runID(args[0]), step, decisions[0], override, yes)
+		},
+	}
+	resolve.Flags().BoolVar(&retry, "retry", false, "run the step again")
+	resolve.Flags().BoolVar(&skip, "skip", false, "mark the step skipped and go on")
+	resolve.Flags().BoolVar(&abort, "abort", false, "end the action here")
+	resolve.Flags().BoolVar(&override, "override", false, "allow skipping a step later steps rely on (a fence)")
+	resolve.Flags().StringVar(&step, "step", "", "the paused step (default: the only one paused)")
+	resolve.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (skip and abort ask)")
+
+	var gate, by string
+	var approveYes bool
+	approve := &cobra.Command{
+		Use:   "approve RUN",
+		Short: "Open the approval gate the action waits at",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.approve(cmd.Context(), runID(args[0]), gate, by, approveYes)
+		},
+	}
+	approve.Flags().StringVar(&gate, "gate", "", "the gate (default: the only one waiting)")
+	approve.Flags().StringVar(&by, "by", "", "who approves (recorded in the action's history)")
+	approve.Flags().BoolVarP(&approveYes, "yes", "y", false, "do not ask for confirmation")
+
+	var cancelYes bool
+	cancel := &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Stop an action where it is (steps done stay done)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.cancel(cmd.Context(), runID(args[0]), cancelYes)
+		},
+	}
+	cancel.Flags().BoolVarP(&cancelYes, "yes", "y", false, "do not ask for confirmation")
+	return []*cobra.Command{status, watch, list, resolve, approve, cancel}
+}
+
+// queryProgress asks a running (or closed, if a worker is up) action for
+// its progress.
+func queryProgress(ctx context.Context, c client.Client, id, run string) (*workflows.Progress, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := c.QueryWorkflow(qctx, id, run, workflows.QueryProgress)
+	if err != nil {
+		return nil, err
+	}
+	var p workflows.Progress
+	return &p, v.Get(&p)
+}
+
+// result is the union of the actions' results.
+type result struct {
+	workflows.Progress
+	RTO        time.Duration `json:"rto"`
+	RPO        time.Duration `json:"rpo"`
+	RPOKnown   bool          `json:"rpoKnown"`
+	Fenced     []string      `json:"fenced"`
+	RolledBack bool          `json:"rolledBack"`
+	Reason     string        `json:"reason"`
+	OK         *bool         `json:"ok"`
+	Failed     int           `json:"failed"`
+	Would      []string      `json:"would"`
+}
+
+// outcome is what watch and --wait print at the end (-o json).
+type outcome struct {
+	WorkflowID string              `json:"workflowId"`
+	RunID      string              `json:"runId"`
+	Status     string              `json:"status"`
+	Error      string              `json:"error,omitempty"`
+	Result     json.RawMessage     `json:"result,omitempty"`
+	Progress   *workflows.Progress `json:"progress,omitempty"`
+}
+
+// follow shows an action's progress until it ends, then its result; the
+// exit code says how it ended.
+func (a *app) follow(ctx context.Context, c client.Client, id, run string) error {
+	wr := c.GetWorkflow(ctx, id, run)
+	out := outcome{WorkflowID: id, RunID: wr.GetRunID()}
+	var raw json.RawMessage
+	done := make(chan error, 1)
+	go func() { done <- wr.Get(ctx, &raw) }()
+	live := newLiveTable(a.stdout, !a.json())
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+	misses := 0
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			p, qerr := queryProgress(ctx, c, id, out.RunID)
+			if qerr != nil {
+				misses++
+				if misses == 3 && !a.json() {
+					fmt.Fprintf(a.stderr, "(no progress from %s yet: %v; is a worker running?)\n", id, qerr)
+				}
+				continue
+			}
+			misses = 0
+			live.show(p, id)
+		}
+	}
+	if err == nil {
+		var r result
+		_ = json.Unmarshal(raw, &r)
+		out.Status, out.Result = workflows.StateCompleted, raw
+		live.final(&r.Progress, id)
+		if a.json() {
+			writeJSON(a.stdout, out)
+		} else {
+			a.summary(&r)
+		}
+		if r.OK != nil && !*r.OK {
+			return silent(exitFailed)
+		}
+		return nil
+	}
+	out.Status, out.Error = closeState(err), errorText(err)
+	if p, qerr := queryProgress(ctx, c, id, out.RunID); qerr == nil {
+		out.Progress = p
+		live.final(p, id)
+	}
+	if a.json() {
+		writeJSON(a.stdout, out)
+		return silent(exitFailed)
+	}
+	if isUnavailable(err) {
+		return temporalError("follow "+id, err)
+	}
+	return failed("%s %s: %s\nsee the step table above and drctl status %s", id, out.Status, out.Error, planName(id))
+}
+
+func closeState(err error) string {
+	var canceled *temporal.CanceledError
+	var terminated *temporal.TerminatedError
+	var timeout *temporal.TimeoutError
+	switch {
+	case errors.As(err, &canceled):
+		return "canceled"
+	case errors.As(err, &terminated):
+		return "terminated"
+	case errors.As(err, &timeout):
+		return "timed out"
+	}
+	return "failed"
+}
+
+// errorText is the innermost application message of a workflow failure.
+func errorText(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Error()
+	}
+	return err.Error()
+}
+
+// summary is the closing line of a completed action.
+func (a *app) summary(r *result) {
+	took := r.End.Sub(r.Start).Round(time.Millisecond)
+	fmt.Fprintf(a.stdout, "%s of plan %q completed in %v\n", r.Action, r.Plan, took)
+	switch r.Action {
+	case "failover":
+		rpo := "unknown (no protection state)"
+		if r.RPOKnown {
+			rpo = r.RPO.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(a.stdout, "  RTO %v, RPO estimate %s, fenced %v\n", r.RTO.Round(time.Millisecond), rpo, r.Fenced)
+	case "drill":
+		if r.OK != nil && *r.OK {
+			fmt.Fprintf(a.stdout, "  every check passed; the real action would:\n")
+		} else {
+			fmt.Fprintf(a.stdout, "  %d check(s) failed (see the table); the real action would:\n", r.Failed)
+		}
+		for _, w := range r.Would {
+			fmt.Fprintf(a.stdout, "    %s\n", w)
+		}
+	}
+}
+
+// find the steps of an action in a state.
+func stepsIn(p *workflows.Progress, state string) []string {
+	var out []string
+	for _, s := range p.Steps {
+		if s.State == state {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+func (a *app) resolve(ctx context.Context, id, step, decision string, override, yes bool) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := queryProgress(ctx, c, id, "")
+	if err != nil {
+		return temporalError("read the progress of "+id, err)
+	}
+	paused := stepsIn(p, workflows.StatePaused)
+	if step == "" {
+		switch len(paused) {
+		case 0:
+			return badInput("no step of %s is paused; drctl status %s shows where it is", id, planName(id))
+		case 1:
+			step = paused[0]
+		default:
+			return badInput("%d steps of %s are paused; name one with --step: %q", len(paused), id, paused)
+		}
+	}
+	if decision != workflows.DecisionRetry {
+		if err := a.confirm(yes, fmt.Sprintf("%s step %q of %s.", strings.ToUpper(decision[:1])+decision[1:], step, id)); err != nil {
+			return err
+		}
+	}
+	msg, err := a.update(ctx, c, id, workflows.UpdateResolve, workflows.Decision{Step: step, Action: decision, Override: override})
+	if err != nil {
+		return err
+	}
+	if a.json() {
+		writeJSON(a.stdout, map[string]string{"workflowId": id, "step": step, "decision": decision, "message": msg})
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "%s: %s\n", id, msg)
+	return nil
+}
+
+func (a *app) approve(ctx context.Context, id, gate, by string, yes bool) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := queryProgress(ctx, c, id, "")
+	if err != nil {
+		return temporalError("read the progress of "+id, err)
+	}
+	var waiting []string
+	for _, s := range stepsIn(p, workflows.StateWaiting) {
+		waiting = append(waiting, strings.TrimPrefix(s, "approve "))
+	}
+	if gate == "" {
+		switch len(waiting) {
+		case 0:
+			return badInput("%s waits at no approval gate; drctl status %s shows where it is", id, planName(id))
+		case 1:
+			gate = waiting[0]
+		default:
+			return badInput("%s waits at %d gates; name one with --gate: %q", id, len(waiting), waiting)
+		}
+	}
+	if err := a.confirm(yes, fmt.Sprintf("Approve gate %s of the %s of plan %q: the action goes on past it.", gate, p.Action, p.Plan)); err != nil {
+		return err
+	}
+	msg, err := a.update(ctx, c, id, workflows.UpdateApprove, workflows.Approval{Gate: gate, By: by})
+	if err != nil {
+		return err
+	}
+	if a.json() {
+		writeJSON(a.stdout, map[string]string{"workflowId": id, "gate": gate, "message": msg})
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "%s: %s\n", id, msg)
+	return nil
+}
+
+func (a *app) cancel(ctx context.Context, id string, yes bool) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return temporalError("find "+id, err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return badInput("%s is not running (%s); nothing to cancel", id, statusName(info.GetStatus()))
+	}
+	if err := a.confirm(yes, fmt.Sprintf("Cancel %s (%s, run %s): it stops where it is; steps done stay done.", id, info.GetType().GetName(), info.GetExecution().GetRunId())); err != nil {
+		return err
+	}
+	if err := c.CancelWorkflow(ctx, id, ""); err != nil {
+		return temporalError("cancel "+id, err)
+	}
+	if a.json() {
+		writeJSON(a.stdout, map[string]string{"workflowId": id, "runId": info.GetExecution().GetRunId(), "state": "cancel requested"})
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "%s: cancellation requested; drctl status %s shows where it stopped\n", id, planName(id))
+	return nil
+}
+
+// update sends an update and waits for its answer; a refusal (a step not
+// paused, a gate not waiting) is bad input.
+func (a *app) update(ctx context.Context, c client.Client, id, name string, arg any) (string, error) {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil && strings.Contains(err.Error(), "already completed") {
+		return "", badInput("%s has ended; there is nothing to %s (drctl status %s shows how it ended)", id, name, planName(id))
+	}
+	if err != nil {
+		return "", temporalError(name+" "+id, err)
+	}
+	var msg string
+	if err := h.Get(ctx, &msg); err != nil {
+		return "", badInput("%s refused: %v", id, errorText(err))
+	}
+	return msg, nil
+}
+
+func statusName(s enums.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.String(), "WorkflowExecutionStatus"), "_", " "))
+}
+
+// execution is one workflow in list and status output.
+type execution struct {
+	Plan       string    `json:"plan"`
+	Type       string    `json:"type"`
+	WorkflowID string    `json:"workflowId"`
+	RunID      string    `json:"runId"`
+	Status     string    `json:"status"`
+	Start      time.Time `json:"start"`
+	Close      time.Time `json:"close,omitzero"`
+}
+
+func executionOf(e *workflowpb.WorkflowExecutionInfo) execution {
+	x := execution{Plan: planName(e.GetExecution().GetWorkflowId()), Type: e.GetType().GetName(), WorkflowID: e.GetExecution().GetWorkflowId(),
+		RunID: e.GetExecution().GetRunId(), Status: statusName(e.GetStatus()), Start: e.GetStartTime().AsTime()}
+	if e.GetCloseTime() != nil && e.GetCloseTime().IsValid() && e.GetCloseTime().AsTime().Unix() > 0 {
+		x.Close = e.GetCloseTime().AsTime()
+	}
+	return x
+}
+
+// list shows recent executions; latest keeps the newest of each workflow
+// id (status without an argument).
+func (a *app) list(ctx context.Context, limit int, latest bool) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	q := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "')"
+	var all []execution
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 100, NextPageToken: token})
+		if err != nil {
+			return temporalError("list the actions", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			all = append(all, executionOf(e))
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 || (limit > 0 && len(all) >= limit) || len(all) >= 10000 {
+			break
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Start.After(all[j].Start) })
+	if latest {
+		seen := map[string]bool{}
+		var keep []execution
+		for _, x := range all {
+			if !seen[x.WorkflowID] {
+				seen[x.WorkflowID] = true
+				keep = append(keep, x)
+			}
+		}
+		all = keep
+		sort.SliceStable(all, func(i, j int) bool { return all[i].Plan < all[j].Plan })
+	}
+	if limit > 0 && len(all) > limit {
+		all = all[:limit]
+	}
+	if a.json() {
+		if all == nil {
+			all = []execution{}
+		}
+		writeJSON(a.stdout, all)
+		return nil
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(a.stdout, "no Drover actions yet; start with drctl protect start PLAN or drctl drill PLAN --to SITE")
+		return nil
+	}
+	tw := newTable(a.stdout, "PLAN", "ACTION", "STATUS", "STARTED", "TOOK", "WORKFLOW")
+	for _, x := range all {
+		took := ""
+		if !x.Close.IsZero() {
+			took = x.Close.Sub(x.Start).Round(time.Millisecond).String()
+		}
+		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, x.WorkflowID)
+	}
+	return tw.flush()
+}
+
+// planStatus is status's answer for one plan.
+type planStatus struct {
+	Plan       string                  `json:"plan"`
+	Action     *actionStatus           `json:"action"`
+	Protection *workflows.ProtectState `json:"protection"`
+	ProtectRun *execution              `json:"protectRun,omitempty"`
+}
+
+type actionStatus struct {
+	execution
+	Progress *workflows.Progress `json:"progress,omitempty"`
+}
+
+func (a *app) status(ctx context.Context, arg string) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	id := runID(arg)
+	name := planName(arg)
+	st := planStatus{Plan: name}
+	onlyProtect := strings.HasPrefix(id, workflows.ProtectIDPrefix)
+	onlyAction := strings.HasPrefix(arg, "drover-action-")
+	if !onlyProtect {
+		d, err := c.DescribeWorkflowExecution(ctx, workflows.ActionID(name), "")
+		if err == nil {
+			x := executionOf(d.GetWorkflowExecutionInfo())
+			as := &actionStatus{execution: x}
+			if p, qerr := queryProgress(ctx, c, x.WorkflowID, x.RunID); qerr == nil {
+				as.Progress = p
+			}
+			st.Action = as
+		} else if !isNotFound(err) {
+			return temporalError("describe the action of plan "+name, err)
+		}
+	}
+	if !onlyAction {
+		d, err := c.DescribeWorkflowExecution(ctx, workflows.ProtectID(name), "")
+		if err == nil {
+			x := executionOf(d.GetWorkflowExecutionInfo())
+			st.ProtectRun = &x
+			if ps, qerr := workflows.ReadProtect(ctx, c, name); qerr == nil {
+				st.Protection = ps
+			}
+		} else if !isNotFound(err) {
+			return temporalError("describe the protection of plan "+name, err)
+		}
+	}
+	if st.Action == nil && st.ProtectRun == nil {
+		return badInput("Temporal knows no action or protection of plan %q; drctl list shows the plans it knows", name)
+	}
+	if a.json() {
+		writeJSON(a.stdout, st)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "plan %s\n", name)
+	if x := st.Action; x != nil {
+		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s (workflow %s, run %s)\n", x.Type, x.Status, x.Start.Local().Format(time.DateTime), x.WorkflowID, x.RunID)
+		if x.Progress != nil {
+			newLiveTable(a.stdout, false).final(x.Progress, x.WorkflowID)
+		}
+	}
+	if x := st.ProtectRun; x != nil {
+		fmt.Fprintf(a.stdout, "\nprotection: %s (workflow %s)\n", x.Status, x.WorkflowID)
+		if ps := st.Protection; ps != nil {
+			rpo := "within the RPO target"
+			if ps.OutOfRPO {
+				rpo = "OUT OF RPO"
+			}
+			fmt.Fprintf(a.stdout, "  primary %s, replication enabled %v, %d polls, %s\n", ps.Primary, ps.Enabled, ps.Polls, rpo)
+			names := make([]string, 0, len(ps.Groups))
+			for g := range ps.Groups {
+				names = append(names, g)
+			}
+			sort.Strings(names)
+			tw := newTable(a.stdout, "  GROUP", "LAST SYNC", "LAG", "STATUS", "NOTE")
+			for _, g := range names {
+				h := ps.Groups[g]
+				last := "never"
+				if !h.LastSync.IsZero() {
+					last = h.LastSync.Local().Format(time.TimeOnly)
+				}
+				note := h.Error
+				if h.OutOfRPO {
+					note = strings.TrimSpace("out of RPO " + note)
+				}
+				tw.row("  "+g, last, h.Lag.Round(time.Millisecond).String(), h.Status, note)
+			}
+			return tw.flush()
+		}
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
