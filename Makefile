@@ -7,7 +7,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 15m
 
 TEMPORAL_CLI ?= v1.5.1
 
-.PHONY: help build test lint generate schema fuzz demo sim temporal clean
+.PHONY: help build test lint generate schema fuzz demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -43,9 +43,14 @@ FUZZTIME ?= 30s
 fuzz: ## fuzz the plan loader for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./plans
 
-demo: build ## the demo failover on the local embedded stack
-	@echo "make demo: not yet — the demo failover lands with the workflows and operator-surface issues."
-	@echo "Until then, try the storage simulator: make sim"
+demo: build $(BIN)/temporal ## the demo: failover, reprotect and failback on the local embedded stack
+	$(BIN)/drover-stack demo
+
+up: build $(BIN)/temporal ## start the local stack in the background (Temporal UI on 127.0.0.1:8233)
+	$(BIN)/drover-stack up
+
+down: ## stop the stack that make up started
+	@if [ -x $(BIN)/drover-stack ]; then $(BIN)/drover-stack down; else echo "nothing to stop"; fi
 
 sim: build ## run two simulated storage sites in the foreground (Ctrl-C stops them)
 	./scripts/sim-pair.sh

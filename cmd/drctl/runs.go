@@ -262,7 +262,7 @@ func (a *app) summary(r *result) {
 			rpo = r.RPO.Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(a.stdout, "  RTO %v, RPO estimate %s, fenced %v\n", r.RTO.Round(time.Millisecond), rpo, r.Fenced)
-	case "drill":
+	case "drill failover", "drill failback":
 		if r.OK != nil && *r.OK {
 			fmt.Fprintf(a.stdout, "  every check passed; the real action would:\n")
 		} else {

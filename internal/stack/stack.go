@@ -1,0 +1,436 @@
+// Package stack runs Drover's local embedded stack as real processes: the
+// Temporal dev server (the pinned CLI in bin/, with a file database), two
+// simulated storage sites (one drover-sim process each, replicating to
+// each other), the worker, and a data writer on each site's loopback
+// client address. `make demo` runs a failover, reprotect and failback on
+// it and stops it; `make up` leaves it running and `make down` stops it.
+//
+// Every process the stack starts is recorded in the run directory's pid
+// file; Stop and Down end only those, by PID, after checking that the
+// PID still runs the recorded binary.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/drover-dr/drover/sim"
+)
+
+// SiteLayout is where one simulated site listens.
+type SiteLayout struct {
+	Name    string `json:"name"`
+	GRPC    string `json:"grpc"`
+	Data    string `json:"data"`
+	Control string `json:"control"`
+	// Client is the loopback address the site's nodes (and its writer)
+	// connect from; the plan fences it.
+	Client string `json:"client"`
+	// Endpoint is the address the example plan names for this site, which
+	// the stack's copy of the plan replaces with GRPC.
+	Endpoint string `json:"-"`
+}
+
+// Layout is where the stack's processes listen.
+type Layout struct {
+	Temporal string       `json:"temporal"`
+	UI       string       `json:"ui"`
+	Metrics  string       `json:"metrics"`
+	Sites    []SiteLayout `json:"sites"`
+}
+
+// Fixed is the layout of `make up`: the Temporal CLI's default ports, so
+// drctl and the UI work without settings, and the sites where
+// plans/examples/demo.yaml expects them.
+func Fixed() Layout {
+	return Layout{Temporal: "127.0.0.1:7233", UI: "127.0.0.1:8233", Metrics: "127.0.0.1:9464", Sites: []SiteLayout{
+		{Name: "east", GRPC: "127.0.0.1:7300", Data: "127.0.0.1:7301", Control: "127.0.0.1:7302", Client: "127.0.0.2", Endpoint: "127.0.0.1:7300"},
+		{Name: "west", GRPC: "127.0.0.1:7400", Data: "127.0.0.1:7401", Control: "127.0.0.1:7402", Client: "127.0.0.3", Endpoint: "127.0.0.1:7400"},
+	}}
+}
+
+// Free is Fixed with every port chosen free, so a demo can run beside a
+// stack that is up (or beside tests).
+func Free() (Layout, error) {
+	l := Fixed()
+	addrs := make([]string, 9)
+	for i := range addrs {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return l, err
+		}
+		addrs[i] = lis.Addr().String()
+		defer lis.Close()
+	}
+	l.Temporal, l.UI, l.Metrics = addrs[0], addrs[1], addrs[2]
+	for i := range l.Sites {
+		l.Sites[i].GRPC, l.Sites[i].Data, l.Sites[i].Control = addrs[3+3*i], addrs[4+3*i], addrs[5+3*i]
+	}
+	return l, nil
+}
+
+// Options say where the stack runs from.
+type Options struct {
+	// Dir holds the state, the logs, the plan copy and the pid file.
+	Dir string
+	// Bin holds temporal, worker and drover-sim.
+	Bin string
+	// Plan is the example plan whose site endpoints the stack fills in.
+	Plan   string
+	Layout Layout
+	// Detach leaves the processes running after this one exits (make up).
+	Detach bool
+	// Out receives progress lines.
+	Out io.Writer
+}
+
+// Stack is a started stack.
+type Stack struct {
+	Options
+	// PlanFile is the plan copy with this stack's endpoints.
+	PlanFile string
+	procs    []*proc
+}
+
+// proc is one process of the stack.
+type proc struct {
+	Name string `yaml:"name"`
+	PID  int    `yaml:"pid"`
+	Bin  string `yaml:"bin"`
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+const pidFile = "pids.yaml"
+
+// Start starts the stack and waits until every part answers. On error it
+// stops what it started.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	s = &Stack{Options: o}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if running, _ := readPIDs(o.Dir); len(alive(running)) > 0 {
+		return nil, fmt.Errorf("a stack already runs from %s (pids in %s); stop it with make down", o.Dir, filepath.Join(o.Dir, pidFile))
+	}
+	for _, addr := range s.addrs() {
+		if err := free(addr); err != nil {
+			return nil, fmt.Errorf("%v: is a stack up (make down stops it) or another program using it?", err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			s.Stop()
+			s = nil
+		}
+	}()
+	if err := s.writePlan(); err != nil {
+		return s, err
+	}
+	s.say("starting the Temporal dev server on %s (UI http://%s, database %s)", o.Layout.Temporal, o.Layout.UI, filepath.Join(o.Dir, "temporal.db"))
+	host, port, _ := net.SplitHostPort(o.Layout.Temporal)
+	_, uiPort, _ := net.SplitHostPort(o.Layout.UI)
+	if err := s.Spawn("temporal", filepath.Join(o.Bin, "temporal"), nil, "server", "start-dev", "--ip", host, "--port", port,
+		"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn"); err != nil {
+		return s, err
+	}
+	for _, site := range o.Layout.Sites {
+		cfg, err := s.writeSiteConfig(site)
+		if err != nil {
+			return s, err
+		}
+		s.say("starting site %s: CSI-Addons on %s, data on %s, control on http://%s", site.Name, site.GRPC, site.Data, site.Control)
+		if err := s.Spawn("sim-"+site.Name, filepath.Join(o.Bin, "drover-sim"), nil, "--config", cfg, "--log-level", "warn"); err != nil {
+			return s, err
+		}
+	}
+	if err := waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(o.Layout.Temporal) && answers("http://"+o.Layout.UI) }); err != nil {
+		return s, s.withLog(err, "temporal")
+	}
+	for _, site := range o.Layout.Sites {
+		if err := waitFor(ctx, 30*time.Second, "site "+site.Name, func() bool { return answers("http://" + site.Control + "/healthz") }); err != nil {
+			return s, s.withLog(err, "sim-"+site.Name)
+		}
+	}
+	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
+	if err := s.Spawn("worker", filepath.Join(o.Bin, "worker"), []string{"TEMPORAL_ADDRESS=" + o.Layout.Temporal, "TEMPORAL_NAMESPACE=default"},
+		"--metrics", o.Layout.Metrics, "--identity", "drover-stack-worker@"+o.Dir); err != nil {
+		return s, err
+	}
+	if err := waitFor(ctx, time.Minute, "the worker", func() bool { return answers("http://" + o.Layout.Metrics + "/metrics") }); err != nil {
+		return s, s.withLog(err, "worker")
+	}
+	return s, nil
+}
+
+func (s *Stack) say(format string, a ...any) {
+	if s.Out != nil {
+		fmt.Fprintf(s.Out, "stack: "+format+"\n", a...)
+	}
+}
+
+func (s *Stack) addrs() []string {
+	l := s.Layout
+	out := []string{l.Temporal, l.UI, l.Metrics}
+	for _, site := range l.Sites {
+		out = append(out, site.GRPC, site.Data, site.Control)
+	}
+	return out
+}
+
+func free(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("address %s is in use", addr)
+	}
+	return lis.Close()
+}
+
+func dials(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func answers(url string) bool {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode < 500
+}
+
+// waitFor polls cond every 100ms for at most d.
+func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not come up within %v", what, d)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// withLog adds the tail of a process's log to an error.
+func (s *Stack) withLog(err error, name string) error {
+	b, _ := os.ReadFile(s.logPath(name))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return fmt.Errorf("%w; the end of %s:\n%s", err, s.logPath(name), b)
+}
+
+func (s *Stack) logPath(name string) string { return filepath.Join(s.Dir, name+".log") }
+
+// writePlan writes the example plan with this stack's endpoints.
+func (s *Stack) writePlan() error {
+	b, err := os.ReadFile(s.Plan)
+	if err != nil {
+		return err
+	}
+	text := string(b)
+	for _, site := range s.Layout.Sites {
+		if !strings.Contains(text, site.Endpoint) {
+			return fmt.Errorf("%s does not name endpoint %s for site %s", s.Plan, site.Endpoint, site.Name)
+		}
+		text = strings.ReplaceAll(text, site.Endpoint, site.GRPC)
+	}
+	s.PlanFile = filepath.Join(s.Dir, filepath.Base(s.Plan))
+	return os.WriteFile(s.PlanFile, []byte(text), 0o644)
+}
+
+// writeSiteConfig writes one site's drover-sim configuration: the demo
+// plan's groups, east primary, replication to the other site.
+func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
+	peer := ""
+	for _, o := range s.Layout.Sites {
+		if o.Name != site.Name {
+			peer = o.Data
+		}
+	}
+	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer,
+		StateDir: filepath.Join(s.Dir, site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second,
+		Groups: []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}}
+	b, err := yaml.Marshal(map[string]any{"sites": []sim.Config{cfg}})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(s.Dir, site.Name+".yaml")
+	return path, os.WriteFile(path, b, 0o644)
+}
+
+// Spawn starts one process with its output in <dir>/<name>.log and
+// records it in the pid file.
+func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("%s is not built (%v): run make build temporal", bin, err)
+	}
+	logf, err := os.Create(s.logPath(name))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group: a Ctrl-C in the terminal reaches this
+	// program, which stops the stack in order. Without Detach the
+	// processes also die with this one if it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !s.Detach {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %v", name, err)
+	}
+	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	s.procs = append(s.procs, p)
+	return s.savePIDs()
+}
+
+func (s *Stack) savePIDs() error {
+	b, err := yaml.Marshal(s.procs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.Dir, pidFile), b, 0o644)
+}
+
+func readPIDs(dir string) ([]*proc, error) {
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return nil, err
+	}
+	var ps []*proc
+	return ps, yaml.Unmarshal(b, &ps)
+}
+
+// alive keeps the processes that still run their recorded binary.
+func alive(ps []*proc) []*proc {
+	var out []*proc
+	for _, p := range ps {
+		if p.running() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// running reports whether PID is alive and still the recorded binary (a
+// PID can be reused after the process ended).
+func (p *proc) running() bool {
+	if p.done != nil {
+		select {
+		case <-p.done:
+			return false
+		default:
+			return true
+		}
+	}
+	if err := syscall.Kill(p.PID, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := strings.Cut(string(b), "\x00")
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
+	if strings.Contains(string(stat), ") Z ") {
+		return false // a zombie: ended, not yet reaped
+	}
+	return argv0 == p.Bin
+}
+
+// Stop ends the stack's processes, newest first: SIGTERM, then SIGKILL
+// after 20 seconds. It returns the processes it had to kill.
+func (s *Stack) Stop() error {
+	err := stopAll(s.procs, s.Out)
+	if err == nil {
+		_ = os.Remove(filepath.Join(s.Dir, pidFile))
+	}
+	return err
+}
+
+// Down stops a detached stack from its pid file.
+func Down(dir string, out io.Writer) error {
+	ps, err := readPIDs(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(out, "stack: nothing runs from %s\n", dir)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := stopAll(ps, out); err != nil {
+		return err
+	}
+	return os.Remove(filepath.Join(dir, pidFile))
+}
+
+func stopAll(ps []*proc, out io.Writer) error {
+	var errs []error
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		if !p.running() {
+			continue
+		}
+		if err := syscall.Kill(p.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("stop %s (pid %d): %v", p.Name, p.PID, err))
+			continue
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for p.running() && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if p.running() {
+			if out != nil {
+				fmt.Fprintf(out, "stack: %s (pid %d) ignored SIGTERM for 20s; killing it\n", p.Name, p.PID)
+			}
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+			deadline = time.Now().Add(5 * time.Second)
+			for p.running() && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		if p.running() {
+			errs = append(errs, fmt.Errorf("%s (pid %d) is still running", p.Name, p.PID))
+		} else if out != nil {
+			fmt.Fprintf(out, "stack: stopped %s (pid %d)\n", p.Name, p.PID)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PIDs lists the stack's processes by name.
+func (s *Stack) PIDs() map[string]int {
+	m := map[string]int{}
+	for _, p := range s.procs {
+		m[p.Name] = p.PID
+	}
+	return m
+}
