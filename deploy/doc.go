@@ -1,0 +1,6 @@
+// Package deploy holds what runs Drover outside the local embedded stack:
+// the files docker-compose.yaml mounts from deploy/compose (the simulated
+// sites' configurations and the demo plan with the Compose network's
+// addresses). Its tests validate docker-compose.yaml the way
+// `docker compose config` does, and load the files it uses.
+package deploy
