@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/enums/v1"
@@ -405,8 +406,17 @@ func (a *app) update(ctx context.Context, c client.Client, id, name string, arg 
 	return msg, nil
 }
 
+// statusName spells a workflow status the way the tables show it:
+// "running", "completed", "continued as new".
 func statusName(s enums.WorkflowExecutionStatus) string {
-	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.String(), "WorkflowExecutionStatus"), "_", " "))
+	var b strings.Builder
+	for i, r := range s.String() {
+		if unicode.IsUpper(r) && i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
 
 // execution is one workflow in list and status output.
