@@ -199,6 +199,20 @@ policy:
 	if len(valid) != 2 || !valid[0].Valid || !valid[1].Valid {
 		t.Fatalf("plan validate: %+v", valid)
 	}
+	var shown struct {
+		Policy struct{ Parallelism int }
+	}
+	c.ok(&shown, "plan", "show", shop)
+	var schema map[string]any
+	c.ok(&schema, "plan", "schema")
+	if shown.Policy.Parallelism != 10 || schema["$schema"] == nil {
+		t.Fatalf("plan show: %+v; schema keys: %d", shown, len(schema))
+	}
+	var none []any
+	c.ok(&none, "list")
+	if len(none) != 0 {
+		t.Fatalf("list before any action: %v", none)
+	}
 
 	// Protection enables replication and records the syncs.
 	var started map[string]string
@@ -312,6 +326,11 @@ policy:
 		if !slices.Contains(types, want) {
 			t.Errorf("list lacks %q: %v", want, types)
 		}
+	}
+	var plansNow []struct{ Plan, Type, Status string }
+	c.ok(&plansNow, "status")
+	if len(plansNow) != 2 || plansNow[0].Plan != "shop" {
+		t.Fatalf("status of all plans: %+v", plansNow)
 	}
 	c.ok(nil, "protect", "stop", "shop")
 	c.want(2, "has ended; there is nothing to resolve", "resolve", "shop", "--retry", "--step", "nothing")
