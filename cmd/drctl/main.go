@@ -24,7 +24,8 @@
 //
 // Exit codes: 0 done, 1 the action failed (or a drill found problems),
 // 2 bad input (including a declined confirmation), 3 Temporal cannot be
-// reached.
+// reached; 130 when interrupted while following an action (the action
+// goes on).
 package main
 
 import (
@@ -33,7 +34,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,8 +44,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Exit codes.
@@ -51,6 +52,8 @@ const (
 	exitFailed      = 1
 	exitBadInput    = 2
 	exitUnreachable = 3
+	// exitInterrupted: Ctrl-C while following an action, which goes on.
+	exitInterrupted = 130
 )
 
 // exitError carries an exit code with its message.
@@ -75,17 +78,26 @@ func silent(code int) error { return &exitError{code, errSilent} }
 
 var errSilent = errors.New("")
 
-func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runContext(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
 // run executes drctl with args and returns the exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdin, stdout, stderr)
+}
+
+func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := app.root()
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if app.client != nil {
 		app.client.Close()
 	}
@@ -204,7 +216,7 @@ func temporalError(what string, err error) error {
 	if errors.As(err, &nf) {
 		return badInput("%s: %v", what, err)
 	}
-	if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() == codes.Unavailable || isUnavailable(err) {
+	if isUnavailable(err) {
 		return &exitError{exitUnreachable, fmt.Errorf("%s: Temporal stopped answering: %v", what, err)}
 	}
 	return failed("%s: %v", what, err)

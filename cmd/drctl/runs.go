@@ -184,7 +184,8 @@ wait:
 		case err = <-done:
 			break wait
 		case <-ctx.Done():
-			return ctx.Err()
+			// Interrupted: the action itself goes on in Temporal.
+			return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, planName(id))}
 		case <-tick.C:
 			p, qerr := queryProgress(ctx, c, id, out.RunID)
 			if qerr != nil {
