@@ -136,16 +136,23 @@ func groupCount(p *plans.Plan) string {
 	return fmt.Sprintf("%d volume groups", len(p.VolumeGroups))
 }
 
-func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmUnfenced bool) error {
+// prepare loads the plan, checks --to and connects: what every action
+// taking --to needs first.
+func (a *app) prepare(ctx context.Context, file, toFlag string) (*plans.Plan, string, string, client.Client, error) {
 	p, err := loadPlan(file)
 	if err != nil {
-		return err
+		return nil, "", "", nil, err
 	}
-	from, to, err := sites(p, f.to)
+	from, to, err := sites(p, toFlag)
 	if err != nil {
-		return err
+		return nil, "", "", nil, err
 	}
 	c, err := a.dial(ctx)
+	return p, from, to, c, err
+}
+
+func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmUnfenced bool) error {
+	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
 		return err
 	}
@@ -207,15 +214,7 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 }
 
 func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
-	p, err := loadPlan(file)
-	if err != nil {
-		return err
-	}
-	from, to, err := sites(p, f.to)
-	if err != nil {
-		return err
-	}
-	c, err := a.dial(ctx)
+	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
 		return err
 	}
@@ -236,18 +235,10 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 }
 
 func (a *app) drill(ctx context.Context, file, action string, f actionFlags) error {
-	p, err := loadPlan(file)
-	if err != nil {
-		return err
-	}
 	if action != "failover" && action != "failback" {
 		return badInput("--action %q: want failover or failback", action)
 	}
-	from, to, err := sites(p, f.to)
-	if err != nil {
-		return err
-	}
-	c, err := a.dial(ctx)
+	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
 		return err
 	}

@@ -287,25 +287,38 @@ func stepsIn(p *workflows.Progress, state string) []string {
 	return out
 }
 
-func (a *app) resolve(ctx context.Context, id, step, decision string, override, yes bool) error {
+// pick connects, reads the action's progress and picks the step in state
+// that the operator means: the one named, or the only one. what names
+// such steps in messages, flag the option that names one.
+func (a *app) pick(ctx context.Context, id, state, named, what, flag string, trim func(string) string) (client.Client, *workflows.Progress, string, error) {
 	c, err := a.dial(ctx)
 	if err != nil {
-		return err
+		return nil, nil, "", err
 	}
 	p, err := queryProgress(ctx, c, id, "")
 	if err != nil {
-		return temporalError("read the progress of "+id, err)
+		return nil, nil, "", temporalError("read the progress of "+id, err)
 	}
-	paused := stepsIn(p, workflows.StatePaused)
-	if step == "" {
-		switch len(paused) {
-		case 0:
-			return badInput("no step of %s is paused; drctl status %s shows where it is", id, planName(id))
-		case 1:
-			step = paused[0]
-		default:
-			return badInput("%d steps of %s are paused; name one with --step: %q", len(paused), id, paused)
-		}
+	if named != "" {
+		return c, p, named, nil
+	}
+	var found []string
+	for _, s := range stepsIn(p, state) {
+		found = append(found, trim(s))
+	}
+	switch len(found) {
+	case 0:
+		return nil, nil, "", badInput("%s has no %s; drctl status %s shows where it is", id, what, planName(id))
+	case 1:
+		return c, p, found[0], nil
+	}
+	return nil, nil, "", badInput("%s has %d of them (%s); name one with %s: %q", id, len(found), what, flag, found)
+}
+
+func (a *app) resolve(ctx context.Context, id, step, decision string, override, yes bool) error {
+	c, _, step, err := a.pick(ctx, id, workflows.StatePaused, step, "paused step", "--step", func(s string) string { return s })
+	if err != nil {
+		return err
 	}
 	if decision != workflows.DecisionRetry {
 		if err := a.confirm(yes, fmt.Sprintf("%s step %q of %s.", strings.ToUpper(decision[:1])+decision[1:], step, id)); err != nil {
@@ -325,27 +338,10 @@ func (a *app) resolve(ctx context.Context, id, step, decision string, override, 
 }
 
 func (a *app) approve(ctx context.Context, id, gate, by string, yes bool) error {
-	c, err := a.dial(ctx)
+	c, p, gate, err := a.pick(ctx, id, workflows.StateWaiting, gate, "approval gate waiting", "--gate",
+		func(s string) string { return strings.TrimPrefix(s, "approve ") })
 	if err != nil {
 		return err
-	}
-	p, err := queryProgress(ctx, c, id, "")
-	if err != nil {
-		return temporalError("read the progress of "+id, err)
-	}
-	var waiting []string
-	for _, s := range stepsIn(p, workflows.StateWaiting) {
-		waiting = append(waiting, strings.TrimPrefix(s, "approve "))
-	}
-	if gate == "" {
-		switch len(waiting) {
-		case 0:
-			return badInput("%s waits at no approval gate; drctl status %s shows where it is", id, planName(id))
-		case 1:
-			gate = waiting[0]
-		default:
-			return badInput("%s waits at %d gates; name one with --gate: %q", id, len(waiting), waiting)
-		}
 	}
 	if err := a.confirm(yes, fmt.Sprintf("Approve gate %s of the %s of plan %q: the action goes on past it.", gate, p.Action, p.Plan)); err != nil {
 		return err

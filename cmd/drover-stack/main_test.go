@@ -59,11 +59,20 @@ func under(t *testing.T, dir string) []string {
 	return out
 }
 
+func stackArgs(bin, dir string, args ...string) []string {
+	return append(args, "--dir", dir, "--bin", bin, "--plan", "../../plans/examples/demo.yaml")
+}
+
 func stackCmd(bin, dir string, args ...string) (*exec.Cmd, *simtest.Buffer) {
-	cmd := exec.Command(filepath.Join(bin, "drover-stack"), append(args, "--dir", dir, "--bin", bin, "--plan", "../../plans/examples/demo.yaml")...)
+	cmd := exec.Command(filepath.Join(bin, "drover-stack"), stackArgs(bin, dir, args...)...)
 	out := &simtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	return cmd, out
+}
+
+// startDemo runs the demo in the background.
+func startDemo(t *testing.T, bin, dir string) *bintest.Proc {
+	return bintest.Start(t, nil, filepath.Join(bin, "drover-stack"), stackArgs(bin, dir, "demo")...)
 }
 
 // TestDemo runs the demo as make demo does: it ends with the success line,
@@ -71,21 +80,16 @@ func stackCmd(bin, dir string, args ...string) (*exec.Cmd, *simtest.Buffer) {
 func TestDemo(t *testing.T) {
 	bin := binaries(t)
 	dir := filepath.Join(t.TempDir(), "demo")
-	cmd, out := stackCmd(bin, dir, "demo")
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("demo: %v\n%s", err, out)
-		}
-	case <-time.After(5 * time.Minute):
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		<-done
+	demo := startDemo(t, bin, dir)
+	out := demo.Log
+	ended, err := demo.Wait(5 * time.Minute)
+	if !ended {
+		_ = demo.Cmd.Process.Signal(syscall.SIGINT)
+		demo.Wait(time.Minute)
 		t.Fatalf("the demo did not end within 5 minutes:\n%s", out)
+	}
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
 	}
 	for _, want := range []string{"demo: SUCCESS", "failover RTO:", "RPO estimate:", "failback:       0 write(s) lost", "invariants ok", "0 violations", "stack: stopped temporal"} {
 		if !strings.Contains(out.String(), want) {
@@ -103,27 +107,21 @@ func TestDemo(t *testing.T) {
 func TestDemoInterrupted(t *testing.T) {
 	bin := binaries(t)
 	dir := filepath.Join(t.TempDir(), "demo")
-	cmd, out := stackCmd(bin, dir, "demo")
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
+	demo := startDemo(t, bin, dir)
+	out := demo.Log
 	simtest.Eventually(t, 3*time.Minute, "the demo to reach the failover", func() bool { return strings.Contains(out.String(), "$ drctl failover") })
 	if n := len(under(t, dir)); n < 4 {
 		t.Fatalf("only %d stack processes run mid-demo", n)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := demo.Cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if code := bintest.ExitCode(err); code != 130 {
-			t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out)
-		}
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
+	ended, err := demo.Wait(time.Minute)
+	if !ended {
 		t.Fatalf("the demo did not stop within a minute of SIGINT:\n%s", out)
+	}
+	if code := bintest.ExitCode(err); code != 130 {
+		t.Fatalf("interrupted demo: exit %d, want 130\n%s", code, out)
 	}
 	if !strings.Contains(out.String(), "interrupted; everything it started is stopped") {
 		t.Errorf("no interruption message:\n%s", tail(out.String(), 1000))
