@@ -12,8 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/enums/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
@@ -187,23 +185,36 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 		return err
 	}
 	in := workflows.ReprotectInput{Plan: p}
-	last, res, err := lastFailover(ctx, c, p.Metadata.Name)
+	if from != "" && p.Site(from) == nil {
+		return badInput("plan %q has no site %q", p.Metadata.Name, from)
+	}
+	last, err := lastAction(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
 	}
 	switch {
-	case from != "":
-		if p.Site(from) == nil {
-			return badInput("plan %q has no site %q", p.Metadata.Name, from)
+	case last.is("Failover", enums.WORKFLOW_EXECUTION_STATUS_COMPLETED):
+		// The usual case: the site the failover left is back.
+		var fo workflows.FailoverInput
+		var res workflows.FailoverResult
+		if err := last.read(ctx, c, &fo, &res); err != nil {
+			return err
+		}
+		in.From, in.To, in.Fenced = fo.From, fo.To, res.Fenced
+	case last.is("Reprotect", enums.WORKFLOW_EXECUTION_STATUS_FAILED, enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_TERMINATED, enums.WORKFLOW_EXECUTION_STATUS_TIMED_OUT):
+		// A reprotect that did not finish: run it again.
+		if err := last.read(ctx, c, &in, nil); err != nil {
+			return err
+		}
+		in.Plan = p
+	case from == "":
+		return badInput("plan %q: the last action is %s; reprotect follows a completed failover. If the site came back otherwise, name it with --from", p.Metadata.Name, last)
+	}
+	if from != "" && from != in.From {
+		if in.From != "" {
+			return badInput("--from %s: the last failover of plan %q left %s, not %s", from, p.Metadata.Name, in.From, from)
 		}
 		in.From, in.To = from, otherSite(p, from)
-		if last != nil && last.From == from {
-			in.Fenced = res.Fenced
-		}
-	case last != nil:
-		in.From, in.To, in.Fenced = last.From, last.To, res.Fenced
-	default:
-		return badInput("plan %q has no completed failover to reprotect after; name the returned site with --from", p.Metadata.Name)
 	}
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
 		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
@@ -219,12 +230,20 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 		return err
 	}
 	in := workflows.FailbackInput{Plan: p, From: from, To: to}
-	last, res, err := lastFailover(ctx, c, p.Metadata.Name)
+	last, err := lastAction(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
 	}
-	if last != nil && last.From == to {
-		in.Fenced = res.Fenced
+	if last.is("Failover", enums.WORKFLOW_EXECUTION_STATUS_COMPLETED) {
+		// No reprotect since: lift what the failover fenced on To.
+		var fo workflows.FailoverInput
+		var res workflows.FailoverResult
+		if err := last.read(ctx, c, &fo, &res); err != nil {
+			return err
+		}
+		if fo.From == to {
+			in.Fenced = res.Fenced
+		}
 	}
 	what := fmt.Sprintf("Fail back plan %q from %s to %s: stop %s's workloads, demote %s there, promote on %s once the final sync has landed, start the workloads on %s.",
 		p.Metadata.Name, from, to, from, groupCount(p), to, to)
@@ -269,41 +288,59 @@ func (a *app) start(ctx context.Context, c client.Client, p *plans.Plan, action 
 	return a.follow(ctx, c, run.GetID(), run.GetRunID())
 }
 
-// lastFailover finds the plan's last completed failover: its input and
-// result, or nils when there is none.
-func lastFailover(ctx context.Context, c client.Client, plan string) (*workflows.FailoverInput, *workflows.FailoverResult, error) {
-	q := fmt.Sprintf("WorkflowId = '%s' AND WorkflowType = 'Failover' AND ExecutionStatus = 'Completed'", workflows.ActionID(plan))
-	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 20})
+// last is the latest run of a plan's action workflow.
+type last struct {
+	id, runID, typ string
+	status         enums.WorkflowExecutionStatus
+}
+
+func (l *last) String() string {
+	if l.typ == "" {
+		return "none"
+	}
+	return fmt.Sprintf("a %s (%s, run %s)", l.typ, statusName(l.status), l.runID)
+}
+
+func (l *last) is(typ string, statuses ...enums.WorkflowExecutionStatus) bool {
+	return l.typ == typ && slices.Contains(statuses, l.status)
+}
+
+// lastAction describes the plan's latest action run. It reads the
+// workflow itself, not the visibility store, which may lag behind it: a
+// reprotect must not be aimed by a failover a failback has since undone.
+func lastAction(ctx context.Context, c client.Client, plan string) (*last, error) {
+	d, err := c.DescribeWorkflowExecution(ctx, workflows.ActionID(plan), "")
+	if isNotFound(err) {
+		return &last{}, nil
+	}
 	if err != nil {
-		return nil, nil, temporalError("look up the last failover of plan "+plan, err)
+		return nil, temporalError("describe the last action of plan "+plan, err)
 	}
-	var latest *workflowpb.WorkflowExecutionInfo
-	for _, e := range resp.GetExecutions() {
-		if latest == nil || e.GetCloseTime().AsTime().After(latest.GetCloseTime().AsTime()) {
-			latest = e
-		}
-	}
-	if latest == nil {
-		return nil, nil, nil
-	}
-	id, runID := latest.GetExecution().GetWorkflowId(), latest.GetExecution().GetRunId()
-	it := c.GetWorkflowHistory(ctx, id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	info := d.GetWorkflowExecutionInfo()
+	return &last{id: info.GetExecution().GetWorkflowId(), runID: info.GetExecution().GetRunId(), typ: info.GetType().GetName(), status: info.GetStatus()}, nil
+}
+
+// read decodes the run's input (from its first event) and, when result
+// is not nil, its result.
+func (l *last) read(ctx context.Context, c client.Client, input, result any) error {
+	it := c.GetWorkflowHistory(ctx, l.id, l.runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
-		return nil, nil, failed("the history of failover run %s is empty", runID)
+		return failed("the history of %s is empty", l)
 	}
 	ev, err := it.Next()
 	if err != nil {
-		return nil, nil, temporalError("read the last failover of plan "+plan, err)
+		return temporalError("read "+l.String(), err)
 	}
-	var in workflows.FailoverInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
-		return nil, nil, failed("decode the last failover's input: %v", err)
+	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), input); err != nil {
+		return failed("decode the input of %s: %v", l, err)
 	}
-	var res workflows.FailoverResult
-	if err := c.GetWorkflow(ctx, id, runID).Get(ctx, &res); err != nil {
-		return nil, nil, temporalError("read the last failover's result", err)
+	if result == nil {
+		return nil
 	}
-	return &in, &res, nil
+	if err := c.GetWorkflow(ctx, l.id, l.runID).Get(ctx, result); err != nil {
+		return temporalError("read the result of "+l.String(), err)
+	}
+	return nil
 }
 
 func (a *app) protectCommand() *cobra.Command {

@@ -188,7 +188,7 @@ policy:
 	c.want(2, "unknown flag: --frobnicate", "list", "--frobnicate")
 	c.want(2, `unknown command "frob"`, "frob")
 	c.want(2, "give exactly one of --retry, --skip or --abort", "resolve", "shop", "--retry", "--skip")
-	c.want(2, "has no completed failover to reprotect after", "reprotect", shop, "--yes")
+	c.want(2, "the last action is none; reprotect follows a completed failover", "reprotect", shop, "--yes")
 	c.want(2, "Temporal knows no action or protection of plan \"nosuch\"", "status", "nosuch")
 	c.want(3, "cannot reach Temporal at", "--address", simtest.FreeAddr(t), "list")
 	if code, out, _ := c.run("completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
@@ -307,6 +307,7 @@ policy:
 	if o.Status != "completed" {
 		t.Fatalf("failback: %+v", o)
 	}
+	c.want(2, "the last action is a Failback (completed", "reprotect", shop, "--yes")
 	var st statusOut
 	c.ok(&st, "status", shop)
 	if st.Action == nil || st.Action.Type != "Failback" || st.Action.Status != "completed" {
