@@ -192,14 +192,13 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if err != nil {
 		return err
 	}
+	fo, res, err := last.failover(ctx, c)
+	if err != nil {
+		return err
+	}
 	switch {
-	case last.is("Failover", enums.WORKFLOW_EXECUTION_STATUS_COMPLETED):
+	case fo != nil:
 		// The usual case: the site the failover left is back.
-		var fo workflows.FailoverInput
-		var res workflows.FailoverResult
-		if err := last.read(ctx, c, &fo, &res); err != nil {
-			return err
-		}
 		in.From, in.To, in.Fenced = fo.From, fo.To, res.Fenced
 	case last.is("Reprotect", enums.WORKFLOW_EXECUTION_STATUS_FAILED, enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_TERMINATED, enums.WORKFLOW_EXECUTION_STATUS_TIMED_OUT):
 		// A reprotect that did not finish: run it again.
@@ -234,16 +233,13 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 	if err != nil {
 		return err
 	}
-	if last.is("Failover", enums.WORKFLOW_EXECUTION_STATUS_COMPLETED) {
+	fo, res, err := last.failover(ctx, c)
+	if err != nil {
+		return err
+	}
+	if fo != nil && fo.From == to {
 		// No reprotect since: lift what the failover fenced on To.
-		var fo workflows.FailoverInput
-		var res workflows.FailoverResult
-		if err := last.read(ctx, c, &fo, &res); err != nil {
-			return err
-		}
-		if fo.From == to {
-			in.Fenced = res.Fenced
-		}
+		in.Fenced = res.Fenced
 	}
 	what := fmt.Sprintf("Fail back plan %q from %s to %s: stop %s's workloads, demote %s there, promote on %s once the final sync has landed, start the workloads on %s.",
 		p.Metadata.Name, from, to, from, groupCount(p), to, to)
@@ -318,6 +314,20 @@ func lastAction(ctx context.Context, c client.Client, plan string) (*last, error
 	}
 	info := d.GetWorkflowExecutionInfo()
 	return &last{id: info.GetExecution().GetWorkflowId(), runID: info.GetExecution().GetRunId(), typ: info.GetType().GetName(), status: info.GetStatus()}, nil
+}
+
+// failover returns the run's input and result when it is a completed
+// Failover, nils otherwise.
+func (l *last) failover(ctx context.Context, c client.Client) (*workflows.FailoverInput, *workflows.FailoverResult, error) {
+	if !l.is("Failover", enums.WORKFLOW_EXECUTION_STATUS_COMPLETED) {
+		return nil, nil, nil
+	}
+	var in workflows.FailoverInput
+	var res workflows.FailoverResult
+	if err := l.read(ctx, c, &in, &res); err != nil {
+		return nil, nil, err
+	}
+	return &in, &res, nil
 }
 
 // read decodes the run's input (from its first event) and, when result
