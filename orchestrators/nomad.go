@@ -251,6 +251,13 @@ func (n *Nomad) CheckHealth(ctx context.Context, w Workload) (Health, error) {
 		return Health{Failed: true, Detail: fmt.Sprintf("job %q is stopped", nj.Job)}, nil
 	}
 	q := (&api.QueryOptions{}).WithContext(ctx)
+	// The deployment first: Nomad fails a deployment only after the
+	// client reported the failed allocation, so allocations read after it
+	// name every allocation that failed it.
+	d, _, err := n.client.Jobs().LatestDeployment(nj.Job, q)
+	if err != nil {
+		return Health{}, n.classify("health", w, err)
+	}
 	allocs, _, err := n.client.Jobs().Allocations(nj.Job, false, q)
 	if err != nil {
 		return Health{}, n.classify("health", w, err)
@@ -277,10 +284,6 @@ func (n *Nomad) CheckHealth(ctx context.Context, w Workload) (Health, error) {
 	h := Health{Failing: failing}
 	parts := []string{fmt.Sprintf("%d/%d allocations running", running, wanted)}
 	deployOK := true
-	d, _, err := n.client.Jobs().LatestDeployment(nj.Job, q)
-	if err != nil {
-		return Health{}, n.classify("health", w, err)
-	}
 	if d != nil && j.Version != nil && d.JobVersion == *j.Version {
 		parts = append(parts, "deployment "+d.Status)
 		switch d.Status {
