@@ -172,17 +172,35 @@ func TestNomadDeregisterLifecycle(t *testing.T) {
 }
 
 // TestNomadScaleMode: stop by scaling to zero and start by scaling back.
-// Right after a register, Nomad refuses to scale while the deployment
-// runs; that is a temporary error, and retrying finishes the job.
+// While a job's first deployment runs, Nomad refuses to scale it; that is
+// a temporary error, and retrying finishes the job.
 func TestNomadScaleMode(t *testing.T) {
 	eachAgent(t, func(t *testing.T, a agent) {
 		n := nomadFor(t, a, "")
 		ctx := ctxT(t)
-		w := workload(&plans.NomadJob{Job: "api", JobFile: jobFile(t, serviceJob("api", 2, "/bin/sleep")), Stop: "scale", Groups: map[string]int{"web": 2}})
+		spec := serviceJob("api", 2, "/bin/sleep")
+		// Long enough that the deployment still runs when the stop comes.
+		spec.Update.MinHealthyTime = ptr(3 * time.Second)
+		w := workload(&plans.NomadJob{Job: "api", JobFile: jobFile(t, spec), Stop: "scale", Groups: map[string]int{"web": 2}})
 		if _, err := n.StartWorkload(ctx, w); err != nil {
 			t.Fatal(err)
 		}
-		_, err := n.StopWorkload(ctx, w)
+		// A real agent creates the deployment when its scheduler has
+		// handled the registration, a moment after the register returns.
+		raw, err := api.NewClient(&api.Config{Address: a.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			d, _, err := raw.Jobs().LatestDeployment("api", nil)
+			if err == nil && d != nil && d.Status == "running" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no running deployment of api after 30s: %+v, %v", d, err)
+			}
+		}
+		_, err = n.StopWorkload(ctx, w)
 		var e *orchestrators.Error
 		if !errors.As(err, &e) || !e.Temporary || !strings.Contains(e.Msg, "blocked while the job's deployment runs") {
 			t.Fatalf("scale during the first deployment: %v; want a temporary 'blocked' error", err)

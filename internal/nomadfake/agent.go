@@ -45,6 +45,13 @@ plugin "raw_exec" {
     enabled = true
   }
 }
+client {
+  options {
+    # No cloud metadata probes: they only slow the start on a machine
+    # outside a cloud, and fail it where the metadata address is blocked.
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
 `, ports[0], ports[1], ports[2])
 	cfg := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {

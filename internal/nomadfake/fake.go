@@ -40,7 +40,8 @@ type Server struct {
 	// StartDelay is how long a new allocation stays pending.
 	StartDelay time.Duration
 	// HealthyAfter is how long allocations must run before their
-	// deployment succeeds (the update block's min_healthy_time).
+	// deployment succeeds, for jobs whose update block sets no
+	// min_healthy_time.
 	HealthyAfter time.Duration
 	// StopDelay is how long a stopping allocation takes to complete.
 	StopDelay time.Duration
@@ -322,7 +323,7 @@ func (s *Server) deploymentStatus(j *job, d *deployment, now time.Time) string {
 		case "failed":
 			failed++
 		case "running":
-			if now.Sub(a.created) >= s.StartDelay+s.HealthyAfter {
+			if now.Sub(a.created) >= s.StartDelay+s.healthyAfter(j) {
 				healthy++
 			}
 		}
@@ -335,6 +336,16 @@ func (s *Server) deploymentStatus(j *job, d *deployment, now time.Time) string {
 	default:
 		return "running"
 	}
+}
+
+// healthyAfter is how long an allocation must run before it counts as
+// healthy: the job's update block's min_healthy_time, as on a real agent,
+// or HealthyAfter when the job sets none.
+func (s *Server) healthyAfter(j *job) time.Duration {
+	if u := j.spec.Update; u != nil && u.MinHealthyTime != nil && *u.MinHealthyTime > 0 {
+		return *u.MinHealthyTime
+	}
+	return s.HealthyAfter
 }
 
 func (s *Server) desired(j *job) int {
@@ -485,7 +496,7 @@ func (s *Server) allocations(w http.ResponseWriter, r *http.Request) {
 				stub.TaskStates = map[string]*api.TaskState{a.group: {State: "dead", Failed: true,
 					Events: []*api.TaskEvent{{Type: "Driver Failure", DisplayMessage: a.failWhy}}}}
 			}
-			if *j.spec.Type == "service" && st == "running" && now.Sub(a.created) >= s.StartDelay+s.HealthyAfter {
+			if *j.spec.Type == "service" && st == "running" && now.Sub(a.created) >= s.StartDelay+s.healthyAfter(j) {
 				stub.DeploymentStatus = &api.AllocDeploymentStatus{Healthy: ptr(true)}
 			}
 			out = append(out, stub)
@@ -522,7 +533,7 @@ func (s *Server) latestDeployment(w http.ResponseWriter, r *http.Request) {
 				case "failed":
 					ds.UnhealthyAllocs++
 				case "running":
-					if now.Sub(a.created) >= s.StartDelay+s.HealthyAfter {
+					if now.Sub(a.created) >= s.StartDelay+s.healthyAfter(j) {
 						ds.HealthyAllocs++
 					}
 				}
