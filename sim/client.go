@@ -170,6 +170,15 @@ func (c *Control) SetFaults(ctx context.Context, rules []FaultRule) error {
 	return c.call(ctx, http.MethodPut, "/v1/faults", rules, nil)
 }
 
+// FaultsFired counts the injected errors that fired so far, by
+// "RPC:CODE".
+func (c *Control) FaultsFired(ctx context.Context) (map[string]int, error) {
+	var out struct {
+		Fired map[string]int `json:"fired"`
+	}
+	return out.Fired, c.call(ctx, http.MethodGet, "/v1/faults", nil, &out)
+}
+
 // Down takes the site down; Up brings it back.
 func (c *Control) Down(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/down", nil, nil)

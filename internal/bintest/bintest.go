@@ -5,6 +5,7 @@ package bintest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 )
 
@@ -19,11 +21,20 @@ import (
 // temporary directory and returns it.
 func Build(t testing.TB, cmds ...string) string {
 	t.Helper()
+	dir := t.TempDir()
+	if err := BuildInto(dir, cmds...); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// BuildInto compiles the named commands into dir, for a TestMain that
+// builds once for every test of its package.
+func BuildInto(dir string, cmds ...string) error {
 	root, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
+		return fmt.Errorf("go env GOMOD: %v", err)
 	}
-	dir := t.TempDir()
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	for _, c := range cmds {
 		args = append(args, "./cmd/"+c)
@@ -31,9 +42,20 @@ func Build(t testing.TB, cmds ...string) string {
 	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %v: %v\n%s", cmds, err, out)
+		return fmt.Errorf("go build %v: %v\n%s", cmds, err, out)
 	}
-	return dir
+	return nil
+}
+
+// LinkTemporal links the Temporal CLI that make temporal built into dir,
+// where the stack looks for it beside the project's commands. It says
+// what to run when the CLI is not built.
+func LinkTemporal(dir string) error {
+	temporal := devserver.Binary()
+	if temporal == "" {
+		return errors.New("the Temporal CLI is not built: run make temporal")
+	}
+	return os.Symlink(temporal, filepath.Join(dir, "temporal"))
 }
 
 // ExitCode is a finished command's exit code (-1 when it did not run).

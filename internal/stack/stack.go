@@ -79,7 +79,10 @@ type Options struct {
 	// Bin holds temporal, worker and drover-sim.
 	Bin string
 	// Plan is the example plan whose site endpoints the stack fills in.
-	Plan   string
+	Plan string
+	// Groups are the volume groups each site holds (default: the demo
+	// plan's vg-db and vg-web).
+	Groups []sim.GroupSpec
 	Layout Layout
 	// Detach leaves the processes running after this one exits (make up).
 	Detach bool
@@ -100,6 +103,8 @@ type proc struct {
 	Name string `yaml:"name"`
 	PID  int    `yaml:"pid"`
 	Bin  string `yaml:"bin"`
+	env  []string
+	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -147,12 +152,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return s, err
 		}
 	}
-	if err := waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(o.Layout.Temporal) && answers("http://"+o.Layout.UI) }); err != nil {
-		return s, s.withLog(err, "temporal")
+	if err := s.waitReady(ctx, "temporal"); err != nil {
+		return s, err
 	}
 	for _, site := range o.Layout.Sites {
-		if err := waitFor(ctx, 30*time.Second, "site "+site.Name, func() bool { return answers("http://" + site.Control + "/healthz") }); err != nil {
-			return s, s.withLog(err, "sim-"+site.Name)
+		if err := s.waitReady(ctx, "sim-"+site.Name); err != nil {
+			return s, err
 		}
 	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
@@ -160,10 +165,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		"--metrics", o.Layout.Metrics, "--identity", "drover-stack-worker@"+o.Dir); err != nil {
 		return s, err
 	}
-	if err := waitFor(ctx, time.Minute, "the worker", func() bool { return answers("http://" + o.Layout.Metrics + "/metrics") }); err != nil {
-		return s, s.withLog(err, "worker")
-	}
-	return s, nil
+	return s, s.waitReady(ctx, "worker")
 }
 
 func (s *Stack) say(format string, a ...any) {
@@ -252,8 +254,11 @@ func (s *Stack) writePlan() error {
 	return os.WriteFile(s.PlanFile, []byte(text), 0o644)
 }
 
-// writeSiteConfig writes one site's drover-sim configuration: the demo
-// plan's groups, east primary, replication to the other site.
+// StateDir is where a site keeps its persisted state.
+func (s *Stack) StateDir(site string) string { return filepath.Join(s.Dir, site) }
+
+// writeSiteConfig writes one site's drover-sim configuration: the
+// stack's groups, the first site primary, replication to the other site.
 func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 	peer := ""
 	for _, o := range s.Layout.Sites {
@@ -262,8 +267,10 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 		}
 	}
 	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer,
-		StateDir: filepath.Join(s.Dir, site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second,
-		Groups: []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}}
+		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups}
+	if len(cfg.Groups) == 0 {
+		cfg.Groups = []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}
+	}
 	b, err := yaml.Marshal(map[string]any{"sites": []sim.Config{cfg}})
 	if err != nil {
 		return "", err
@@ -273,14 +280,30 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 }
 
 // Spawn starts one process with its output in <dir>/<name>.log and
-// records it in the pid file.
+// records it in the pid file. A process of the same name that has ended
+// is replaced, and its log goes on in the same file.
 func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%s is not built (%v): run make build temporal", bin, err)
 	}
-	logf, err := os.Create(s.logPath(name))
+	at := -1
+	for i, p := range s.procs {
+		if p.Name == name {
+			if p.running() {
+				return fmt.Errorf("%s already runs (pid %d)", name, p.PID)
+			}
+			at = i
+		}
+	}
+	logf, err := os.OpenFile(s.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
+	}
+	if at < 0 {
+		if err := logf.Truncate(0); err != nil {
+			logf.Close()
+			return err
+		}
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
@@ -296,10 +319,86 @@ func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %v", name, err)
 	}
-	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, cmd: cmd, done: make(chan struct{})}
+	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, env: env, args: args, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	s.procs = append(s.procs, p)
+	if at < 0 {
+		s.procs = append(s.procs, p)
+	} else {
+		s.procs[at] = p
+	}
 	return s.savePIDs()
+}
+
+func (s *Stack) proc(name string) (*proc, error) {
+	for _, p := range s.procs {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("the stack has no process %q", name)
+}
+
+// Kill ends one of the stack's processes with SIGKILL, as a crash would,
+// and waits until it is gone.
+func (s *Stack) Kill(name string) error {
+	p, err := s.proc(name)
+	if err != nil {
+		return err
+	}
+	if !p.running() {
+		return fmt.Errorf("%s (pid %d) is not running", name, p.PID)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %v", name, p.PID, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) still runs 10s after SIGKILL", name, p.PID)
+	}
+}
+
+// Restart starts a process of the stack again with the arguments it
+// first had, stopping it first (SIGTERM) if it still runs, and waits
+// until it answers.
+func (s *Stack) Restart(ctx context.Context, name string) error {
+	p, err := s.proc(name)
+	if err != nil {
+		return err
+	}
+	if p.running() {
+		if err := stopAll([]*proc{p}, s.Out); err != nil {
+			return err
+		}
+	}
+	if err := s.Spawn(name, p.Bin, p.env, p.args...); err != nil {
+		return err
+	}
+	return s.waitReady(ctx, name)
+}
+
+// waitReady waits until the named process answers: the Temporal frontend
+// and UI, a site's control API, the worker's metrics.
+func (s *Stack) waitReady(ctx context.Context, name string) error {
+	l := s.Layout
+	var err error
+	switch {
+	case name == "temporal":
+		err = waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(l.Temporal) && answers("http://"+l.UI) })
+	case name == "worker":
+		err = waitFor(ctx, time.Minute, "the worker", func() bool { return answers("http://" + l.Metrics + "/metrics") })
+	case strings.HasPrefix(name, "sim-"):
+		for _, site := range l.Sites {
+			if "sim-"+site.Name == name {
+				err = waitFor(ctx, 30*time.Second, "site "+site.Name, func() bool { return answers("http://" + site.Control + "/healthz") })
+			}
+		}
+	}
+	if err != nil {
+		return s.withLog(err, name)
+	}
+	return nil
 }
 
 func (s *Stack) savePIDs() error {
