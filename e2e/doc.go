@@ -1,0 +1,25 @@
+// Package e2e proves Drover end to end, the way an operator runs it: the
+// real Temporal dev server with a file database, the worker and drctl
+// binaries, each simulated storage site a drover-sim process, and an
+// application writing on each site's client address. Its tests are the
+// proof; the package has no code of its own.
+//
+// TestScenarios walks one stack through what a DR tool must get right:
+// plans with mistakes refused with exit code 2, a drill that leaves the
+// storage state files byte for byte as they were, an unplanned failover
+// while the applications write (and a second failover refused while it
+// runs), the reprotect of the returned site, and a failback that loses no
+// acknowledged write. The simulator's invariant checker runs after each.
+//
+// TestChaos repeats failover, reprotect and failback under disruption
+// from a seeded random source: kill -9 of the worker at random points of
+// an action and a restart, a restart of the Temporal dev server in the
+// middle of an action, a storage site taken down and brought back, bursts
+// of ABORTED, UNAVAILABLE and DEADLINE_EXCEEDED, and now and then a fault
+// that does not heal, which must pause the action for the operator. Every
+// action must end completed and every invariant must hold. It prints the
+// seed and the counts; DROVER_CHAOS_SEED replays a run and
+// DROVER_CHAOS_KILLS sets how many kills land inside actions (default 20).
+//
+// The tests need the Temporal CLI (make temporal); make test builds it.
+package e2e
