@@ -1,13 +1,15 @@
 # Drover — build, test and run targets. `make help` lists them.
 
+SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin
 PKGS      := ./...
 TEST_FLAGS ?= -race -count=1 -timeout 15m
+E2E_FLAGS  ?= -count=1 -timeout 20m
 
 TEMPORAL_CLI ?= v1.5.1
 
-.PHONY: help build test lint generate schema fuzz demo up down sim temporal clean
+.PHONY: help build test e2e lint generate schema fuzz demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -16,8 +18,19 @@ build: ## build every command into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-test: lint $(BIN)/temporal ## run the tests (the README's test command)
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+test: lint $(BIN)/temporal ## run the tests (the README's test command): the packages, then make e2e
+	$(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '/e2e$$')
+	$(MAKE) --no-print-directory e2e
+
+# The end-to-end scenarios and the chaos run, on a stack of processes. It
+# prints each scenario, the chaos seed and counts; the full log goes to
+# .run/e2e.log, and its end is printed when something fails.
+# DROVER_CHAOS_SEED replays a chaos run, DROVER_CHAOS_KILLS sizes it.
+e2e: $(BIN)/temporal ## the end-to-end scenarios and the chaos run (log in .run/e2e.log)
+	@mkdir -p .run
+	@set -o pipefail; $(GO) test $(E2E_FLAGS) -v ./e2e 2>&1 | tee .run/e2e.log \
+	  | grep --line-buffered -E '^(chaos:|=== RUN|--- |ok|FAIL|PASS)|^ +--- ' \
+	  || { echo "== the end of .run/e2e.log"; tail -n 150 .run/e2e.log; exit 1; }
 
 temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
 

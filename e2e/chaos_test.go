@@ -1,0 +1,277 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// chaosCounts are what a chaos run did.
+type chaosCounts struct {
+	Runs, Actions                    int
+	Kills, KillsInAction             int
+	ServerRestarts, SiteOutages      int
+	Bursts, Permanent, Paused, Fired int
+	Violations                       int
+}
+
+func (c chaosCounts) String() string {
+	return fmt.Sprintf("%d runs, %d actions, %d worker kills (%d inside an action), %d Temporal restarts, %d site outages, "+
+		"%d fault bursts and %d permanent faults armed (%d injected errors fired), %d pauses resolved by the operator, %d invariant violations",
+		c.Runs, c.Actions, c.Kills, c.KillsInAction, c.ServerRestarts, c.SiteOutages, c.Bursts, c.Permanent, c.Fired, c.Paused, c.Violations)
+}
+
+// envInt reads a positive number from the environment, or def.
+func envInt(t *testing.T, name string, def uint64) uint64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+// base slows every storage call a little, so that disruptions land inside
+// actions rather than between them.
+var base = sim.FaultRule{Method: "*", Latency: 100 * time.Millisecond}
+
+// transient are the codes of a burst: the spec says retry on each.
+var transient = []string{"ABORTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"}
+
+// calls are RPCs each action makes, by the site it makes them on; a
+// permanent fault goes on the first, which the action cannot avoid.
+var calls = map[string][]struct{ site, rpc string }{
+	"failover":  {{"west", "PromoteVolume"}, {"west", "GetVolumeReplicationInfo"}, {"west", "FenceClusterNetwork"}, {"west", "GetFenceClients"}},
+	"reprotect": {{"east", "DemoteVolume"}, {"east", "ResyncVolume"}, {"west", "UnfenceClusterNetwork"}, {"west", "GetVolumeReplicationInfo"}},
+	"failback":  {{"west", "DemoteVolume"}, {"east", "PromoteVolume"}, {"east", "ResyncVolume"}, {"west", "GetVolumeReplicationInfo"}},
+}
+
+// TestChaos: failover, reprotect and failback, over and over, under
+// seeded disruption, until DROVER_CHAOS_KILLS kills of the worker have
+// landed inside actions. Every action must complete (after the operator's
+// retry where a fault was permanent) and the invariants must hold after
+// every run.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos run takes minutes; -short skips it")
+	}
+	seed := envInt(t, "DROVER_CHAOS_SEED", uint64(time.Now().UnixNano()))
+	target := int(envInt(t, "DROVER_CHAOS_KILLS", 20))
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var c chaosCounts
+	fmt.Printf("chaos: seed %d (DROVER_CHAOS_SEED=%d replays it), until %d worker kills land inside actions\n", seed, seed, target)
+	defer func() {
+		fmt.Printf("chaos: seed %d: %v\n", seed, c)
+		if t.Failed() {
+			fmt.Printf("chaos: FAILED; replay with DROVER_CHAOS_SEED=%d\n", seed)
+		}
+	}()
+
+	h := start(t, 6, 2)
+	h.faults("east", base)
+	h.faults("west", base)
+	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
+	h.startWriters()
+	h.waitWrites("east", "acknowledged", acked, 40)
+
+	deadline := time.Now().Add(12 * time.Minute)
+	for c.KillsInAction < target {
+		if time.Now().After(deadline) || c.Runs >= 4*target {
+			t.Fatalf("only %d of %d kills landed inside actions after %d runs", c.KillsInAction, target, c.Runs)
+		}
+		c.Runs++
+		unplanned := rng.IntN(2) == 0
+		fmt.Printf("chaos: run %d: %s failover to west, reprotect of east, failback to east\n", c.Runs, map[bool]string{true: "unplanned", false: "planned"}[unplanned])
+		up := []string{"east", "west"}
+		if unplanned {
+			h.siteDown("east")
+			up = []string{"west"}
+		}
+		h.chaosAction(rng, &c, "failover", up, "failover", h.plan, "--to", "west", "--yes")
+		h.waitWrites("west", "acknowledged", acked, 10)
+		if unplanned {
+			h.siteUp("east")
+		}
+		h.chaosAction(rng, &c, "reprotect", []string{"east", "west"}, "reprotect", h.plan, "--yes")
+		h.chaosAction(rng, &c, "failback", []string{"east", "west"}, "failback", h.plan, "--to", "east", "--yes")
+		h.waitWrites("east", "acknowledged", acked, 10)
+
+		r := sim.Check(h.states()...)
+		c.Violations += len(r.Violations)
+		fmt.Printf("chaos: run %d: %v\n", c.Runs, r)
+		if !r.OK() {
+			t.Fatalf("run %d broke the invariants:\n%v", c.Runs, r)
+		}
+		if n := lostOn(r, "west"); n != 0 {
+			t.Fatalf("run %d: a failback lost %d acknowledged writes: %v", c.Runs, n, r.Lost)
+		}
+	}
+	c.Fired = h.fired()
+	if c.Permanent == 0 || c.Paused == 0 || c.ServerRestarts == 0 || c.SiteOutages == 0 || c.Bursts == 0 || c.Fired == 0 {
+		t.Errorf("a kind of disruption did not happen: %v", c)
+	}
+}
+
+// chaosAction starts an action with drctl and disrupts it: kill -9 of the
+// worker once or twice at random points (then a restart), and by chance
+// a burst of transient faults, a fault that does not heal, a restart of
+// the Temporal dev server and an outage of a site that is up. It returns
+// when the action completed.
+func (h *harness) chaosAction(rng *rand.Rand, c *chaosCounts, name string, up []string, args ...string) {
+	h.t.Helper()
+	c.Actions++
+	// The first four actions each get one kind of disruption for sure,
+	// so every run covers all of them; after that, chance decides.
+	must := func(n int) bool { return c.Actions == n }
+	rules := map[string][]sim.FaultRule{"east": {base}, "west": {base}}
+	var armed []string
+	if rng.Float64() < 0.5 || must(1) {
+		call := calls[name][rng.IntN(len(calls[name]))]
+		r := sim.FaultRule{Method: call.rpc, Code: transient[rng.IntN(len(transient))], Count: 1 + rng.IntN(3)}
+		rules[call.site] = append(rules[call.site], r)
+		armed = append(armed, fmt.Sprintf("%s %s×%d on %s", r.Method, r.Code, r.Count, call.site))
+		c.Bursts++
+	}
+	permanent := rng.Float64() < 0.15 || must(2)
+	if permanent {
+		call := calls[name][0]
+		rules[call.site] = append(rules[call.site], sim.FaultRule{Method: call.rpc, Code: "INVALID_ARGUMENT", Count: 1_000_000,
+			Message: "chaos: a fault that waits for the operator"})
+		armed = append(armed, fmt.Sprintf("%s INVALID_ARGUMENT for good on %s", call.rpc, call.site))
+		c.Permanent++
+	}
+	for site, r := range rules {
+		h.faults(site, r...)
+	}
+	h.must(args...)
+	var did []string
+	kills := 1
+	if rng.IntN(3) == 0 {
+		kills = 2
+	}
+	for range kills {
+		time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Second))))
+		in := h.actionStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		if err := h.st.Kill("worker"); err != nil {
+			h.t.Fatal(err)
+		}
+		c.Kills++
+		if in {
+			c.KillsInAction++
+		}
+		did = append(did, map[bool]string{true: "killed the worker inside the action", false: "killed the worker after the action"}[in])
+		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
+		h.restart("worker")
+	}
+	if rng.Float64() < 0.2 || must(3) {
+		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
+		h.restart("temporal")
+		c.ServerRestarts++
+		did = append(did, "restarted Temporal")
+	}
+	if rng.Float64() < 0.25 || must(4) {
+		site := up[rng.IntN(len(up))]
+		h.siteDown(site)
+		time.Sleep(500*time.Millisecond + time.Duration(rng.Int64N(int64(1500*time.Millisecond))))
+		h.siteUp(site)
+		c.SiteOutages++
+		did = append(did, "took "+site+" down and up")
+	}
+	fmt.Printf("chaos:   %s: armed [%s]; %s\n", name, strings.Join(armed, ", "), strings.Join(did, ", "))
+	h.finish(c, name, permanent)
+	h.faults("east", base)
+	h.faults("west", base)
+}
+
+// restart starts a stack process again and waits until it answers.
+func (h *harness) restart(name string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := h.st.Restart(ctx, name); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// finish waits for the action to complete. A step paused by a permanent
+// fault is what the operator would see: the test clears the fault and
+// retries the step with drctl resolve, as the operator would after the
+// fix. A pause without a permanent fault, or an action that ends any
+// other way, fails the test.
+func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for ; ; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p, _ := h.progress()
+			h.t.Fatalf("the %s did not end within 5 minutes: %+v", name, p)
+		}
+		switch st := h.actionStatus(); st {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+			if permanent {
+				h.t.Fatalf("the %s completed through a fault that does not heal", name)
+			}
+			return
+		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED:
+		default:
+			p, _ := h.progress()
+			h.t.Fatalf("the %s ended %v: %+v", name, st, p)
+		}
+		p, err := h.progress()
+		if err != nil {
+			continue // the server or the worker is coming back
+		}
+		var paused []*workflows.Step
+		for _, s := range p.Steps {
+			if s.State == workflows.StatePaused {
+				paused = append(paused, s)
+			}
+		}
+		if len(paused) == 0 {
+			continue
+		}
+		if !permanent {
+			h.t.Fatalf("the %s paused at %q with no permanent fault armed: %s", name, paused[0].Name, paused[0].LastError)
+		}
+		if !strings.Contains(paused[0].LastError, "INVALID_ARGUMENT") && !strings.Contains(paused[0].LastError, "chaos") {
+			h.t.Fatalf("the %s paused at %q for another reason: %s", name, paused[0].Name, paused[0].LastError)
+		}
+		h.faults("east", base)
+		h.faults("west", base)
+		for _, s := range paused {
+			h.must("resolve", "e2e", "--retry", "--step", s.Name)
+		}
+		fmt.Printf("chaos:   %s: paused at %d step(s) for the permanent fault; cleared it and retried with drctl resolve\n", name, len(paused))
+		c.Paused++
+		permanent = false
+	}
+}
+
+// fired sums the injected errors that fired on both sites.
+func (h *harness) fired() int {
+	h.t.Helper()
+	n := 0
+	for site, ctl := range h.ctl {
+		m, err := ctl.FaultsFired(context.Background())
+		if err != nil {
+			h.t.Fatalf("faults fired on %s: %v", site, err)
+		}
+		for _, v := range m {
+			n += v
+		}
+	}
+	return n
+}
