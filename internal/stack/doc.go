@@ -9,6 +9,12 @@
 // file; Stop and Down end only those, by PID, after checking that the
 // PID still runs the recorded binary.
 //
+// The end-to-end tests (e2e/) and the benchmark (cmd/drover-bench) run
+// the same stack with their own plan and inventory (Options.Groups), crash
+// and restart its processes (Kill, Restart: the worker with kill -9, the
+// Temporal dev server on its file database), or start the sites alone
+// (Options.StorageOnly) for a baseline without Temporal.
+//
 // The demo (Demo) drives the stack with the built drctl, as an operator
 // would: protect, drill, the loss of east and a failover to west, east's
 // return and a reprotect, a failback to east. It judges the run with the

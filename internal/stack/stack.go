@@ -86,6 +86,8 @@ type Options struct {
 	Layout Layout
 	// Detach leaves the processes running after this one exits (make up).
 	Detach bool
+	// StorageOnly starts the sites alone: no Temporal, no worker.
+	StorageOnly bool
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -135,12 +137,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := s.writePlan(); err != nil {
 		return s, err
 	}
-	s.say("starting the Temporal dev server on %s (UI http://%s, database %s)", o.Layout.Temporal, o.Layout.UI, filepath.Join(o.Dir, "temporal.db"))
-	host, port, _ := net.SplitHostPort(o.Layout.Temporal)
-	_, uiPort, _ := net.SplitHostPort(o.Layout.UI)
-	if err := s.Spawn("temporal", filepath.Join(o.Bin, "temporal"), nil, "server", "start-dev", "--ip", host, "--port", port,
-		"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn"); err != nil {
-		return s, err
+	if !o.StorageOnly {
+		s.say("starting the Temporal dev server on %s (UI http://%s, database %s)", o.Layout.Temporal, o.Layout.UI, filepath.Join(o.Dir, "temporal.db"))
+		host, port, _ := net.SplitHostPort(o.Layout.Temporal)
+		_, uiPort, _ := net.SplitHostPort(o.Layout.UI)
+		if err := s.Spawn("temporal", filepath.Join(o.Bin, "temporal"), nil, "server", "start-dev", "--ip", host, "--port", port,
+			"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn"); err != nil {
+			return s, err
+		}
 	}
 	for _, site := range o.Layout.Sites {
 		cfg, err := s.writeSiteConfig(site)
@@ -152,13 +156,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return s, err
 		}
 	}
-	if err := s.waitReady(ctx, "temporal"); err != nil {
-		return s, err
-	}
 	for _, site := range o.Layout.Sites {
 		if err := s.waitReady(ctx, "sim-"+site.Name); err != nil {
 			return s, err
 		}
+	}
+	if o.StorageOnly {
+		return s, nil
+	}
+	if err := s.waitReady(ctx, "temporal"); err != nil {
+		return s, err
 	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
 	if err := s.Spawn("worker", filepath.Join(o.Bin, "worker"), []string{"TEMPORAL_ADDRESS=" + o.Layout.Temporal, "TEMPORAL_NAMESPACE=default"},

@@ -1,0 +1,561 @@
+// Command drover-bench measures failover time against plan size and plugin
+// latency, and writes the table to BENCHMARKS.md.
+//
+// For each plan size and latency it starts a fresh local stack (the
+// Temporal dev server, two drover-sim sites holding the plan's groups with
+// every CSI-Addons call delayed by the latency, the worker), runs a
+// failover from east to west through the Temporal client as drctl does,
+// and reports:
+//
+//   - ideal: the critical path the plan allows, fence + ceil(groups /
+//     parallelism) promotion rounds at the latency each, + the workload's
+//     start and health hooks as timed here;
+//   - measured: start request to completed failover, seen by the client;
+//   - ratio: measured / ideal (shown where the latency is not zero);
+//   - sequential: a naive baseline on its own fresh sites, without a
+//     workflow engine: the fence, then one PromoteVolume after another,
+//     then the hooks, over the same gRPC sockets;
+//   - the worker's peak resident memory (VmHWM) after the failover.
+//
+// Usage:
+//
+//	drover-bench [--sizes 1,10,100,1000,5000] [--latencies 0,50ms]
+//	             [--parallelism 10] [--bin bin] [--out BENCHMARKS.md]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/stack"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+func main() {
+	var (
+		sizes, latencies string
+		o                options
+	)
+	flag.StringVar(&sizes, "sizes", "1,10,100,1000,5000", "plan sizes: volume groups per plan")
+	flag.StringVar(&latencies, "latencies", "0,50ms", "plugin latencies: the delay of every CSI-Addons call")
+	flag.IntVar(&o.parallelism, "parallelism", plans.DefaultParallelism, "the plan's policy.parallelism")
+	flag.StringVar(&o.bin, "bin", "", "directory holding temporal, worker and drover-sim (default: this program's directory)")
+	flag.StringVar(&o.out, "out", "", "write the results into this Markdown file, between its bench markers (default: print only)")
+	flag.StringVar(&o.dir, "dir", ".run/bench", "working directory for the stacks")
+	flag.Parse()
+	var err error
+	if o.sizes, err = ints(sizes); err != nil {
+		fail(2, "--sizes: %v", err)
+	}
+	if o.latencies, err = durations(latencies); err != nil {
+		fail(2, "--latencies: %v", err)
+	}
+	if o.parallelism < 1 {
+		fail(2, "--parallelism must be at least 1")
+	}
+	if o.bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			fail(1, "%v", err)
+		}
+		o.bin = filepath.Dir(exe)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		if ctx.Err() != nil {
+			fail(130, "interrupted")
+		}
+		fail(1, "%v", err)
+	}
+}
+
+func fail(code int, format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "drover-bench: "+format+"\n", a...)
+	os.Exit(code)
+}
+
+type options struct {
+	sizes       []int
+	latencies   []time.Duration
+	parallelism int
+	bin, out    string
+	dir         string
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func durations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// row is one measured configuration.
+type row struct {
+	groups      int
+	latency     time.Duration
+	rounds      int
+	hooks       time.Duration
+	ideal       time.Duration
+	measured    time.Duration
+	rto         time.Duration
+	sequential  time.Duration
+	peakRSS     int64 // bytes
+	workflows   int
+	steps       []*workflows.Step
+	parallelism int
+}
+
+func (r row) ratio() float64 { return float64(r.measured) / float64(r.ideal) }
+
+func run(ctx context.Context, o options) error {
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
+	}
+	hooks, err := timeHooks()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("workload hooks (start, then health) take %v here\n", hooks)
+	var rows []row
+	for _, n := range o.sizes {
+		for _, lat := range o.latencies {
+			r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks,
+				rounds: int(math.Ceil(float64(n) / float64(o.parallelism)))}
+			r.ideal = lat + time.Duration(r.rounds)*lat + hooks
+			fmt.Printf("== %d groups, latency %v: ideal %v\n", n, lat, r.ideal.Round(time.Millisecond))
+			if err := measure(ctx, o, &r); err != nil {
+				return fmt.Errorf("%d groups at %v: %w", n, lat, err)
+			}
+			if err := sequential(ctx, o, &r); err != nil {
+				return fmt.Errorf("%d groups at %v, sequential: %w", n, lat, err)
+			}
+			fmt.Printf("   measured %v (RTO in the workflow %v), sequential %v, worker peak %d MiB\n",
+				r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.sequential.Round(time.Millisecond), r.peakRSS>>20)
+			rows = append(rows, r)
+		}
+	}
+	report := render(o, rows)
+	fmt.Println()
+	fmt.Print(report)
+	if o.out != "" {
+		return splice(o.out, report)
+	}
+	return nil
+}
+
+// timeHooks runs the workload's start and health hooks as the exec
+// adapter does (sh -c) and keeps the median of seven runs.
+func timeHooks() (time.Duration, error) {
+	var runs []time.Duration
+	for range 7 {
+		t0 := time.Now()
+		for _, c := range []string{"true", "true"} {
+			if err := exec.Command("/bin/sh", "-c", c).Run(); err != nil {
+				return 0, err
+			}
+		}
+		runs = append(runs, time.Since(t0))
+	}
+	slices.Sort(runs)
+	return runs[len(runs)/2], nil
+}
+
+// planFor writes the bench plan: n groups of one volume, one workload
+// with exec hooks, east and west as the stack lays them out.
+func planFor(path string, n, parallelism int) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata:
+  name: bench
+sites:
+  - name: east
+    storage: {endpoint: "127.0.0.1:7300"}
+    fence: {cidrs: [127.0.0.2/32]}
+    orchestrator: {exec: {timeout: 30s}}
+  - name: west
+    storage: {endpoint: "127.0.0.1:7400"}
+    fence: {cidrs: [127.0.0.3/32]}
+    orchestrator: {exec: {timeout: 30s}}
+volumeGroups:
+`)
+	for _, g := range sim.GenerateGroups(n, 1) {
+		fmt.Fprintf(&b, "  - {name: %q, sites: {east: {groupID: %s}, west: {groupID: %s}}}\n", strings.TrimPrefix(g.ID, "vg-"), g.ID, g.ID)
+	}
+	fmt.Fprintf(&b, `workloads:
+  - name: app
+    sites:
+      east: {exec: {start: "true", stop: "true", health: "true"}}
+      west: {exec: {start: "true", stop: "true", health: "true"}}
+policy:
+  parallelism: %d
+`, parallelism)
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// startStack starts a fresh stack for n groups with every storage call
+// delayed by lat.
+func startStack(ctx context.Context, o options, n int, lat time.Duration, storageOnly bool) (*stack.Stack, *plans.Plan, error) {
+	dir := filepath.Join(o.dir, fmt.Sprintf("g%d-l%v", n, lat))
+	if storageOnly {
+		dir += "-seq"
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	planFile := filepath.Join(dir, "plan-template.yaml")
+	if err := planFor(planFile, n, o.parallelism); err != nil {
+		return nil, nil, err
+	}
+	layout, err := stack.Free()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := stack.Start(ctx, stack.Options{Dir: dir, Bin: o.bin, Plan: planFile, Groups: sim.GenerateGroups(n, 1),
+		Layout: layout, StorageOnly: storageOnly})
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := plans.Load(st.PlanFile)
+	if err != nil {
+		st.Stop()
+		return nil, nil, err
+	}
+	if err := enable(ctx, p, layout); err != nil {
+		st.Stop()
+		return nil, nil, err
+	}
+	if lat > 0 {
+		for _, site := range layout.Sites {
+			if err := sim.NewControl(site.Control).SetFaults(ctx, []sim.FaultRule{{Method: "*", Latency: lat}}); err != nil {
+				st.Stop()
+				return nil, nil, err
+			}
+		}
+	}
+	return st, p, nil
+}
+
+// enable turns replication on for every group on east, as drctl protect
+// start does, and waits until west holds a synced copy of each: the state
+// a failover starts from. It is set-up, not measured.
+func enable(ctx context.Context, p *plans.Plan, layout stack.Layout) error {
+	conn, err := grpc.NewClient(p.Site("east").Storage.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rc := replication.NewControllerClient(conn)
+	for _, g := range p.VolumeGroups {
+		if _, err := rc.EnableVolumeReplication(ctx, &replication.EnableVolumeReplicationRequest{
+			ReplicationSource: groupSource(g.Sites["east"].GroupID), Parameters: g.Parameters}); err != nil {
+			return fmt.Errorf("enable replication of %s: %w", g.Name, err)
+		}
+	}
+	west := sim.NewControl(layout.Sites[1].Control)
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		s, err := west.State(ctx)
+		if err != nil {
+			return err
+		}
+		synced := 0
+		for _, u := range s.Units {
+			if u.Enabled && u.InSync {
+				synced++
+			}
+		}
+		if synced == len(p.VolumeGroups) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("west holds %d of %d synced groups after 5 minutes", synced, len(p.VolumeGroups))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func groupSource(id string) *replication.ReplicationSource {
+	return &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{
+		Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: id}}}
+}
+
+// measure runs one failover through Temporal on a fresh stack.
+func measure(ctx context.Context, o options, r *row) (err error) {
+	st, p, err := startStack(ctx, o, r.groups, r.latency, false)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := st.Stop(); err == nil {
+			err = serr
+		}
+	}()
+	c, err := client.DialContext(ctx, client.Options{HostPort: st.Layout.Temporal,
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// A failover that pauses for the operator would wait for ever.
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	wr, err := workflows.Start(ctx, c, p.Metadata.Name, workflows.Failover, workflows.FailoverInput{Plan: p, From: "east", To: "west"})
+	if err != nil {
+		return err
+	}
+	var res workflows.FailoverResult
+	if err := wr.Get(ctx, &res); err != nil {
+		return err
+	}
+	r.measured = time.Since(t0)
+	r.rto = res.RTO
+	r.steps = res.Steps
+	if res.State != workflows.StateCompleted {
+		return fmt.Errorf("the failover ended %s", res.State)
+	}
+	r.workflows = 1
+	if n := len(p.VolumeGroups); n > workflows.GroupsPerChild {
+		r.workflows += int(math.Ceil(float64(n) / float64(workflows.GroupsPerChild)))
+	}
+	r.peakRSS, err = peakRSS(st.PIDs()["worker"])
+	return err
+}
+
+// peakRSS reads a process's peak resident set size.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// sequential is the naive baseline: on fresh sites, fence east's clients
+// through west, promote every group on west one call after another, then
+// run the hooks; no workflow engine, no parallelism, no retries.
+func sequential(ctx context.Context, o options, r *row) (err error) {
+	st, p, err := startStack(ctx, o, r.groups, r.latency, true)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := st.Stop(); err == nil {
+			err = serr
+		}
+	}()
+	west := p.Site("west")
+	conn, err := grpc.NewClient(west.Storage.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fc, rc := fence.NewFenceControllerClient(conn), replication.NewControllerClient(conn)
+	t0 := time.Now()
+	var cidrs []*fence.CIDR
+	for _, c := range p.Site("east").Fence.CIDRs {
+		cidrs = append(cidrs, &fence.CIDR{Cidr: c})
+	}
+	if _, err := fc.FenceClusterNetwork(ctx, &fence.FenceClusterNetworkRequest{Cidrs: cidrs}); err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
+	for _, g := range p.VolumeGroups {
+		if _, err := rc.PromoteVolume(ctx, &replication.PromoteVolumeRequest{Force: true, ReplicationSource: groupSource(g.Sites["west"].GroupID), Parameters: g.Parameters}); err != nil {
+			return fmt.Errorf("promote %s: %w", g.Name, err)
+		}
+	}
+	for _, c := range []string{"true", "true"} {
+		if err := exec.CommandContext(ctx, "/bin/sh", "-c", c).Run(); err != nil {
+			return err
+		}
+	}
+	r.sequential = time.Since(t0)
+	return nil
+}
+
+// render writes the results as Markdown.
+func render(o options, rows []row) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s with `%s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), command(o))
+	fmt.Fprintf(&b, "Machine: %s.\n\n", machine())
+	b.WriteString("| groups | latency | rounds | ideal | measured | ratio | sequential | speed-up | workflows | worker peak RSS |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		ratio := "—"
+		if r.latency > 0 {
+			ratio = fmt.Sprintf("%.2f", r.ratio())
+		}
+		speedup := float64(r.sequential) / float64(r.measured)
+		prec := 1
+		if speedup < 1 {
+			prec = 2
+		}
+		fmt.Fprintf(&b, "| %d | %v | %d | %v | %v | %s | %v | %.*f× | %d | %d MiB |\n", r.groups, r.latency, r.rounds,
+			ms(r.ideal), ms(r.measured), ratio, ms(r.sequential), prec, speedup, r.workflows, r.peakRSS>>20)
+	}
+	for _, r := range rows {
+		if r.groups == 100 && r.latency == 50*time.Millisecond {
+			fmt.Fprintf(&b, "\n**Overhead ratio at 100 groups and 50 ms: %.2f** (measured %v against an ideal of %v; target 1.25 or less).\n",
+				r.ratio(), ms(r.measured), ms(r.ideal))
+			design := r.ideal + 2*r.latency
+			fmt.Fprintf(&b, "\nAgainst the path the design prescribes, which adds the preflight of west and the fence verification (one call each): %v, ratio %.2f.\n",
+				ms(design), float64(r.measured)/float64(design))
+			fmt.Fprintf(&b, "\nWhere that failover's time went (from its own timeline; the client saw %v from start request to result):\n\n", ms(r.measured))
+			b.WriteString("| step | took |\n|---|---:|\n")
+			var first, last time.Time
+			promotions := 0
+			for _, s := range r.steps {
+				if s.End.IsZero() || s.Start.IsZero() {
+					continue
+				}
+				if strings.HasPrefix(s.Name, "promote ") {
+					if promotions == 0 || s.Start.Before(first) {
+						first = s.Start
+					}
+					if s.End.After(last) {
+						last = s.End
+					}
+					promotions++
+					continue
+				}
+				if promotions > 0 && !last.IsZero() {
+					fmt.Fprintf(&b, "| promote %d groups, %d at a time | %v |\n", promotions, r.parallelism, ms(last.Sub(first)))
+					promotions, last = 0, time.Time{}
+				}
+				fmt.Fprintf(&b, "| %s | %v |\n", s.Name, ms(s.End.Sub(s.Start)))
+			}
+		}
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string {
+	if d < 10*time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+func command(o options) string {
+	var lats []string
+	for _, l := range o.latencies {
+		lats = append(lats, l.String())
+	}
+	var sizes []string
+	for _, n := range o.sizes {
+		sizes = append(sizes, strconv.Itoa(n))
+	}
+	return fmt.Sprintf("make bench BENCH_FLAGS='--sizes %s --latencies %s --parallelism %d'", strings.Join(sizes, ","), strings.Join(lats, ","), o.parallelism)
+}
+
+// machine describes the machine: CPU model and count, memory, kernel, Go.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				mem = fmt.Sprintf(", %d GiB memory", (kb+(1<<19))>>20)
+			}
+		}
+	}
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = ", Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%d × %s%s%s, %s", runtime.NumCPU(), model, mem, kernel, runtime.Version())
+}
+
+const beginMarker, endMarker = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+// splice puts the report between the file's bench markers, keeping the
+// text around them; a file without markers gets them.
+func splice(path, report string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	text := string(old)
+	i, j := strings.Index(text, beginMarker), strings.Index(text, endMarker)
+	block := beginMarker + "\n" + report + endMarker
+	if i < 0 || j < i {
+		text = strings.TrimRight(text, "\n") + "\n\n" + block + "\n"
+	} else {
+		text = text[:i] + block + text[j+len(endMarker):]
+	}
+	if err := os.WriteFile(path, []byte(strings.TrimLeft(text, "\n")), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", path)
+	return nil
+}
