@@ -9,7 +9,7 @@ E2E_FLAGS  ?= -count=1 -timeout 20m
 
 TEMPORAL_CLI ?= v1.5.1
 
-.PHONY: help build test e2e lint generate schema fuzz demo up down sim temporal clean
+.PHONY: help build test e2e bench lint generate schema fuzz demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ $(BIN)/temporal:
 	@mkdir -p $(BIN)
 	@echo "building the Temporal CLI $(TEMPORAL_CLI) into $(BIN)/ (first time only)"
 	GOBIN=$(abspath $(BIN)) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI)
+
+BENCH_FLAGS ?=
+bench: build $(BIN)/temporal ## failover time by plan size and latency, written to BENCHMARKS.md (about 15 minutes)
+	$(BIN)/drover-bench --out BENCHMARKS.md $(BENCH_FLAGS)
 
 lint: ## gofmt and go vet must be clean
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
