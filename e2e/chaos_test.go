@@ -73,14 +73,17 @@ func TestChaos(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var c chaosCounts
 	fmt.Printf("chaos: seed %d (DROVER_CHAOS_SEED=%d replays it), until %d worker kills land inside actions\n", seed, seed, target)
-	defer func() {
+
+	h := start(t, 6, 2)
+	defer func() { // before the stack stops
+		if n, err := h.fired(); err == nil {
+			c.Fired = n
+		}
 		fmt.Printf("chaos: seed %d: %v\n", seed, c)
 		if t.Failed() {
 			fmt.Printf("chaos: FAILED; replay with DROVER_CHAOS_SEED=%d\n", seed)
 		}
 	}()
-
-	h := start(t, 6, 2)
 	h.faults("east", base)
 	h.faults("west", base)
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
@@ -119,7 +122,11 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("run %d: a failback lost %d acknowledged writes: %v", c.Runs, n, r.Lost)
 		}
 	}
-	c.Fired = h.fired()
+	fired, err := h.fired()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Fired = fired
 	if c.Permanent == 0 || c.Paused == 0 || c.ServerRestarts == 0 || c.SiteOutages == 0 || c.Bursts == 0 || c.Fired == 0 {
 		t.Errorf("a kind of disruption did not happen: %v", c)
 	}
@@ -261,17 +268,16 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 }
 
 // fired sums the injected errors that fired on both sites.
-func (h *harness) fired() int {
-	h.t.Helper()
+func (h *harness) fired() (int, error) {
 	n := 0
 	for site, ctl := range h.ctl {
 		m, err := ctl.FaultsFired(context.Background())
 		if err != nil {
-			h.t.Fatalf("faults fired on %s: %v", site, err)
+			return 0, fmt.Errorf("faults fired on %s: %w", site, err)
 		}
 		for _, v := range m {
 			n += v
 		}
 	}
-	return n
+	return n, nil
 }

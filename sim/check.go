@@ -82,8 +82,10 @@ type promotion struct {
 //
 //   - at most one writable primary per group: no copy accepted a write
 //     after another copy had been promoted past it;
-//   - no write was accepted from a fenced client after the fence (the
-//     fence domain's changes, by the time they were made at their origin);
+//   - no site accepted a write from a fenced client after it had learned
+//     of the fence (each site enforces the fence domain's changes from
+//     when they reach it; a site that writes on after another was
+//     promoted is caught as two writable primaries);
 //   - the writes lost on a failover are exactly those acknowledged after
 //     the last completed sync: no write at or before it is lost;
 //   - the current primary's data, and every in-sync secondary's, is what
@@ -103,7 +105,7 @@ func Check(states ...*State) *Report {
 		}
 	}
 	sort.Strings(keys)
-	fences := mergeFenceEvents(states)
+	fences := fenceEvents(states)
 	r.Units = len(keys)
 	for _, k := range keys {
 		checkUnit(r, k, copies[k], fences)
@@ -111,22 +113,25 @@ func Check(states ...*State) *Report {
 	return r
 }
 
-func mergeFenceEvents(states []*State) map[string][]FenceEntry {
-	seen := map[FenceEntry]bool{}
-	out := map[string][]FenceEntry{}
+// fenceEvents lists each site's fence changes by CIDR, in the order the
+// site learned them, timed when it learned them: from then on the site
+// must refuse the CIDR's writes.
+func fenceEvents(states []*State) map[string]map[string][]FenceEntry {
+	out := map[string]map[string][]FenceEntry{}
 	for _, st := range states {
+		m := map[string][]FenceEntry{}
 		for _, e := range st.FenceLog {
 			fe := e.FenceEntry
-			fe.Time = fe.Time.UTC()
-			if seen[fe] {
-				continue
+			fe.Time = e.Learned.UTC()
+			if e.Learned.IsZero() {
+				fe.Time = e.Time.UTC()
 			}
-			seen[fe] = true
-			out[fe.CIDR] = append(out[fe.CIDR], fe)
+			m[fe.CIDR] = append(m[fe.CIDR], fe)
 		}
-	}
-	for c := range out {
-		sort.Slice(out[c], func(i, j int) bool { return out[c][i].Time.Before(out[c][j].Time) })
+		for c := range m {
+			sort.SliceStable(m[c], func(i, j int) bool { return m[c][i].Time.Before(m[c][j].Time) })
+		}
+		out[st.Site] = m
 	}
 	return out
 }
@@ -164,7 +169,7 @@ func lineageEnd(lineage []Fork, curSeq, epoch uint64) (uint64, int, bool) {
 	return 0, -1, false
 }
 
-func checkUnit(r *Report, key string, cs []copyOf, fences map[string][]FenceEntry) {
+func checkUnit(r *Report, key string, cs []copyOf, fences map[string]map[string][]FenceEntry) {
 	// The authoritative copy: the primary of the newest epoch, or the
 	// newest copy when none is primary.
 	var auth *copyOf
@@ -208,7 +213,7 @@ func checkUnit(r *Report, key string, cs []copyOf, fences map[string][]FenceEntr
 					break
 				}
 			}
-			if cidr, ok := fencedAt(fences, w.Client, w.Time); ok {
+			if cidr, ok := fencedAt(fences[c.site], w.Client, w.Time); ok {
 				r.Violations = append(r.Violations, Violation{Kind: FencedWrite, Unit: key, Site: c.site,
 					Detail: fmt.Sprintf("write seq %d from %s accepted at %s while %s was fenced", w.Seq, w.Client, w.Time.Format(time.RFC3339Nano), cidr)})
 			}

@@ -118,6 +118,12 @@ func (s *Site) handleWrite(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusConflict, "read-only: the copy of %s %q on site %s is %s", u.st.Kind, u.st.ID, s.cfg.Name, u.st.Role)
 		return
 	}
+	// Again at the commit: a fence that landed while the request was read
+	// must stop it, as it stops the next one.
+	if cidr, fenced := s.fencedBy(addr); fenced {
+		httpError(w, http.StatusForbidden, "fenced: client %s is in fenced CIDR %s", addr, cidr)
+		return
+	}
 	// Apply, persist, and only then acknowledge; undo on a failed persist.
 	prevSeq := u.st.Seq
 	prevBlock, had := u.st.Blocks[vol][n]

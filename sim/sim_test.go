@@ -560,6 +560,26 @@ func TestCheckerCatchesViolations(t *testing.T) {
 			t.Errorf("%s not reported: %s", kind, r)
 		}
 	}
+
+	// A site enforces a fence from when it learns it: the write y took
+	// between the fence's origin at x (15) and its arrival (17) is not a
+	// fenced write; the one after the arrival is.
+	late := &sim.State{Site: "y", Units: []sim.UnitState{{
+		Kind: sim.KindGroup, ID: "h", Role: sim.RolePrimary, Epoch: 1, Seq: 2, Lineage: []sim.Fork{{Epoch: 1}},
+		Writes: []sim.WriteRecord{
+			{Volume: "v", Block: 0, Seq: 1, Epoch: 1, Time: time.Unix(16, 0), Client: "10.0.0.5"},
+			{Volume: "v", Block: 1, Seq: 2, Epoch: 1, Time: time.Unix(18, 0), Client: "10.0.0.5"},
+		},
+	}}, FenceLog: []sim.FenceEvent{{FenceEntry: sim.FenceEntry{CIDR: "10.0.0.0/24", Fenced: true, Time: time.Unix(15, 0), Origin: "x"}, Learned: time.Unix(17, 0)}}}
+	var fenced []string
+	for _, v := range sim.Check(late).Violations {
+		if v.Kind == sim.FencedWrite {
+			fenced = append(fenced, v.Detail)
+		}
+	}
+	if len(fenced) != 1 || !strings.Contains(fenced[0], "write seq 2 ") {
+		t.Errorf("fenced writes = %q; want only seq 2, accepted after y learned of the fence", fenced)
+	}
 }
 
 func hasViolation(r *sim.Report, kind string) bool {
