@@ -57,21 +57,8 @@ func TestMain(m *testing.M) {
 // within seconds.
 func planText(dir string, groups []sim.GroupSpec, parallelism int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: drover.dev/v1alpha1
-kind: FailoverPlan
-metadata:
-  name: e2e
-sites:
-  - name: east
-    storage: {endpoint: "127.0.0.1:7300"}
-    fence: {cidrs: [127.0.0.2/32]}
-    orchestrator: {exec: {timeout: 10s}}
-  - name: west
-    storage: {endpoint: "127.0.0.1:7400"}
-    fence: {cidrs: [127.0.0.3/32]}
-    orchestrator: {exec: {timeout: 10s}}
-volumeGroups:
-`)
+	b.WriteString(stack.PlanHead("e2e", 10*time.Second))
+	b.WriteString("volumeGroups:\n")
 	var names []string
 	for i, g := range groups {
 		name := strings.TrimPrefix(g.ID, "vg-")

@@ -211,21 +211,8 @@ func timeHooks() (time.Duration, error) {
 // with exec hooks, east and west as the stack lays them out.
 func planFor(path string, n, parallelism int) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: drover.dev/v1alpha1
-kind: FailoverPlan
-metadata:
-  name: bench
-sites:
-  - name: east
-    storage: {endpoint: "127.0.0.1:7300"}
-    fence: {cidrs: [127.0.0.2/32]}
-    orchestrator: {exec: {timeout: 30s}}
-  - name: west
-    storage: {endpoint: "127.0.0.1:7400"}
-    fence: {cidrs: [127.0.0.3/32]}
-    orchestrator: {exec: {timeout: 30s}}
-volumeGroups:
-`)
+	b.WriteString(stack.PlanHead("bench", 30*time.Second))
+	b.WriteString("volumeGroups:\n")
 	for _, g := range sim.GenerateGroups(n, 1) {
 		fmt.Fprintf(&b, "  - {name: %q, sites: {east: {groupID: %s}, west: {groupID: %s}}}\n", strings.TrimPrefix(g.ID, "vg-"), g.ID, g.ID)
 	}

@@ -72,6 +72,20 @@ func Free() (Layout, error) {
 	return l, nil
 }
 
+// PlanHead is the start of a plan for the stack's sites as Fixed lays
+// them out (Start points the endpoints at the running stack): the header
+// and each site, fenced by its client address, with exec hooks of the
+// given timeout. The caller appends volumeGroups, workloads and policy.
+func PlanHead(name string, execTimeout time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: drover.dev/v1alpha1\nkind: FailoverPlan\nmetadata:\n  name: %s\nsites:\n", name)
+	for _, site := range Fixed().Sites {
+		fmt.Fprintf(&b, "  - name: %s\n    storage: {endpoint: %q}\n    fence: {cidrs: [%s/32]}\n    orchestrator: {exec: {timeout: %v}}\n",
+			site.Name, site.Endpoint, site.Client, execTimeout)
+	}
+	return b.String()
+}
+
 // Options say where the stack runs from.
 type Options struct {
 	// Dir holds the state, the logs, the plan copy and the pid file.
