@@ -158,9 +158,13 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
 	cancel()
-	if perr == nil && ps.Primary == from {
+	switch {
+	case perr == nil && ps.Primary == from:
 		in.LastSync, in.Clients = ps.LastSync(), ps.Clients[from]
-	} else if !a.json() {
+		if in.LastSync.IsZero() && !a.json() {
+			fmt.Fprintf(a.stderr, "note: the protection of plan %q has recorded no completed sync from %s yet; the RPO will be unknown\n", p.Metadata.Name, from)
+		}
+	case !a.json():
 		fmt.Fprintf(a.stderr, "note: no protection state of plan %q from %s (drctl protect start); the RPO will be unknown\n", p.Metadata.Name, from)
 	}
 	fence := p.Site(from).Fence.CIDRs

@@ -259,7 +259,7 @@ func (a *app) summary(r *result) {
 	fmt.Fprintf(a.stdout, "%s of plan %q completed in %v\n", r.Action, r.Plan, took)
 	switch r.Action {
 	case "failover":
-		rpo := "unknown (no protection state)"
+		rpo := "unknown (protection had recorded no sync)"
 		if r.RPOKnown {
 			rpo = r.RPO.Round(time.Millisecond).String()
 		}
