@@ -84,8 +84,7 @@ func TestChaos(t *testing.T) {
 			fmt.Printf("chaos: FAILED; replay with DROVER_CHAOS_SEED=%d\n", seed)
 		}
 	}()
-	h.faults("east", base)
-	h.faults("west", base)
+	h.baseFaults(base)
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 40)
@@ -199,8 +198,7 @@ func (h *harness) chaosAction(rng *rand.Rand, c *chaosCounts, name string, up []
 	}
 	fmt.Printf("chaos:   %s: armed [%s]; %s\n", name, strings.Join(armed, ", "), strings.Join(did, ", "))
 	h.finish(c, name, permanent)
-	h.faults("east", base)
-	h.faults("west", base)
+	h.baseFaults(base)
 }
 
 // restart starts a stack process again and waits until it answers.
@@ -256,8 +254,7 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 		if !strings.Contains(paused[0].LastError, "INVALID_ARGUMENT") && !strings.Contains(paused[0].LastError, "chaos") {
 			h.t.Fatalf("the %s paused at %q for another reason: %s", name, paused[0].Name, paused[0].LastError)
 		}
-		h.faults("east", base)
-		h.faults("west", base)
+		h.baseFaults(base)
 		for _, s := range paused {
 			h.must("resolve", "e2e", "--retry", "--step", s.Name)
 		}

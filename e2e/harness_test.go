@@ -22,6 +22,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -239,37 +240,21 @@ func (h *harness) counts(site string) stack.WriteCounts {
 func (h *harness) waitWrites(site, what string, field func(stack.WriteCounts) int, more int) {
 	h.t.Helper()
 	from := field(h.counts(site))
-	h.eventually(30*time.Second, fmt.Sprintf("%d more writes %s on %s", more, what, site), func() bool { return field(h.counts(site)) >= from+more })
+	simtest.Eventually(h.t, 30*time.Second, fmt.Sprintf("%d more writes %s on %s", more, what, site), func() bool { return field(h.counts(site)) >= from+more })
 }
 
 func acked(c stack.WriteCounts) int    { return c.Acked }
 func fenced(c stack.WriteCounts) int   { return c.Fenced }
 func readOnly(c stack.WriteCounts) int { return c.ReadOnly }
 
-// eventually polls cond every 50ms for at most d.
-func (h *harness) eventually(d time.Duration, what string, cond func() bool) {
-	h.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // states reads every site's state through its control API.
 func (h *harness) states() []*sim.State {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var out []*sim.State
-	for _, site := range h.st.Layout.Sites {
-		s, err := h.ctl[site.Name].State(ctx)
-		if err != nil {
-			h.t.Fatalf("state of %s: %v", site.Name, err)
-		}
-		out = append(out, s)
+	out, err := h.st.States(ctx)
+	if err != nil {
+		h.t.Fatal(err)
 	}
 	return out
 }
@@ -295,6 +280,14 @@ func lostOn(r *sim.Report, site string) int {
 		}
 	}
 	return n
+}
+
+// baseFaults leaves both sites with only the given standing faults.
+func (h *harness) baseFaults(rules ...sim.FaultRule) {
+	h.t.Helper()
+	for _, site := range h.st.Layout.Sites {
+		h.faults(site.Name, rules...)
+	}
 }
 
 // faults sets a site's injected faults.
@@ -352,7 +345,7 @@ func (h *harness) progress() (*workflows.Progress, error) {
 // changing.
 func (h *harness) syncedAndIdle() {
 	h.t.Helper()
-	h.eventually(30*time.Second, "every peer copy to catch up", func() bool {
+	simtest.Eventually(h.t, 30*time.Second, "every peer copy to catch up", func() bool {
 		for _, s := range h.states() {
 			for _, u := range s.Units {
 				if u.Role == sim.RolePrimary && u.PeerSeq != u.Seq {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -59,7 +60,7 @@ func TestScenarios(t *testing.T) {
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 40)
-	h.eventually(30*time.Second, "protection to record a sync of every group", func() bool {
+	simtest.Eventually(t, 30*time.Second, "protection to record a sync of every group", func() bool {
 		ps, err := workflows.ReadProtect(context.Background(), h.c, "e2e")
 		return err == nil && len(ps.Groups) == 4 && !ps.LastSync().IsZero()
 	})
@@ -111,7 +112,7 @@ func TestScenarios(t *testing.T) {
 			t.Fatalf("second failover: exit %d, want 1 and the running action named:\n%s", code, out)
 		}
 		h.must("watch", "e2e")
-		h.faults("west")
+		h.baseFaults()
 		var res workflows.FailoverResult
 		if err := h.c.GetWorkflow(context.Background(), workflows.ActionID("e2e"), "").Get(context.Background(), &res); err != nil {
 			t.Fatal(err)
@@ -136,7 +137,7 @@ func TestScenarios(t *testing.T) {
 		h.waitWrites("east", "refused by the fence", fenced, 5)
 		h.must("reprotect", h.plan, "--yes", "--wait")
 		h.waitWrites("east", "refused by east's secondary copies", readOnly, 5)
-		h.eventually(30*time.Second, "east's copies to be in-sync secondaries", func() bool {
+		simtest.Eventually(t, 30*time.Second, "east's copies to be in-sync secondaries", func() bool {
 			for _, s := range h.states() {
 				for _, u := range s.Units {
 					if (s.Site == "east") != (u.Role == sim.RoleSecondary) || (u.Role == sim.RoleSecondary && !u.InSync) {

@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
@@ -123,10 +124,6 @@ func durations(s string) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if f == "0" {
-			out = append(out, 0)
-			continue
-		}
 		d, err := time.ParseDuration(f)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("%q is not a duration", f)
@@ -356,12 +353,27 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	if res.State != workflows.StateCompleted {
 		return fmt.Errorf("the failover ended %s", res.State)
 	}
-	r.workflows = 1
-	if n := len(p.VolumeGroups); n > workflows.GroupsPerChild {
-		r.workflows += int(math.Ceil(float64(n) / float64(workflows.GroupsPerChild)))
+	if r.workflows, err = workflowCount(ctx, c, wr); err != nil {
+		return err
 	}
 	r.peakRSS, err = peakRSS(st.PIDs()["worker"])
 	return err
+}
+
+// workflowCount is the failover and the children its history started.
+func workflowCount(ctx context.Context, c client.Client, wr client.WorkflowRun) (int, error) {
+	n := 1
+	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return 0, err
+		}
+		if e.GetEventType() == enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // peakRSS reads a process's peak resident set size.

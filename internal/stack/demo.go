@@ -106,7 +106,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	}
 
 	section("site %s is lost", east.Name)
-	eastCtl, westCtl := sim.NewControl(east.Control), sim.NewControl(west.Control)
+	eastCtl := sim.NewControl(east.Control)
 	if err := eastCtl.Down(ctx); err != nil {
 		return nil, err
 	}
@@ -148,15 +148,11 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	for name, w := range writers {
 		res.Writers[name] = w.Counts()
 	}
-	es, err := eastCtl.State(ctx)
+	states, err := st.States(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := westCtl.State(ctx)
-	if err != nil {
-		return nil, err
-	}
-	res.Report = sim.Check(es, ws)
+	res.Report = sim.Check(states...)
 	for _, l := range res.Report.Lost {
 		if l.Site == east.Name {
 			res.LostInFailover++

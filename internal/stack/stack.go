@@ -316,15 +316,13 @@ func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
 			at = i
 		}
 	}
-	logf, err := os.OpenFile(s.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if at >= 0 {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	logf, err := os.OpenFile(s.logPath(name), flags, 0o644)
 	if err != nil {
 		return err
-	}
-	if at < 0 {
-		if err := logf.Truncate(0); err != nil {
-			logf.Close()
-			return err
-		}
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
@@ -534,6 +532,20 @@ func stopAll(ps []*proc, out io.Writer) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// States reads every site's state through its control API, in the
+// layout's order, for the simulator's invariant checker.
+func (s *Stack) States(ctx context.Context) ([]*sim.State, error) {
+	var out []*sim.State
+	for _, site := range s.Layout.Sites {
+		st, err := sim.NewControl(site.Control).State(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("state of %s: %w", site.Name, err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // PIDs lists the stack's processes by name.
