@@ -142,6 +142,11 @@ func start(t *testing.T, n, parallelism int) *harness {
 		if h.c != nil {
 			h.c.Close()
 		}
+		if t.Failed() {
+			if ended := st.Ended(); ended != nil {
+				t.Logf("processes of the stack that ended on their own: %v", ended)
+			}
+		}
 		if err := st.Stop(); err != nil {
 			t.Error(err)
 		}

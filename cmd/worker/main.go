@@ -9,8 +9,13 @@
 // Drover's own), logs with log/slog, and stops gracefully on SIGINT or
 // SIGTERM, letting running activities finish.
 //
-// Exit codes: 0 after a clean stop, 2 for bad flags, 3 when Temporal
-// cannot be reached.
+// At start it waits, up to --connect-timeout, until Temporal answers and
+// its namespace is ready: a server that has just started accepts
+// connections a moment before its namespaces can be used, and a worker
+// started then would stop at once.
+//
+// Exit codes: 0 after a clean stop, 2 for bad flags, 3 when Temporal or
+// its namespace cannot be reached within --connect-timeout.
 package main
 
 import (
@@ -29,6 +34,8 @@ import (
 
 	"github.com/uber-go/tally/v4"
 	"github.com/uber-go/tally/v4/prometheus"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	sdktally "go.temporal.io/sdk/contrib/tally"
@@ -48,6 +55,7 @@ type config struct {
 	level     slog.Level
 	logFormat string
 	identity  string
+	connect   time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -60,6 +68,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.identity, "identity", "", "worker identity shown in Temporal (default pid@host)")
+	fs.DurationVar(&c.connect, "connect-timeout", 30*time.Second, "how long to wait at start for Temporal and its namespace")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: worker [flags]\n\nConnects with TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,\nTEMPORAL_TLS_* and TEMPORAL_PROFILE, like the temporal CLI.\n\n")
 		fs.PrintDefaults()
@@ -81,6 +90,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return c, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	if c.connect <= 0 {
+		return c, fmt.Errorf("--connect-timeout %v: want a positive duration", c.connect)
 	}
 	return c, nil
 }
@@ -140,15 +152,24 @@ func run(args []string, stderr io.Writer) int {
 		logger.Info("metrics", "url", "http://"+lis.Addr().String()+"/metrics")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	cl, err := client.DialContext(ctx, opts)
-	cancel()
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	cl, err := connect(opts, c.connect, stop, logger)
+	if errors.Is(err, errInterrupted) {
+		logger.Info("worker stopped before it started")
+		return 0
+	}
 	if err != nil {
 		addr := opts.HostPort
 		if addr == "" {
 			addr = client.DefaultHostPort
 		}
-		logger.Error("cannot reach Temporal: start it (make up) or set TEMPORAL_ADDRESS", "address", addr, "error", err)
+		var nf *serviceerror.NamespaceNotFound
+		if errors.As(err, &nf) {
+			logger.Error("the namespace does not exist: create it (temporal operator namespace create) or set TEMPORAL_NAMESPACE", "address", addr, "namespace", namespace(opts), "error", err)
+		} else {
+			logger.Error("cannot reach Temporal: start it (make up) or set TEMPORAL_ADDRESS", "address", addr, "error", err)
+		}
 		return 3
 	}
 	defer cl.Close()
@@ -162,8 +183,6 @@ func run(args []string, stderr io.Writer) int {
 	w.RegisterActivity(storage)
 	w.RegisterActivity(activities.NewWorkloads())
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	interrupt := make(chan any)
 	go func() {
 		s := <-stop
@@ -174,7 +193,7 @@ func run(args []string, stderr io.Writer) int {
 	if c.site != "" {
 		what = "activities of site " + c.site
 	}
-	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", opts.Namespace)
+	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", namespace(opts))
 	err = w.Run(interrupt)
 	if metricsSrv != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -187,4 +206,43 @@ func run(args []string, stderr io.Writer) int {
 	}
 	logger.Info("worker stopped")
 	return 0
+}
+
+var errInterrupted = errors.New("interrupted")
+
+func namespace(opts client.Options) string {
+	if opts.Namespace == "" {
+		return client.DefaultNamespace
+	}
+	return opts.Namespace
+}
+
+// connect dials Temporal and waits until the worker's namespace answers,
+// retrying with back-off until timeout; a signal on stop ends the wait.
+func connect(opts client.Options, timeout time.Duration, stop <-chan os.Signal, logger *slog.Logger) (client.Client, error) {
+	deadline := time.Now().Add(timeout)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		cl, err := client.DialContext(ctx, opts)
+		if err == nil {
+			_, err = cl.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace(opts)})
+			if err == nil {
+				cancel()
+				return cl, nil
+			}
+			cl.Close()
+		}
+		cancel()
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
+		}
+		logger.Warn("Temporal is not ready; retrying", "attempt", attempt, "in", wait, "error", err)
+		select {
+		case <-stop:
+			return nil, errInterrupted
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }

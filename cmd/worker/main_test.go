@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
@@ -33,7 +36,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "", 2, "want text or json"},
 		{[]string{"--no-such-flag"}, "", 2, "flag provided but not defined"},
 		{[]string{"stray"}, "", 2, "unexpected arguments"},
-		{[]string{"--metrics", ""}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
+		{[]string{"--connect-timeout", "0s"}, "", 2, "want a positive duration"},
+		{[]string{"--metrics", "", "--connect-timeout", "2s"}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
 	} {
 		cmd := exec.Command(bin, c.args...)
 		cmd.Env = append(os.Environ(), c.env)
@@ -41,6 +45,45 @@ func TestBadInput(t *testing.T) {
 		if code := bintest.ExitCode(err); code != c.code || !strings.Contains(string(out), c.want) {
 			t.Errorf("worker %v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.want)
 		}
+	}
+}
+
+// TestWorkerWaitsForItsNamespace: a worker started before its namespace
+// exists waits, saying so, and starts once the namespace is there; one
+// whose namespace never comes exits 3 and says to create it.
+func TestWorkerWaitsForItsNamespace(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	srv := devserver.Start(t, nil)
+	env := []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=later"}
+
+	cmd := exec.Command(bin, "--metrics", "", "--connect-timeout", "1s")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if code := bintest.ExitCode(err); code != 3 || !strings.Contains(string(out), "the namespace does not exist") {
+		t.Fatalf("worker without its namespace: exit %d, output:\n%s\nwant exit 3 and a hint to create it", code, out)
+	}
+
+	w := bintest.Start(t, env, bin, "--metrics", "", "--connect-timeout", "2m")
+	simtest.Eventually(t, 30*time.Second, "the worker to say it waits", func() bool {
+		return strings.Contains(w.Log.String(), "Temporal is not ready; retrying")
+	})
+	if strings.Contains(w.Log.String(), "worker started") {
+		t.Fatalf("the worker started without its namespace:\n%s", w.Log)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := srv.Client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: "later", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, time.Minute, "the worker to start once its namespace exists", func() bool {
+		return strings.Contains(w.Log.String(), "worker started")
+	})
+	if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := w.Wait(30 * time.Second); !ended || err != nil {
+		t.Fatalf("worker after SIGTERM: ended %v, %v\n%s", ended, err, w.Log)
 	}
 }
 

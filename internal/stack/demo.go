@@ -43,6 +43,11 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	defer func() {
+		if err != nil {
+			if ended := st.Ended(); ended != nil && !strings.Contains(err.Error(), ended.Error()) {
+				err = fmt.Errorf("%w\n%v", err, ended)
+			}
+		}
 		fmt.Fprintln(out, "\n== stopping the stack")
 		if serr := st.Stop(); serr != nil && err == nil {
 			err = serr
@@ -91,7 +96,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	if err := run("protect", "start", plan, "--primary", east.Name, "--interval", "1s"); err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, time.Minute, "protection to record a sync of every group", func() bool {
+	if err := st.waitFor(ctx, time.Minute, "protection to record a sync of every group", func() bool {
 		ps, err := workflows.ReadProtect(ctx, c, "demo")
 		return err == nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero() && writers[east.Name].Counts().Acked >= 20
 	}); err != nil {
@@ -118,7 +123,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	before := writers[west.Name].Counts().Acked
-	if err := waitFor(ctx, 30*time.Second, "west's application to write", func() bool { return writers[west.Name].Counts().Acked >= before+20 }); err != nil {
+	if err := st.waitFor(ctx, 30*time.Second, "west's application to write", func() bool { return writers[west.Name].Counts().Acked >= before+20 }); err != nil {
 		return nil, err
 	}
 
@@ -127,7 +132,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	fenced := writers[east.Name].Counts().Fenced
-	if err := waitFor(ctx, 30*time.Second, "the fence to refuse east's application", func() bool { return writers[east.Name].Counts().Fenced > fenced }); err != nil {
+	if err := st.waitFor(ctx, 30*time.Second, "the fence to refuse east's application", func() bool { return writers[east.Name].Counts().Fenced > fenced }); err != nil {
 		return nil, err
 	}
 	if err := run("reprotect", plan, "--yes", "--wait"); err != nil {
@@ -138,7 +143,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	before = writers[east.Name].Counts().Acked
-	if err := waitFor(ctx, 30*time.Second, "east's application to write again", func() bool { return writers[east.Name].Counts().Acked >= before+10 }); err != nil {
+	if err := st.waitFor(ctx, 30*time.Second, "east's application to write again", func() bool { return writers[east.Name].Counts().Acked >= before+10 }); err != nil {
 		return nil, err
 	}
 	stopWriters()

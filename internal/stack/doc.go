@@ -7,7 +7,10 @@
 //
 // Every process the stack starts is recorded in the run directory's pid
 // file; Stop and Down end only those, by PID, after checking that the
-// PID still runs the recorded binary.
+// PID still runs the recorded binary. The worker counts as up once it
+// polls its task queue. A process that ends without the stack ending it
+// is reported with its exit status and the end of its log (Ended), and
+// every wait of the stack and the demo gives up at once when it happens.
 //
 // The end-to-end tests (e2e/) and the benchmark (cmd/drover-bench) run
 // the same stack with their own plan and inventory (Options.Groups), crash

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -15,9 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 	"gopkg.in/yaml.v3"
 
 	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // SiteLayout is where one simulated site listens.
@@ -112,6 +117,7 @@ type Stack struct {
 	// PlanFile is the plan copy with this stack's endpoints.
 	PlanFile string
 	procs    []*proc
+	temporal client.Client
 }
 
 // proc is one process of the stack.
@@ -123,6 +129,10 @@ type proc struct {
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// started is when this process was spawned; killed, that the stack
+	// ended it on purpose (Kill, Restart, Stop).
+	started time.Time
+	killed  bool
 }
 
 const pidFile = "pids.yaml"
@@ -183,7 +193,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
 	if err := s.Spawn("worker", filepath.Join(o.Bin, "worker"), []string{"TEMPORAL_ADDRESS=" + o.Layout.Temporal, "TEMPORAL_NAMESPACE=default"},
-		"--metrics", o.Layout.Metrics, "--identity", "drover-stack-worker@"+o.Dir); err != nil {
+		"--metrics", o.Layout.Metrics, "--identity", s.workerIdentity()); err != nil {
 		return s, err
 	}
 	return s, s.waitReady(ctx, "worker")
@@ -231,10 +241,14 @@ func answers(url string) bool {
 	return resp.StatusCode < 500
 }
 
-// waitFor polls cond every 100ms for at most d.
-func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool) error {
+// waitFor polls cond every 100ms for at most d. It gives up at once
+// when a process of the stack has ended unasked, naming it.
+func (s *Stack) waitFor(ctx context.Context, d time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(d)
 	for !cond() {
+		if err := s.Ended(); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not come up within %v", what, d)
 		}
@@ -245,6 +259,24 @@ func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool
 		}
 	}
 	return nil
+}
+
+// Ended names the processes of the stack that have ended without the
+// stack ending them, each with its exit status and the end of its log;
+// nil when every process runs or was stopped on purpose.
+func (s *Stack) Ended() error {
+	var errs []error
+	for _, p := range s.procs {
+		if p.done == nil || p.killed {
+			continue
+		}
+		select {
+		case <-p.done:
+			errs = append(errs, s.withLog(fmt.Errorf("%s (pid %d) ended: %v", p.Name, p.PID, p.cmd.ProcessState), p.Name))
+		default:
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // withLog adds the tail of a process's log to an error.
@@ -338,7 +370,7 @@ func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %v", name, err)
 	}
-	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, env: env, args: args, cmd: cmd, done: make(chan struct{})}
+	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, env: env, args: args, cmd: cmd, done: make(chan struct{}), started: time.Now()}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	if at < 0 {
 		s.procs = append(s.procs, p)
@@ -367,6 +399,7 @@ func (s *Stack) Kill(name string) error {
 	if !p.running() {
 		return fmt.Errorf("%s (pid %d) is not running", name, p.PID)
 	}
+	p.killed = true
 	if err := p.cmd.Process.Kill(); err != nil {
 		return fmt.Errorf("kill %s (pid %d): %v", name, p.PID, err)
 	}
@@ -398,19 +431,19 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 }
 
 // waitReady waits until the named process answers: the Temporal frontend
-// and UI, a site's control API, the worker's metrics.
+// and UI, a site's control API; the worker, once it polls its task queue.
 func (s *Stack) waitReady(ctx context.Context, name string) error {
 	l := s.Layout
 	var err error
 	switch {
 	case name == "temporal":
-		err = waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(l.Temporal) && answers("http://"+l.UI) })
+		err = s.waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(l.Temporal) && answers("http://"+l.UI) })
 	case name == "worker":
-		err = waitFor(ctx, time.Minute, "the worker", func() bool { return answers("http://" + l.Metrics + "/metrics") })
+		err = s.waitFor(ctx, time.Minute, "the worker to poll its task queue", func() bool { return s.workerPolls(ctx) })
 	case strings.HasPrefix(name, "sim-"):
 		for _, site := range l.Sites {
 			if "sim-"+site.Name == name {
-				err = waitFor(ctx, 30*time.Second, "site "+site.Name, func() bool { return answers("http://" + site.Control + "/healthz") })
+				err = s.waitFor(ctx, 30*time.Second, "site "+site.Name, func() bool { return answers("http://" + site.Control + "/healthz") })
 			}
 		}
 	}
@@ -418,6 +451,41 @@ func (s *Stack) waitReady(ctx context.Context, name string) error {
 		return s.withLog(err, name)
 	}
 	return nil
+}
+
+// workerIdentity is the identity the stack's worker polls with.
+func (s *Stack) workerIdentity() string { return "drover-stack-worker@" + s.Dir }
+
+// workerPolls reports whether the worker spawned last has polled its
+// task queue: the worker's metrics answer before it has reached
+// Temporal, and a worker that cannot start ends after that.
+func (s *Stack) workerPolls(ctx context.Context) bool {
+	p, err := s.proc("worker")
+	if err != nil {
+		return false
+	}
+	if s.temporal == nil {
+		c, err := client.DialContext(ctx, client.Options{HostPort: s.Layout.Temporal,
+			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+		if err != nil {
+			return false
+		}
+		s.temporal = c
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := s.temporal.DescribeTaskQueue(qctx, workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return false
+	}
+	for _, poller := range resp.GetPollers() {
+		// A second's slack: the server stamps the poll with its clock,
+		// truncated.
+		if poller.GetIdentity() == s.workerIdentity() && !poller.GetLastAccessTime().AsTime().Before(p.started.Add(-time.Second)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Stack) savePIDs() error {
@@ -477,6 +545,10 @@ func (p *proc) running() bool {
 // Stop ends the stack's processes, newest first: SIGTERM, then SIGKILL
 // after 20 seconds. It returns the processes it had to kill.
 func (s *Stack) Stop() error {
+	if s.temporal != nil {
+		s.temporal.Close()
+		s.temporal = nil
+	}
 	err := stopAll(s.procs, s.Out)
 	if err == nil {
 		_ = os.Remove(filepath.Join(s.Dir, pidFile))
@@ -507,6 +579,7 @@ func stopAll(ps []*proc, out io.Writer) error {
 		if !p.running() {
 			continue
 		}
+		p.killed = true
 		if err := syscall.Kill(p.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("stop %s (pid %d): %v", p.Name, p.PID, err))
 			continue

@@ -1,0 +1,63 @@
+package stack
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/simtest"
+)
+
+// TestEndedNamesACrashedProcess: a process that dies on its own is named
+// with its exit and the end of its log, and a wait gives up at once; a
+// process the stack kills on purpose is not reported.
+func TestEndedNamesACrashedProcess(t *testing.T) {
+	bin := bintest.Build(t, "drover-sim")
+	layout, err := Free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := Start(ctx, Options{Dir: filepath.Join(t.TempDir(), "run"), Bin: bin, Plan: "../../plans/examples/demo.yaml",
+		Layout: layout, StorageOnly: true, Out: &simtest.Buffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Stop()
+	if err := st.Ended(); err != nil {
+		t.Fatalf("a fresh stack reports an ended process: %v", err)
+	}
+
+	if err := st.Kill("sim-east"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Ended(); err != nil {
+		t.Fatalf("a process killed on purpose is reported: %v", err)
+	}
+
+	west := st.PIDs()["sim-west"]
+	if err := syscall.Kill(west, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, 10*time.Second, "the crash to be seen", func() bool { return st.Ended() != nil })
+	msg := st.Ended().Error()
+	for _, want := range []string{"sim-west", "ended: signal: killed", "sim-west.log"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ended() = %q, lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "sim-east") {
+		t.Errorf("Ended() names the process killed on purpose: %q", msg)
+	}
+
+	// The error says which process ended, not that the minute ran out.
+	err = st.waitFor(ctx, time.Minute, "something that never comes", func() bool { return false })
+	if err == nil || !strings.Contains(err.Error(), "waiting for something that never comes") || !strings.Contains(err.Error(), "sim-west") {
+		t.Fatalf("waitFor with a crashed process: %v", err)
+	}
+}
