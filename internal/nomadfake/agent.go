@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drover-dr/drover/internal/freeport"
 )
 
 // Agent starts a real `nomad agent -dev` on loopback, with the raw_exec
@@ -27,12 +28,11 @@ func Agent(t testing.TB) string {
 	dir := t.TempDir()
 	ports := make([]int, 3)
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freeport.Port("127.0.0.1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
+		ports[i] = port
 	}
 	conf := fmt.Sprintf(`bind_addr = "127.0.0.1"
 ports {

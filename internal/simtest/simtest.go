@@ -6,13 +6,13 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/drover-dr/drover/internal/freeport"
 	"github.com/drover-dr/drover/sim"
 )
 
@@ -26,12 +26,11 @@ const (
 // FreeAddr returns a loopback TCP address that was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // SockDir returns a short directory for unix sockets (their paths are

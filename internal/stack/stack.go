@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"gopkg.in/yaml.v3"
 
+	"github.com/drover-dr/drover/internal/freeport"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -58,17 +59,17 @@ func Fixed() Layout {
 }
 
 // Free is Fixed with every port chosen free, so a demo can run beside a
-// stack that is up (or beside tests).
+// stack that is up (or beside tests). The ports are held back from
+// automatic allocation (freeport) until the stack's processes bind them.
 func Free() (Layout, error) {
 	l := Fixed()
 	addrs := make([]string, 9)
 	for i := range addrs {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := freeport.Addr("127.0.0.1")
 		if err != nil {
 			return l, err
 		}
-		addrs[i] = lis.Addr().String()
-		defer lis.Close()
+		addrs[i] = addr
 	}
 	l.Temporal, l.UI, l.Metrics = addrs[0], addrs[1], addrs[2]
 	for i := range l.Sites {
