@@ -59,6 +59,11 @@ var calls = map[string][]struct{ site, rpc string }{
 	"failback":  {{"west", "DemoteVolume"}, {"east", "PromoteVolume"}, {"east", "ResyncVolume"}, {"west", "GetVolumeReplicationInfo"}},
 }
 
+// forcedKinds is how many kinds of disruption the first actions force,
+// one each: a fault burst, a permanent fault, a Temporal restart and a
+// site outage.
+const forcedKinds = 4
+
 // TestChaos: failover, reprotect and failback, over and over, under
 // seeded disruption, until DROVER_CHAOS_KILLS kills of the worker have
 // landed inside actions. Every action must complete (after the operator's
@@ -90,7 +95,9 @@ func TestChaos(t *testing.T) {
 	h.waitWrites("east", "acknowledged", acked, 40)
 
 	deadline := time.Now().Add(12 * time.Minute)
-	for c.KillsInAction < target {
+	// At least four actions: the first four each force one kind of
+	// disruption, so a short run (a small DROVER_CHAOS_KILLS) covers all.
+	for c.KillsInAction < target || c.Actions < forcedKinds {
 		if time.Now().After(deadline) || c.Runs >= 4*target {
 			t.Fatalf("only %d of %d kills landed inside actions after %d runs", c.KillsInAction, target, c.Runs)
 		}
@@ -139,8 +146,8 @@ func TestChaos(t *testing.T) {
 func (h *harness) chaosAction(rng *rand.Rand, c *chaosCounts, name string, up []string, args ...string) {
 	h.t.Helper()
 	c.Actions++
-	// The first four actions each get one kind of disruption for sure,
-	// so every run covers all of them; after that, chance decides.
+	// The first forcedKinds actions each get one kind of disruption for
+	// sure, so every run covers all of them; after that, chance decides.
 	must := func(n int) bool { return c.Actions == n }
 	rules := map[string][]sim.FaultRule{"east": {base}, "west": {base}}
 	var armed []string
