@@ -266,6 +266,7 @@ func (a *app) drill(ctx context.Context, file, action string, f actionFlags) err
 
 // start starts an action and, with wait, follows it to its end.
 func (a *app) start(ctx context.Context, c client.Client, p *plans.Plan, action string, wf, in any, wait bool) error {
+	a.warnIdleWorkers(ctx, c, p, action)
 	run, err := workflows.Start(ctx, c, p.Metadata.Name, wf, in)
 	var busy *workflows.BusyError
 	if errors.As(err, &busy) {
@@ -391,6 +392,7 @@ func (a *app) protectCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a.warnIdleWorkers(cmd.Context(), c, p, "protection")
 			run, err := workflows.StartProtect(cmd.Context(), c, p, primary, interval)
 			if err != nil {
 				return temporalError("start protection", err)

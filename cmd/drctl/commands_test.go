@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // cli runs the built drctl against one Temporal address.
@@ -120,6 +122,56 @@ func stepIn(s statusOut, state string) bool {
 		return false
 	}
 	return slices.ContainsFunc(s.Action.Progress.Steps, func(st step) bool { return st.State == state })
+}
+
+// TestWarnsWhenNoWorkerPolls: an action started with no worker polling
+// the queues it needs starts, and drctl says which queue waits and how
+// to serve it.
+func TestWarnsWhenNoWorkerPolls(t *testing.T) {
+	bins := bintest.Build(t, "drctl")
+	srv := devserver.Start(t, nil)
+	path := filepath.Join(t.TempDir(), "idle.yaml")
+	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: idle}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+    taskQueue: drover-site-west
+volumeGroups:
+  - name: db
+    sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
+`, simtest.FreeAddr(t), simtest.NodeA, simtest.FreeAddr(t), simtest.NodeB)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	code, out, errs := c.run("drill", path, "--to", "west")
+	if code != 0 || !strings.Contains(out, "drill of plan \"idle\" started") {
+		t.Fatalf("drill without a worker: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{
+		`warning: no worker has polled task queue "drover" (the workflows)`,
+		`task queue "drover-site-west" (site west's calls)`,
+		"start one (bin/worker --site west)",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("drctl's warning lacks %q:\n%s", want, errs)
+		}
+	}
+	t.Logf("drctl said:\n%s", errs)
+	if strings.Contains(errs, "site east") {
+		t.Errorf("drctl warns of a queue for east, which has none of its own:\n%s", errs)
+	}
+	if err := srv.Client.TerminateWorkflow(context.Background(), workflows.ActionID("idle"), "", "test over"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCommandsAgainstDevServer drives the built drctl and worker against
@@ -239,7 +291,13 @@ policy:
 
 	// A drill changes nothing and passes.
 	var drill outcome
-	c.ok(&drill, "drill", shop, "--to", "west", "--wait")
+	code, out, errs := c.run("-o", "json", "drill", shop, "--to", "west", "--wait")
+	if code != 0 || json.Unmarshal([]byte(out), &drill) != nil {
+		t.Fatalf("drill: exit %d\n%s\n%s", code, out, errs)
+	}
+	if strings.Contains(errs, "no worker") {
+		t.Errorf("drill with a worker running warns of none: %s", errs)
+	}
 	var dr struct {
 		OK     bool
 		Failed int
@@ -259,7 +317,7 @@ policy:
 	c.ok(&started, "failover", gated, "--to", "west", "--yes")
 	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
 	c.ok(nil, "cancel", "shop", "--yes")
-	code, out, _ := c.run("-o", "json", "watch", "shop")
+	code, out, _ = c.run("-o", "json", "watch", "shop")
 	var o outcome
 	if code != 1 || json.Unmarshal([]byte(out), &o) != nil || o.Status != "canceled" {
 		t.Fatalf("watch of a cancelled failover: exit %d %s", code, out)
@@ -272,7 +330,7 @@ policy:
 	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
 	c.want(1, `plan "shop" already has a DR action running: Failover`, "failback", shop, "--to", "east", "--yes")
 	c.ok(nil, "approve", "shop", "--yes", "--by", "test")
-	code, out, errs := c.run("watch", "shop")
+	code, out, errs = c.run("watch", "shop")
 	if code != 0 || !strings.Contains(out, `failover of plan "shop" completed`) || !strings.Contains(out, "RTO ") || !strings.Contains(out, "promote db on west") {
 		t.Fatalf("watch failover: exit %d\n%s\n%s", code, out, errs)
 	}

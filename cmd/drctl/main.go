@@ -22,6 +22,11 @@
 // TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and profiles
 // (TEMPORAL_PROFILE), or --address and --namespace.
 //
+// Before it starts an action or protection it warns, on stderr, of each
+// task queue the plan needs that no worker has polled in the last two
+// minutes (the workflows' queue, a site's own queue): the action would
+// wait there silently until a worker comes.
+//
 // Exit codes: 0 done, 1 the action failed (or a drill found problems),
 // 2 bad input (including a declined confirmation), 3 Temporal cannot be
 // reached; 130 when interrupted while following an action (the action

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// pollerFresh is how recently a worker must have polled to count as
+// running: a live worker's long poll comes back within about a minute,
+// and the server lists pollers for some minutes after they stop.
+const pollerFresh = 2 * time.Minute
+
+// warnIdleWorkers warns, before an action or protection starts, about
+// each task queue it needs that no worker has polled lately: the
+// workflow queue, and the queue of every site with a worker of its own.
+// The action would wait there without a word until a worker comes, which
+// in an outage is the last thing an operator should find out late. A
+// failure to ask is not an error: the check only informs.
+func (a *app) warnIdleWorkers(ctx context.Context, c client.Client, p *plans.Plan, what string) {
+	type queue struct {
+		name   string
+		typ    enums.TaskQueueType
+		serves string
+	}
+	queues := []queue{{workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW, "the workflows"}}
+	for _, s := range p.Sites {
+		if s.TaskQueue != "" {
+			queues = append(queues, queue{s.TaskQueue, enums.TASK_QUEUE_TYPE_ACTIVITY, "site " + s.Name + "'s calls"})
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, q := range queues {
+		resp, err := c.DescribeTaskQueue(ctx, q.name, q.typ)
+		if err != nil {
+			continue
+		}
+		fresh := false
+		for _, poller := range resp.GetPollers() {
+			if time.Since(poller.GetLastAccessTime().AsTime()) < pollerFresh {
+				fresh = true
+			}
+		}
+		if !fresh {
+			fmt.Fprintf(a.stderr, "drctl: warning: no worker has polled task queue %q (%s) in the last %v: the %s will wait until one does; start one (bin/worker%s)\n",
+				q.name, q.serves, pollerFresh, what, siteFlag(q.name, p))
+		}
+	}
+}
+
+// siteFlag is the worker flag that serves a site's own queue.
+func siteFlag(queue string, p *plans.Plan) string {
+	for _, s := range p.Sites {
+		if s.TaskQueue == queue {
+			if queue == "drover-site-"+s.Name {
+				return " --site " + s.Name
+			}
+			return " --site " + s.Name + " --task-queue " + queue
+		}
+	}
+	return ""
+}
