@@ -22,6 +22,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/sim"
@@ -160,7 +161,7 @@ func start(t *testing.T, n, parallelism int) *harness {
 	for _, site := range layout.Sites {
 		h.ctl[site.Name] = sim.NewControl(site.Control)
 	}
-	h.c, err = client.Dial(client.Options{HostPort: layout.Temporal,
+	h.c, err = client.Dial(client.Options{HostPort: layout.Temporal, DataConverter: codec.Converter(),
 		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
 	if err != nil {
 		t.Fatal(err)

@@ -134,6 +134,14 @@ func TestFiveThousandGroups(t *testing.T) {
 	for it.HasNext() {
 		ev, err := it.Next()
 		mustOK(t, err)
+		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
+			// The plan travels compressed (internal/codec).
+			in := a.GetInput().GetPayloads()[0]
+			if enc := string(in.GetMetadata()["encoding"]); enc != "binary/zlib" || len(in.GetData())*5 > len(input) {
+				t.Fatalf("the failover's input is %q, %d bytes for a %d-byte plan; want binary/zlib, a fifth or less", enc, len(in.GetData()), len(input))
+			}
+			t.Logf("the failover's input: %d KiB of plan travel as %d KiB", len(input)>>10, len(in.GetData())>>10)
+		}
 		if a := ev.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
 			ids = append(ids, a.WorkflowExecution.WorkflowId)
 		}

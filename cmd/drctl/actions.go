@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -346,7 +346,7 @@ func (l *last) read(ctx context.Context, c client.Client, input, result any) err
 	if err != nil {
 		return temporalError("read "+l.String(), err)
 	}
-	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), input); err != nil {
+	if err := codec.Converter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), input); err != nil {
 		return failed("decode the input of %s: %v", l, err)
 	}
 	if result == nil {

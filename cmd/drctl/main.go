@@ -49,6 +49,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
+
+	"github.com/drover-dr/drover/internal/codec"
 )
 
 // Exit codes.
@@ -196,6 +198,7 @@ func (a *app) dial(ctx context.Context) (client.Client, error) {
 		opts.Namespace = a.namespace
 	}
 	opts.Logger = log.NewStructuredLogger(discardLogger())
+	opts.DataConverter = codec.Converter()
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := client.DialContext(dctx, opts)

@@ -50,6 +50,7 @@ import (
 
 	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -329,7 +330,7 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 			err = serr
 		}
 	}()
-	c, err := client.DialContext(ctx, client.Options{HostPort: st.Layout.Temporal,
+	c, err := client.DialContext(ctx, client.Options{HostPort: st.Layout.Temporal, DataConverter: codec.Converter(),
 		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
 	if err != nil {
 		return err

@@ -43,6 +43,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -126,6 +127,7 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	opts.Logger = log.NewStructuredLogger(logger)
+	opts.DataConverter = codec.Converter()
 	if c.identity != "" {
 		opts.Identity = c.identity
 	}

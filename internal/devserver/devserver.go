@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/simtest"
 )
 
@@ -91,7 +92,7 @@ func Start(t testing.TB, logger log.Logger) *Server {
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath:  bin,
-		ClientOptions: &client.Options{Logger: logger},
+		ClientOptions: &client.Options{Logger: logger, DataConverter: codec.Converter()},
 		LogLevel:      "warn",
 		Stdout:        lb,
 		Stderr:        lb,

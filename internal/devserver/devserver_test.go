@@ -2,6 +2,7 @@ package devserver_test
 
 import (
 	"context"
+	"crypto/rand"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,18 @@ import (
 )
 
 // TestWarningsSeen: the server's size warnings reach Warnings, so a test
-// that finds none has really looked. A 600 KiB input is over the 512 KiB
-// blob warn limit.
+// that finds none has really looked. 700 KiB of random bytes (which the
+// client's codec cannot shrink) are over the 512 KiB blob warn limit.
 func TestWarningsSeen(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	noise := make([]byte, 700<<10)
+	if _, err := rand.Read(noise); err != nil {
+		t.Fatal(err)
+	}
 	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "big-input", TaskQueue: "nobody-polls"},
-		"Anything", strings.Repeat("x", 600<<10))
+		"Anything", noise)
 	if err != nil {
 		t.Fatal(err)
 	}

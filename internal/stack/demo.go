@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -54,7 +55,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		}
 	}()
 	east, west := o.Layout.Sites[0], o.Layout.Sites[1]
-	c, err := client.DialContext(ctx, client.Options{HostPort: o.Layout.Temporal,
+	c, err := client.DialContext(ctx, client.Options{HostPort: o.Layout.Temporal, DataConverter: codec.Converter(),
 		Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
 	if err != nil {
 		return nil, err
