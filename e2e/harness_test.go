@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +17,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/drover-dr/drover/internal/bintest"
-	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/sim"
@@ -140,9 +136,6 @@ func start(t *testing.T, n, parallelism int) *harness {
 	h := &harness{t: t, st: st, dir: dir, plan: st.PlanFile, ctl: map[string]*sim.Control{}, writers: map[string]*writer{}}
 	t.Cleanup(func() {
 		h.stopWriters()
-		if h.c != nil {
-			h.c.Close()
-		}
 		if t.Failed() {
 			if ended := st.Ended(); ended != nil {
 				t.Logf("processes of the stack that ended on their own: %v", ended)
@@ -161,8 +154,7 @@ func start(t *testing.T, n, parallelism int) *harness {
 	for _, site := range layout.Sites {
 		h.ctl[site.Name] = sim.NewControl(site.Control)
 	}
-	h.c, err = client.Dial(client.Options{HostPort: layout.Temporal, DataConverter: codec.Converter(),
-		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	h.c, err = st.Client(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -44,13 +42,11 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/csiaddons/replication"
-	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -330,12 +326,10 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 			err = serr
 		}
 	}()
-	c, err := client.DialContext(ctx, client.Options{HostPort: st.Layout.Temporal, DataConverter: codec.Converter(),
-		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	c, err := st.Client(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	// A failover that pauses for the operator would wait for ever.
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()

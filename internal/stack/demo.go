@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,10 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
-
-	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -55,12 +50,10 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		}
 	}()
 	east, west := o.Layout.Sites[0], o.Layout.Sites[1]
-	c, err := client.DialContext(ctx, client.Options{HostPort: o.Layout.Temporal, DataConverter: codec.Converter(),
-		Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	c, err := st.Client(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
 	plan := st.PlanFile
 	run := func(args ...string) error {
 		fmt.Fprintf(out, "\n$ drctl %s\n", strings.Join(args, " "))

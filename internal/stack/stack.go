@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"gopkg.in/yaml.v3"
 
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/freeport"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -457,6 +458,23 @@ func (s *Stack) waitReady(ctx context.Context, name string) error {
 // workerIdentity is the identity the stack's worker polls with.
 func (s *Stack) workerIdentity() string { return "drover-stack-worker@" + s.Dir }
 
+// Client is the stack's Temporal client, with Drover's payload codec and
+// a silent logger, dialled once; Stop closes it.
+func (s *Stack) Client(ctx context.Context) (client.Client, error) {
+	if s.StorageOnly {
+		return nil, errors.New("a storage-only stack has no Temporal")
+	}
+	if s.temporal == nil {
+		c, err := client.DialContext(ctx, client.Options{HostPort: s.Layout.Temporal, DataConverter: codec.Converter(),
+			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+		if err != nil {
+			return nil, err
+		}
+		s.temporal = c
+	}
+	return s.temporal, nil
+}
+
 // workerPolls reports whether the worker spawned last has polled its
 // task queue: the worker's metrics answer before it has reached
 // Temporal, and a worker that cannot start ends after that.
@@ -465,17 +483,13 @@ func (s *Stack) workerPolls(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	if s.temporal == nil {
-		c, err := client.DialContext(ctx, client.Options{HostPort: s.Layout.Temporal,
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
-		if err != nil {
-			return false
-		}
-		s.temporal = c
+	c, err := s.Client(ctx)
+	if err != nil {
+		return false
 	}
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := s.temporal.DescribeTaskQueue(qctx, workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
+	resp, err := c.DescribeTaskQueue(qctx, workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
 	if err != nil {
 		return false
 	}
