@@ -242,6 +242,7 @@ policy:
 	c.want(2, "give exactly one of --retry, --skip or --abort", "resolve", "shop", "--retry", "--skip")
 	c.want(2, "the last action is none; reprotect follows a completed failover", "reprotect", shop, "--yes")
 	c.want(2, "Temporal knows no action or protection of plan \"nosuch\"", "status", "nosuch")
+	c.want(2, "Temporal knows no action of plan \"nosuch\"", "watch", "nosuch")
 	c.want(3, "cannot reach Temporal at", "--address", simtest.FreeAddr(t), "list")
 	if code, out, _ := c.run("completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
 		t.Errorf("completion bash: exit %d", code)
@@ -349,6 +350,24 @@ policy:
 	}
 	c.ok(&started, "reprotect", shop, "--yes")
 	c.eventually("a paused demotion", "shop", func(s statusOut) bool { return stepIn(s, "paused") })
+	// The text status of the paused action shows its steps, the paused
+	// one with its error, and what to run next.
+	code, out, errs = c.run("status", "shop")
+	for _, want := range []string{"last action: Reprotect, running", "STATE", "TRIES", "done     stop web on east",
+		"paused   demote db on east", `paused for the operator: step "demote db on east"`, "injected", "next: drctl resolve shop --retry"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("status of a paused reprotect: exit %d, lacks %q\n%s%s", code, want, out, errs)
+		}
+	}
+	// The text status of the paused action shows its steps, the paused
+	// one with its error, and what to run next.
+	code, out, errs = c.run("status", "shop")
+	for _, want := range []string{"last action: Reprotect, running", "STATE", "TRIES", "done     stop web on east",
+		"paused   demote db on east", `paused for the operator: step "demote db on east"`, "injected", "next: drctl resolve shop --retry"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("status of a paused reprotect: exit %d, lacks %q\n%s%s", code, want, out, errs)
+		}
+	}
 	c.want(2, `refused: no step "nothing" in this action`, "resolve", "shop", "--skip", "--step", "nothing", "--yes")
 	var resolved map[string]string
 	c.ok(&resolved, "resolve", "shop", "--retry")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -79,7 +80,7 @@ func (l *liveTable) show(p *workflows.Progress, id string) {
 		if s.State == workflows.StateWaiting {
 			note += fmt.Sprintf(" — open it with: drctl approve %s", id)
 		}
-		fmt.Fprintf(l.w, "%s  %-8s  %s  %s\n", time.Now().Format("15:04:05.000"), shortState(s.State), s.Name, note)
+		fmt.Fprintf(l.w, "%s  %-8s  %s  %s\n", stepTime(s).Local().Format("15:04:05.000"), shortState(s.State), s.Name, note)
 	}
 }
 
@@ -105,17 +106,52 @@ func shortState(s string) string {
 	return s
 }
 
-// stepNote is a step's last error, else its output, on one line.
+// stepTime is when a step reached its state: its end once it has
+// ended, else its start (a pending step has neither: the zero time is
+// replaced by now).
+func stepTime(s *workflows.Step) time.Time {
+	switch {
+	case !s.End.IsZero():
+		return s.End
+	case !s.Start.IsZero():
+		return s.Start
+	}
+	return time.Now()
+}
+
+// noteWidth bounds a note in the step table.
+const noteWidth = 100
+
+// stepNote is what a step's line says: the last error of a step that is
+// failing (running again, paused, failed, aborted), else its output, on
+// one line and cut at a word. A step that ended well shows its output:
+// an error an earlier attempt met is history, not its note.
 func stepNote(s *workflows.Step) string {
-	note := s.LastError
-	if note == "" {
-		note = s.Output
+	note := s.Output
+	switch s.State {
+	case workflows.StateDone, workflows.StateSkipped, workflows.StatePending, workflows.StateWaiting:
+	default:
+		if s.LastError != "" {
+			note = s.LastError
+		}
 	}
-	note = strings.Join(strings.Fields(note), " ")
-	if len(note) > 100 {
-		note = note[:97] + "..."
+	return clip(strings.Join(strings.Fields(note), " "), noteWidth)
+}
+
+// clip shortens text to at most n bytes, at a word boundary, marking the
+// cut with an ellipsis.
+func clip(text string, n int) string {
+	if len(text) <= n {
+		return text
 	}
-	return note
+	cut := strings.LastIndexByte(text[:n-1], ' ')
+	if cut < n/2 {
+		cut = n - 1
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+	}
+	return strings.TrimRight(text[:cut], " ,;:") + "…"
 }
 
 // renderSteps writes the step table of an action.
@@ -137,10 +173,26 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(s.Attempts), took, stepNote(s))
 	}
 	t.flush()
-	if paused := stepsIn(p, workflows.StatePaused); len(paused) > 0 {
-		fmt.Fprintf(w, "paused for the operator: %q — decide with drctl resolve %s --retry|--skip|--abort\n", paused, id)
+	plan := planName(id)
+	for _, s := range p.Steps {
+		if s.State != workflows.StatePaused {
+			continue
+		}
+		fmt.Fprintf(w, "paused for the operator: step %q after %d %s\n  error: %s\n", s.Name, s.Attempts, plural(s.Attempts, "try", "tries"), strings.Join(strings.Fields(s.LastError), " "))
+		step := ""
+		if len(stepsIn(p, workflows.StatePaused)) > 1 {
+			step = fmt.Sprintf(" --step %q", s.Name)
+		}
+		fmt.Fprintf(w, "  next: drctl resolve %s%s --retry (run it again), --skip (go on without it) or --abort (end the action)\n", plan, step)
 	}
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
-		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", waiting, id)
+		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", waiting, plan)
 	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -168,6 +168,19 @@ type outcome struct {
 // follow shows an action's progress until it ends, then its result; the
 // exit code says how it ended.
 func (a *app) follow(ctx context.Context, c client.Client, id, run string) error {
+	if run == "" {
+		d, err := c.DescribeWorkflowExecution(ctx, id, "")
+		if isNotFound(err) {
+			return badInput("Temporal knows no action of plan %q (workflow %s); drctl list shows the actions it knows", planName(id), id)
+		}
+		if err != nil {
+			return temporalError("find "+id, err)
+		}
+		run = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	interrupted := func() error {
+		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, planName(id))}
+	}
 	wr := c.GetWorkflow(ctx, id, run)
 	out := outcome{WorkflowID: id, RunID: wr.GetRunID()}
 	var raw json.RawMessage
@@ -185,7 +198,7 @@ wait:
 			break wait
 		case <-ctx.Done():
 			// Interrupted: the action itself goes on in Temporal.
-			return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, planName(id))}
+			return interrupted()
 		case <-tick.C:
 			p, qerr := queryProgress(ctx, c, id, out.RunID)
 			if qerr != nil {
@@ -198,6 +211,11 @@ wait:
 			misses = 0
 			live.show(p, id)
 		}
+	}
+	if ctx.Err() != nil {
+		// The wait for the result saw the interruption first: the action
+		// has not ended because of it.
+		return interrupted()
 	}
 	if err == nil {
 		var r result
@@ -556,7 +574,9 @@ func (a *app) status(ctx context.Context, arg string) error {
 	if x := st.Action; x != nil {
 		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s (workflow %s, run %s)\n", x.Type, x.Status, x.Start.Local().Format(time.DateTime), x.WorkflowID, x.RunID)
 		if x.Progress != nil {
-			newLiveTable(a.stdout, false).final(x.Progress, x.WorkflowID)
+			renderSteps(a.stdout, x.Progress, x.WorkflowID)
+		} else if x.Status == "running" {
+			fmt.Fprintf(a.stdout, "  (its steps are not known: no worker answered the progress query; is one running?)\n")
 		}
 	}
 	if x := st.ProtectRun; x != nil {

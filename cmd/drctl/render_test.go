@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// pausedProgress is a reprotect paused at a demotion the storage refused,
+// after a step that needed a second try.
+func pausedProgress() *workflows.Progress {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	return &workflows.Progress{Action: "reprotect", Plan: "shop", State: workflows.StateRunning, Start: t0, Steps: []*workflows.Step{
+		{Name: "stop web on east", State: workflows.StateDone, Attempts: 2, Start: t0, End: t0.Add(1500 * time.Millisecond),
+			LastError: "exit status 75: the scheduler is busy, try again", Output: "stopped web"},
+		{Name: "demote db on east", State: workflows.StatePaused, Attempts: 1, Start: t0.Add(2 * time.Second),
+			LastError: "DemoteVolume of vg-1 on east: INVALID_ARGUMENT: injected refusal of the demotion by the storage of the site"},
+		{Name: "resync db on east", State: workflows.StatePending},
+	}}
+}
+
+// TestStepTableOfAPausedAction reads the text status gives of a paused
+// action: every step with its state, tries, time and note, the paused
+// step with its whole error, and the command to run next.
+func TestStepTableOfAPausedAction(t *testing.T) {
+	var b bytes.Buffer
+	renderSteps(&b, pausedProgress(), "drover-action-shop")
+	out := b.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		`reprotect of plan "shop": running — 1/3 steps done`,
+		"STATE", "TRIES", "TOOK", "NOTE",
+		"done     stop web on east", "1.5s", "stopped web",
+		"paused   demote db on east",
+		`paused for the operator: step "demote db on east" after 1 try`,
+		"error: DemoteVolume of vg-1 on east: INVALID_ARGUMENT: injected refusal of the demotion by the storage of the site",
+		"next: drctl resolve shop --retry",
+		"pending  resync db on east",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the step table lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "scheduler is busy") {
+		t.Errorf("a done step shows the error of an earlier attempt:\n%s", out)
+	}
+}
+
+// TestStepNote: a done step's note is its output, never an earlier
+// attempt's error; a long note is cut at a word, not in one.
+func TestStepNote(t *testing.T) {
+	done := &workflows.Step{State: workflows.StateDone, LastError: "old error", Output: "promoted"}
+	if got := stepNote(done); got != "promoted" {
+		t.Errorf("done step note %q, want its output", got)
+	}
+	retrying := &workflows.Step{State: workflows.StateRunning, LastError: "UNAVAILABLE", Output: ""}
+	if got := stepNote(retrying); got != "UNAVAILABLE" {
+		t.Errorf("running step note %q, want its last error", got)
+	}
+	long := &workflows.Step{State: workflows.StatePaused, LastError: strings.Repeat("abcdefghi ", 20)}
+	got := stepNote(long)
+	if len(got) > noteWidth+len("…") || !strings.HasSuffix(got, "abcdefghi…") {
+		t.Errorf("long note cut as %q", got)
+	}
+}
+
+// TestStreamedLinesCarryTheStepTime: in a log (no terminal), each line
+// is stamped with when its step reached its state, not when drctl polled.
+func TestStreamedLinesCarryTheStepTime(t *testing.T) {
+	var b bytes.Buffer
+	l := newLiveTable(&b, true)
+	p := pausedProgress()
+	l.show(p, "drover-action-shop")
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want a line per started step:\n%s", b.String())
+	}
+	for i, s := range p.Steps[:2] {
+		want := stepTime(s).Local().Format("15:04:05.000")
+		if !strings.HasPrefix(lines[i], want) {
+			t.Errorf("line %q does not start with the step's time %s", lines[i], want)
+		}
+	}
+}
+
+// TestInterruptedWatchExits130: Ctrl-C while following an action ends
+// drctl with 130 every time, never with "context canceled" and 1.
+func TestInterruptedWatchExits130(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	// No worker: the action waits on its task queue, running.
+	run, err := srv.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID: workflows.ActionID("waits"), TaskQueue: workflows.TaskQueue}, "Failover")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Client.TerminateWorkflow(context.Background(), run.GetID(), "", "test over")
+	for i := range 8 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Duration(100+50*i)*time.Millisecond, cancel)
+		var out, errb bytes.Buffer
+		code := runContext(ctx, []string{"--address", srv.Address(), "watch", "waits"}, strings.NewReader(""), &out, &errb)
+		cancel()
+		if code != exitInterrupted || strings.Contains(errb.String(), "context canceled") {
+			t.Fatalf("try %d: exit %d, want 130\n%s", i, code, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	code := runContext(context.Background(), []string{"--address", srv.Address(), "watch", "nosuchplan"}, strings.NewReader(""), &out, &errb)
+	if code != exitBadInput || !strings.Contains(errb.String(), `Temporal knows no action of plan "nosuchplan"`) || strings.Contains(errb.String(), "step table") {
+		t.Errorf("watch nosuchplan: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
