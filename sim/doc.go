@@ -53,7 +53,8 @@
 // # Faults, persistence, invariants
 //
 // FaultRule injects latency and error codes per RPC, by count or
-// probability, at start-up or at run time; Site.Down/Up and SetLink take a
+// probability, at start-up or at run time, or makes a fence call answer
+// success without taking effect; Site.Down/Up and SetLink take a
 // site or its link away and back. State lives in a directory (site.json
 // and one file per unit) written atomically, so a killed site restarts with
 // every acknowledged write and role. Check verifies, over the sites'

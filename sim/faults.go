@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,11 @@ import (
 // them). Latency is served while the call holds its volume, so concurrent
 // calls on the same volume see ABORTED, as on a real driver. An error fires
 // for the next Count calls, or with Probability on each call.
+//
+// Discard, instead of an error, answers success without applying the call
+// (for the next Count calls, or with Probability): storage that
+// acknowledges a fence it never put in place. It applies to
+// FenceClusterNetwork and UnfenceClusterNetwork.
 type FaultRule struct {
 	Method      string        `yaml:"method" json:"method"`
 	Code        string        `yaml:"code,omitempty" json:"code,omitempty"`
@@ -24,10 +30,15 @@ type FaultRule struct {
 	Probability float64       `yaml:"probability,omitempty" json:"probability,omitempty"`
 	Latency     time.Duration `yaml:"latency,omitempty" json:"latency,omitempty"`
 	Message     string        `yaml:"message,omitempty" json:"message,omitempty"`
+	Discard     bool          `yaml:"discard,omitempty" json:"discard,omitempty"`
 }
 
+// discardable lists the RPCs a Discard rule applies to: those whose effect
+// a caller can verify independently.
+var discardable = []string{"FenceClusterNetwork", "UnfenceClusterNetwork"}
+
 // ParseFaultRule reads the command-line form
-// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text]".
+// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,discard]".
 func ParseFaultRule(s string) (FaultRule, error) {
 	parts := strings.Split(s, ",")
 	var r FaultRule
@@ -37,6 +48,10 @@ func ParseFaultRule(s string) (FaultRule, error) {
 		r.Code = head[1]
 	}
 	for _, p := range parts[1:] {
+		if p == "discard" {
+			r.Discard = true
+			continue
+		}
 		k, v, ok := strings.Cut(p, "=")
 		if !ok {
 			return r, fmt.Errorf("fault %q: %q is not key=value", s, p)
@@ -65,6 +80,17 @@ func (r FaultRule) validate() error {
 	if r.Method != "*" && !knownMethod(r.Method) {
 		return fmt.Errorf("unknown RPC %q", r.Method)
 	}
+	if r.Discard {
+		if !slices.Contains(discardable, r.Method) {
+			return fmt.Errorf("discard applies to %s only, not %q", strings.Join(discardable, " and "), r.Method)
+		}
+		if r.Code != "" {
+			return fmt.Errorf("discard answers success; it cannot also return %s", r.Code)
+		}
+		if r.Count <= 0 && r.Probability <= 0 {
+			return fmt.Errorf("discard needs count>0 or probability>0")
+		}
+	}
 	if r.Code != "" {
 		if _, err := parseCode(r.Code); err != nil {
 			return err
@@ -76,8 +102,8 @@ func (r FaultRule) validate() error {
 	if r.Probability < 0 || r.Probability > 1 {
 		return fmt.Errorf("probability %v is not within [0,1]", r.Probability)
 	}
-	if r.Code == "" && r.Latency <= 0 {
-		return fmt.Errorf("a fault needs a code or a latency")
+	if r.Code == "" && r.Latency <= 0 && !r.Discard {
+		return fmt.Errorf("a fault needs a code, a latency or discard")
 	}
 	return nil
 }
@@ -142,7 +168,7 @@ func (f *faults) inject(ctx context.Context, method string) error {
 			continue
 		}
 		latency += r.Latency
-		if r.Code == "" || fire != nil {
+		if r.Code == "" || r.Discard || fire != nil {
 			continue
 		}
 		switch {
@@ -184,4 +210,34 @@ func (f *faults) inject(ctx context.Context, method string) error {
 		}
 	}
 	return err
+}
+
+// discard tells whether a Discard rule for method fires on this call: the
+// caller then answers success without applying the call. A spent rule is
+// dropped.
+func (f *faults) discard(method string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fired := false
+	kept := f.rules[:0]
+	for _, r := range f.rules {
+		if r.Discard && r.Method == method && !fired {
+			switch {
+			case r.Count > 0:
+				r.Count--
+				fired = true
+				if r.Count == 0 && r.Probability == 0 {
+					continue
+				}
+			case r.Probability > 0 && f.rng.Float64() < r.Probability:
+				fired = true
+			}
+		}
+		kept = append(kept, r)
+	}
+	f.rules = kept
+	if fired {
+		f.fired[method+":DISCARDED"]++
+	}
+	return fired
 }

@@ -129,6 +129,10 @@ func (f *fenceServer) FenceClusterNetwork(ctx context.Context, req *fence.FenceC
 	if err := f.s.faults.inject(ctx, "FenceClusterNetwork"); err != nil {
 		return nil, err
 	}
+	if f.s.faults.discard("FenceClusterNetwork") {
+		f.s.log.Warn("injected fault: FenceClusterNetwork acknowledged, not applied", "cidrs", cidrs)
+		return &fence.FenceClusterNetworkResponse{}, nil
+	}
 	if err := f.s.setFences(ctx, cidrs, true); err != nil {
 		return nil, err
 	}
@@ -145,6 +149,10 @@ func (f *fenceServer) UnfenceClusterNetwork(ctx context.Context, req *fence.Unfe
 	}
 	if err := f.s.faults.inject(ctx, "UnfenceClusterNetwork"); err != nil {
 		return nil, err
+	}
+	if f.s.faults.discard("UnfenceClusterNetwork") {
+		f.s.log.Warn("injected fault: UnfenceClusterNetwork acknowledged, not applied", "cidrs", cidrs)
+		return &fence.UnfenceClusterNetworkResponse{}, nil
 	}
 	if err := f.s.setFences(ctx, cidrs, false); err != nil {
 		return nil, err

@@ -481,6 +481,67 @@ func TestFaultInjection(t *testing.T) {
 	}
 }
 
+// TestDiscardedFence: a Discard rule makes FenceClusterNetwork answer
+// success without applying the fence, on either site of the domain: the
+// list stays empty and the client keeps writing. Once spent, fencing works
+// again. The rule is refused on RPCs it does not apply to.
+func TestDiscardedFence(t *testing.T) {
+	a, b := startPair(t, pairOpts{})
+	ctx := ctxT(t)
+	fromA := dataClient(t, a, nodeA)
+	mustOK(t, b.SetFaults([]sim.FaultRule{{Method: "FenceClusterNetwork", Discard: true, Count: 1}}))
+	req := &fence.FenceClusterNetworkRequest{Cidrs: []*fence.CIDR{{Cidr: nodeA + "/32"}}}
+	_, err := b.fc.FenceClusterNetwork(ctx, req)
+	mustOK(t, err)
+	for _, s := range []*siteUnderTest{a, b} {
+		list, err := s.fc.ListClusterFence(ctx, &fence.ListClusterFenceRequest{})
+		mustOK(t, err)
+		if len(list.Cidrs) != 0 {
+			t.Fatalf("a discarded fence is listed: %v", list.Cidrs)
+		}
+	}
+	if _, err := fromA.Write(ctx, "v1", 0, []byte("still writing")); err != nil {
+		t.Fatalf("a discarded fence refused a write: %v", err)
+	}
+	if n := b.FaultCounts()["FenceClusterNetwork:DISCARDED"]; n != 1 {
+		t.Fatalf("discard fired %d times, want 1", n)
+	}
+	// Spent: the next fence takes effect.
+	_, err = b.fc.FenceClusterNetwork(ctx, req)
+	mustOK(t, err)
+	if got := b.FencedCIDRs(); len(got) != 1 || got[0] != nodeA+"/32" {
+		t.Fatalf("fenced after the rule was spent: %v", got)
+	}
+	if _, err := fromA.Write(ctx, "v1", 0, []byte("after")); !errors.Is(err, sim.ErrFenced) {
+		t.Fatalf("write after a real fence: %v, want ErrFenced", err)
+	}
+	// An unfence can be discarded too: the fence stays in place.
+	mustOK(t, b.SetFaults([]sim.FaultRule{{Method: "UnfenceClusterNetwork", Discard: true, Probability: 1}}))
+	_, err = b.fc.UnfenceClusterNetwork(ctx, &fence.UnfenceClusterNetworkRequest{Cidrs: req.Cidrs})
+	mustOK(t, err)
+	if got := b.FencedCIDRs(); len(got) != 1 {
+		t.Fatalf("a discarded unfence took effect: %v", got)
+	}
+
+	for _, tc := range []struct {
+		rule sim.FaultRule
+		want string
+	}{
+		{sim.FaultRule{Method: "PromoteVolume", Discard: true, Count: 1}, "discard applies to"},
+		{sim.FaultRule{Method: "FenceClusterNetwork", Discard: true, Code: "ABORTED", Count: 1}, "cannot also return"},
+		{sim.FaultRule{Method: "FenceClusterNetwork", Discard: true}, "count>0 or probability>0"},
+	} {
+		if err := b.SetFaults([]sim.FaultRule{tc.rule}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetFaults(%+v) = %v, want an error with %q", tc.rule, err, tc.want)
+		}
+	}
+	r, err := sim.ParseFaultRule("FenceClusterNetwork,discard,count=2")
+	mustOK(t, err)
+	if r.Method != "FenceClusterNetwork" || !r.Discard || r.Count != 2 || r.Code != "" {
+		t.Fatalf("parsed %+v", r)
+	}
+}
+
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := testpki.NewCA("drover-test-ca")

@@ -338,7 +338,8 @@ func (s *Site) SetFaults(rules []FaultRule) error {
 	return nil
 }
 
-// FaultCounts tells how many injected errors fired, by "RPC:CODE".
+// FaultCounts tells how many injected faults fired, by "RPC:CODE" (or
+// "RPC:DISCARDED" for a call acknowledged without effect).
 func (s *Site) FaultCounts() map[string]int { return s.faults.counts() }
 
 // Close stops everything the site runs. The state stays on disk.

@@ -73,7 +73,7 @@ func run(args []string) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for probabilistic faults (0: from the clock)")
 	fs.Var(&volumes, "volume", "an ungrouped volume to create on first start (repeatable)")
 	fs.Var(&secrets, "secret", "expected secret KEY=VALUE (repeatable)")
-	fs.Var(&faults, "fault", "inject METHOD[:CODE][,count=N][,p=P][,latency=D] (repeatable)")
+	fs.Var(&faults, "fault", "inject METHOD[:CODE][,count=N][,p=P][,latency=D][,discard] (repeatable)")
 	fs.Var(&unimpl, "unimplemented", "answer this RPC with UNIMPLEMENTED (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
