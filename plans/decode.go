@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -247,7 +248,9 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		f, ok := byName[k.Value]
 		if !ok {
 			msg := fmt.Sprintf("unknown key %q", k.Value)
-			if s := closest(k.Value, fields); s != "" {
+			if why, gone := removedKeys[p]; gone {
+				msg += " (" + why + ")"
+			} else if s := closest(k.Value, fields); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			d.errorf(k, p, "%s", msg)
@@ -268,6 +271,12 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			d.errorf(n, join(path, f.name), "required key is missing")
 		}
 	}
+}
+
+// removedKeys are keys earlier plans could hold, by path, with what to
+// write instead.
+var removedKeys = map[string]string{
+	"policy.requireFencing": "a failover always fences the lost site; for a site that cannot be fenced, set its fence.unavailable: true",
 }
 
 // entries calls fn for each key and value of a mapping node with the
@@ -326,6 +335,12 @@ func parseYAML(file string, data []byte) (*Plan, *decoder) {
 		d.fatal = true
 		return p, d
 	}
+	if at, bad := invalidUTF8(data); bad {
+		d.errs = append(d.errs, &FieldError{File: file, Line: at.line, Column: at.col,
+			Msg: fmt.Sprintf("the file is not UTF-8 text: byte 0x%02x here starts no UTF-8 character; save the plan as UTF-8", data[at.off])})
+		d.fatal = true
+		return p, d
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -341,7 +356,12 @@ func parseYAML(file string, data []byte) (*Plan, *decoder) {
 	if err := dec.Decode(&extra); err == nil {
 		d.errorf(&extra, "", "the file holds more than one YAML document; give one plan per file")
 	} else if !errors.Is(err, io.EOF) {
+		// A syntax error after the first document: the file as a whole
+		// cannot be read, and checking the first document alone would
+		// only add missing keys the operator did not leave out.
 		d.yamlError(err)
+		d.fatal = true
+		return p, d
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
@@ -354,6 +374,29 @@ func parseYAML(file string, data []byte) (*Plan, *decoder) {
 	}
 	d.decode(root, reflect.ValueOf(p).Elem(), "")
 	return p, d
+}
+
+// invalidUTF8 finds the first byte of data that is not UTF-8, with its
+// line and column (in characters, from 1). A file that starts with a
+// UTF-16 byte order mark is left to the YAML reader, which decodes it.
+func invalidUTF8(data []byte) (struct{ off, line, col int }, bool) {
+	var at struct{ off, line, col int }
+	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) || utf8.Valid(data) {
+		return at, false
+	}
+	at.line, at.col = 1, 1
+	for at.off < len(data) {
+		r, size := utf8.DecodeRune(data[at.off:])
+		if r == utf8.RuneError && size <= 1 {
+			return at, true
+		}
+		at.off += size
+		at.col++
+		if r == '\n' {
+			at.line, at.col = at.line+1, 1
+		}
+	}
+	return at, false
 }
 
 // yamlError turns a YAML syntax error ("yaml: line 3: ...") into a located

@@ -61,10 +61,6 @@ func (p *Plan) ApplyDefaults() {
 			pol.Deadlines[k] = Duration(v)
 		}
 	}
-	if pol.RequireFencing == nil {
-		t := true
-		pol.RequireFencing = &t
-	}
 	if pol.StopDeadline == 0 {
 		pol.StopDeadline = Duration(DefaultStopDeadline)
 	}

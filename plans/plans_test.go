@@ -47,7 +47,7 @@ func TestDefaultsInOnePlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := p.Policy
-	if pol.Parallelism != DefaultParallelism || pol.RPOTarget.D() != DefaultRPOTarget || !*pol.RequireFencing || pol.OnFailure != "pause" ||
+	if pol.Parallelism != DefaultParallelism || pol.RPOTarget.D() != DefaultRPOTarget || pol.OnFailure != "pause" ||
 		pol.Retry.InitialInterval.D() != time.Second || pol.Retry.BackoffCoefficient != 2 || pol.StopDeadline.D() != 30*time.Second {
 		t.Fatalf("policy defaults: %+v", pol)
 	}
@@ -151,6 +151,12 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:3:1: kind: duplicate key "kind"`}},
 		{"yaml syntax", "metadata:\n  name: shop", "metadata:\n name: shop\n  x: [", []string{
 			`plan.yaml:5:1: YAML syntax: mapping values are not allowed in this context`}},
+		{"syntax error after the first document", "kind: FailoverPlan\n", "kind: FailoverPlan\n---\n]\n", []string{
+			`plan.yaml:3:1: YAML syntax: did not find expected node content`}},
+		{"not UTF-8", "name: shop", "name: sh\xffop", []string{
+			`plan.yaml:4:11: the file is not UTF-8 text: byte 0xff here starts no UTF-8 character; save the plan as UTF-8`}},
+		{"requireFencing is gone", "workloads:", "policy:\n  requireFencing: false\nworkloads:", []string{
+			`plan.yaml:26:3: policy.requireFencing: unknown key "requireFencing" (a failover always fences the lost site; for a site that cannot be fenced, set its fence.unavailable: true)`}},
 		{"decoding and semantic errors together", "      cidrs: [10.0.0.0/24]", "      cidrs: 10.0.0.0/24", []string{
 			`plan.yaml:10:14: sites[0].fence.cidrs: want a list, got "10.0.0.0/24"`,
 			`plan.yaml:12:24: sites[0].orchestrator.nomad.address: "http://127.0.0.1:4646x" is not an http(s) URL`}},
@@ -232,7 +238,7 @@ func TestSchemaIsUpToDate(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("plans/plan.schema.json is stale: run make schema")
 	}
-	for _, k := range []string{`"additionalProperties": false`, `"const": "FailoverPlan"`, `"volumeGroups"`, `"requireFencing"`} {
+	for _, k := range []string{`"additionalProperties": false`, `"const": "FailoverPlan"`, `"volumeGroups"`, `"stopDeadline"`} {
 		if !bytes.Contains(want, []byte(k)) {
 			t.Errorf("schema lacks %s", k)
 		}

@@ -150,14 +150,13 @@ type ExecHooks struct {
 
 // Policy is how DR actions behave.
 type Policy struct {
-	Parallelism    int                 `yaml:"parallelism,omitempty" json:"parallelism,omitempty" doc:"Volume groups promoted at once (default 10)."`
-	RPOTarget      Duration            `yaml:"rpoTarget,omitempty" json:"rpoTarget,omitempty" doc:"Replication lag above this marks the plan out of RPO (default 5m)."`
-	Retry          Retry               `yaml:"retry,omitempty" json:"retry,omitempty"`
-	Deadlines      map[string]Duration `yaml:"deadlines,omitempty" json:"deadlines,omitempty" doc:"Deadline of one call, by RPC name, and 'default'."`
-	RequireFencing *bool               `yaml:"requireFencing,omitempty" json:"requireFencing,omitempty" doc:"Fence the lost site before any forced promotion (default true)."`
-	StopDeadline   Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for the best-effort stop of a lost site's workloads (default 30s)."`
-	OnFailure      string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
-	Approvals      []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
+	Parallelism  int                 `yaml:"parallelism,omitempty" json:"parallelism,omitempty" doc:"Volume groups promoted at once (default 10)."`
+	RPOTarget    Duration            `yaml:"rpoTarget,omitempty" json:"rpoTarget,omitempty" doc:"Replication lag above this marks the plan out of RPO (default 5m)."`
+	Retry        Retry               `yaml:"retry,omitempty" json:"retry,omitempty"`
+	Deadlines    map[string]Duration `yaml:"deadlines,omitempty" json:"deadlines,omitempty" doc:"Deadline of one call, by RPC name, and 'default'."`
+	StopDeadline Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for the best-effort stop of a lost site's workloads (default 30s)."`
+	OnFailure    string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
+	Approvals    []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
 }
 
 // Retry is the back-off of storage and orchestrator calls.
