@@ -30,15 +30,20 @@
 // Every promotion starts a new epoch; a copy's lineage records where each
 // epoch forked. A copy that went past a fork (it took writes its peer never
 // saw before the peer was promoted) has diverged: it is demoted with force
-// and resynced, which discards its divergent writes and replaces its data
-// with the primary's; ResyncVolume answers ready=true only once that full
-// copy has arrived. A promotion without force needs the peer demoted and
+// and resynced with force, which discards its divergent writes and replaces
+// its data with the primary's. As in ceph-csi, ResyncVolume without force
+// refuses a diverged copy with FAILED_PRECONDITION ("Force resync to
+// recover volume") and answers UNAVAILABLE while it cannot ask the peer
+// whether the copy diverged; a copy that never diverged resyncs without
+// force. ResyncVolume answers ready=true only once the full copy has
+// arrived. A promotion without force needs the peer demoted and
 // its final sync received; a demotion without force needs the peer
 // reachable so that the final sync can ship. Errors follow the spec's
 // tables: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, ABORTED for a
 // concurrent call on the same unit, UNIMPLEMENTED, UNAUTHENTICATED when
-// configured secrets are missing, UNKNOWN when the site cannot persist.
-// Every RPC is idempotent.
+// configured secrets are missing from a fence or replication call (the
+// identity calls carry no secrets and are always answered), UNKNOWN when
+// the site cannot persist. Every RPC is idempotent.
 //
 // # Fencing
 //

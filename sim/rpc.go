@@ -23,14 +23,25 @@ import (
 // begin runs the checks every fence and replication RPC starts with: is the
 // RPC implemented, and do the secrets authenticate.
 func (s *Site) begin(method string, secrets map[string]string) error {
-	if s.unimpl[method] {
-		return status.Errorf(codes.Unimplemented, "%s is not implemented by this driver", method)
+	if err := s.implemented(method); err != nil {
+		return err
 	}
 	for k, want := range s.cfg.Secrets {
 		if got, ok := secrets[k]; !ok || got != want {
 			// Never echo a secret value, wanted or given.
 			return status.Errorf(codes.Unauthenticated, "%s: secrets missing or not valid (key %q)", method, k)
 		}
+	}
+	return nil
+}
+
+// implemented answers UNIMPLEMENTED for a method the site is configured
+// without. It is the only check of the identity service: Probe,
+// GetIdentity and GetCapabilities carry no secrets field in the spec, so a
+// site that requires secrets still answers them (as a real driver does).
+func (s *Site) implemented(method string) error {
+	if s.unimpl[method] {
+		return status.Errorf(codes.Unimplemented, "%s is not implemented by this driver", method)
 	}
 	return nil
 }
@@ -43,7 +54,7 @@ type identityServer struct {
 }
 
 func (i *identityServer) GetIdentity(ctx context.Context, _ *identity.GetIdentityRequest) (*identity.GetIdentityResponse, error) {
-	if err := i.s.begin("GetIdentity", nil); err != nil {
+	if err := i.s.implemented("GetIdentity"); err != nil {
 		return nil, err
 	}
 	if err := i.s.faults.inject(ctx, "GetIdentity"); err != nil {
@@ -57,7 +68,7 @@ func (i *identityServer) GetIdentity(ctx context.Context, _ *identity.GetIdentit
 }
 
 func (i *identityServer) GetCapabilities(ctx context.Context, _ *identity.GetCapabilitiesRequest) (*identity.GetCapabilitiesResponse, error) {
-	if err := i.s.begin("GetCapabilities", nil); err != nil {
+	if err := i.s.implemented("GetCapabilities"); err != nil {
 		return nil, err
 	}
 	if err := i.s.faults.inject(ctx, "GetCapabilities"); err != nil {
@@ -81,7 +92,7 @@ func (i *identityServer) GetCapabilities(ctx context.Context, _ *identity.GetCap
 }
 
 func (i *identityServer) Probe(ctx context.Context, _ *identity.ProbeRequest) (*identity.ProbeResponse, error) {
-	if err := i.s.begin("Probe", nil); err != nil {
+	if err := i.s.implemented("Probe"); err != nil {
 		return nil, err
 	}
 	if err := i.s.faults.inject(ctx, "Probe"); err != nil {
@@ -452,17 +463,37 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 	return &replication.DemoteVolumeResponse{}, nil
 }
 
+// ResyncVolume starts or follows the resync of a demoted copy.
+//
+// A copy that took writes as primary that the peer's primary never saw
+// (split-brain: both copies were written as primary) has diverged. As
+// ceph-csi does, a resync without force refuses it with FAILED_PRECONDITION
+// ("Force resync to recover volume"), and only a forced one discards the
+// divergent writes: ceph-csi's rbdVolume.ResyncVol (internal/rbd/replication.go)
+// answered exactly that before 2023, and its ReplicationServer.ResyncVolume
+// (internal/csi-addons/rbd/replication.go) today issues the image resync
+// only when req.Force is set. A resync in progress, or of a copy that never
+// diverged, needs no force.
 func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
 	ready := false
 	err := r.s.withUnit(ctx, "ResyncVolume", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
 		u.mu.Lock()
-		defer u.mu.Unlock()
-		if !u.st.Enabled {
+		enabled, role, resyncing := u.st.Enabled, u.st.Role, u.st.Resyncing
+		epoch, seq := u.st.Epoch, u.st.Seq
+		u.mu.Unlock()
+		if !enabled {
 			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
 		}
-		if u.st.Role == RolePrimary {
+		if role == RolePrimary {
 			return status.Errorf(codes.FailedPrecondition, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
 		}
+		if !resyncing && !req.GetForce() && (epoch != 0 || seq != 0) {
+			if err := r.s.divergence(ctx, u, epoch, seq); err != nil {
+				return err
+			}
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
 		switch {
 		case u.st.Resyncing:
 			// Still waiting for the full copy from the primary.
@@ -510,4 +541,29 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 		return nil, err
 	}
 	return resp, nil
+}
+
+// divergence tells whether a demoted copy at (epoch, seq) has diverged from
+// the peer's primary: FAILED_PRECONDITION, naming the writes a forced
+// resync would discard, when it has; UNAVAILABLE when the peer cannot be
+// asked (the copy's state is unknown, as a mirror daemon that lost its
+// peer reports it).
+func (s *Site) divergence(ctx context.Context, u *unit, epoch, seq uint64) error {
+	ps, err := s.peerUnitStatus(ctx, u.st.Key())
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%s %q: peer site unreachable (%v): cannot tell whether this copy diverged; retry, or resync with force to discard its own writes", u.st.Kind, u.st.ID, err)
+	}
+	if ps.Role != RolePrimary || Consistent(ps.Lineage, ps.Seq, epoch, seq) {
+		return nil
+	}
+	end, known := uint64(0), false
+	for i, f := range ps.Lineage {
+		if f.Epoch == epoch && i+1 < len(ps.Lineage) {
+			end, known = ps.Lineage[i+1].BaseSeq, true
+		}
+	}
+	if !known {
+		return status.Errorf(codes.FailedPrecondition, "%s %q: split-brain: this copy (epoch %d, write %d) is not in the primary's lineage; Force resync to recover volume (discards this copy's data)", u.st.Kind, u.st.ID, epoch, seq)
+	}
+	return status.Errorf(codes.FailedPrecondition, "%s %q: split-brain: this copy holds %d write(s) (%d..%d of epoch %d) the primary never received; Force resync to recover volume (discards them)", u.st.Kind, u.st.ID, seq-end, end+1, seq, epoch)
 }

@@ -105,6 +105,28 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
+// TestIdentityIgnoresSecrets: Probe, GetIdentity and GetCapabilities have
+// no secrets field in the spec, so a site that requires secrets must still
+// answer them; the fence and replication calls keep refusing a call
+// without its secrets.
+func TestIdentityIgnoresSecrets(t *testing.T) {
+	a, _ := startPair(t, pairOpts{Secrets: map[string]string{"token": "s3cret"}})
+	ctx := ctxT(t)
+	if _, err := a.id.Probe(ctx, &identity.ProbeRequest{}); err != nil {
+		t.Fatalf("Probe on a site with secrets: %v", err)
+	}
+	if _, err := a.id.GetIdentity(ctx, &identity.GetIdentityRequest{}); err != nil {
+		t.Fatalf("GetIdentity on a site with secrets: %v", err)
+	}
+	if _, err := a.id.GetCapabilities(ctx, &identity.GetCapabilitiesRequest{}); err != nil {
+		t.Fatalf("GetCapabilities on a site with secrets: %v", err)
+	}
+	_, err := a.fc.ListClusterFence(ctx, &fence.ListClusterFenceRequest{})
+	wantCode(t, err, codes.Unauthenticated)
+	_, err = a.fc.ListClusterFence(ctx, &fence.ListClusterFenceRequest{Secrets: map[string]string{"token": "s3cret"}})
+	mustOK(t, err)
+}
+
 func TestCapabilitiesFollowUnimplemented(t *testing.T) {
 	a, _ := startPair(t, pairOpts{TweakA: func(c *sim.Config) { c.Unimplemented = []string{"GetFenceClients"} }})
 	caps, err := a.id.GetCapabilities(ctxT(t), &identity.GetCapabilitiesRequest{})
@@ -328,7 +350,20 @@ func TestFailoverReprotectFailback(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition)
 	_, err = a.rc.DemoteVolume(ctx, &replication.DemoteVolumeRequest{ReplicationSource: src, Force: true})
 	mustOK(t, err)
+	// Both copies were written as primary: as ceph-csi does, a resync
+	// without force refuses to discard A's divergent writes, and says so;
+	// nothing changes until a forced one.
+	_, err = a.rc.ResyncVolume(ctx, &replication.ResyncVolumeRequest{ReplicationSource: src})
+	wantCode(t, err, codes.FailedPrecondition)
+	if !strings.Contains(err.Error(), "Force resync") || !strings.Contains(err.Error(), "3 write(s)") {
+		t.Fatalf("non-forced resync of a diverged copy: %v", err)
+	}
+	if u := a.Snapshot().Unit("vg/vg-1"); u.Resyncing {
+		t.Fatal("a refused resync started resyncing")
+	}
 	resyncStart := time.Now()
+	_, err = a.rc.ResyncVolume(ctx, &replication.ResyncVolumeRequest{ReplicationSource: src, Force: true})
+	mustOK(t, err)
 	eventually(t, 5*time.Second, "resync ready", func() bool {
 		r, err := a.rc.ResyncVolume(ctx, &replication.ResyncVolumeRequest{ReplicationSource: src})
 		mustOK(t, err)
