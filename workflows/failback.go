@@ -47,7 +47,8 @@ const finalSyncPoll = 5 * time.Second
 //     (FAILED_PRECONDITION) until the final sync has landed, so the
 //     promotion is retried until it does, within the plan's time limit;
 //  5. unfence To if it is fenced;
-//  6. resync From, which is now To's replica;
+//  6. resync From, which is now To's replica, never with force: a copy
+//     the storage finds diverged pauses the step with an explanation;
 //  7. start To's workloads.
 //
 // If To cannot be promoted, the failback rolls back: To's promoted groups

@@ -46,6 +46,9 @@ type GroupOp struct {
 	After time.Time `json:"after,omitzero"`
 	// Guard marks the steps as guards (see Step.Guard).
 	Guard bool `json:"guard,omitempty"`
+	// Discard: OpResync forces the resync of a copy the storage finds
+	// diverged, discarding its writes (reprotect only).
+	Discard bool `json:"discard,omitempty"`
 }
 
 func (op GroupOp) verb() string {
@@ -67,7 +70,7 @@ func (op GroupOp) do(ctx workflow.Context, p *plans.Plan, group string) (string,
 	case OpDisable:
 		return replicate(ctx, p, op.Site, group, activities.RPCDisableVolumeReplication, false, st.DisableVolumeReplication)
 	case OpResync:
-		return resync(ctx, p, op.Site, group)
+		return resync(ctx, p, op.Site, group, op.Discard)
 	case OpWaitSync:
 		return waitSync(ctx, p, op.Site, group, op.After)
 	case OpCheck:

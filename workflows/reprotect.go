@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -35,7 +36,9 @@ type ReprotectResult struct {
 //
 //  1. stop From's workloads (they may have come back with the site);
 //  2. demote From's groups with force (their old primaries are stale);
-//  3. resync From until every group reports ready;
+//  3. resync From until every group reports ready; a group the storage
+//     finds diverged (split-brain) is resynced with force, which discards
+//     From's writes after the failover, as reprotect means to;
 //  4. wait on To for a completed sync newer than the resync start;
 //  5. unfence From's clients.
 //
@@ -64,7 +67,7 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 		return err
 	}
 	res.ResyncStart = workflow.Now(ctx)
-	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Discard: true}); err != nil {
 		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpWaitSync, Site: to, After: res.ResyncStart}); err != nil {
@@ -76,22 +79,62 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 	return protectFrom(ctx, r, p, to)
 }
 
+// changeForceResync marks histories in which a reprotect's resync, refused
+// with FAILED_PRECONDITION, is sent again with force.
+const changeForceResync = "force-resync-diverged"
+
 // resync resynchronises every source of a group on site until ready.
-func resync(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
+//
+// A driver refuses a resync without force of a copy that diverged
+// (split-brain: both copies were written as primary) with
+// FAILED_PRECONDITION: ceph-csi answers "Force resync to recover volume"
+// (rbdVolume.ResyncVol in internal/rbd/replication.go, before 2023), and
+// its ReplicationServer.ResyncVolume (internal/csi-addons/rbd/replication.go)
+// resyncs the image only when force is set. With discard (reprotect, which
+// by design gives up the returned site's writes after the failover) the
+// resync is then sent with force, and the step's output names what the
+// driver said was discarded. Without it (failback, whose copies must never
+// lose a write) the step fails with an explanation and pauses.
+func resync(ctx workflow.Context, p *plans.Plan, site, group string, discard bool) (string, error) {
 	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, false)
 	if err != nil {
 		return "", err
 	}
 	polls := 0
+	var forced []string
 	for _, in := range ins {
 		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
 			activities.ResyncInput{Call: in})
+		if typ, _, _ := activities.FailureOf(err); typ == activities.ErrFailedPrecondition {
+			if !discard {
+				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s on %s cannot resync without force, and a failback never forces: "+
+					"the copy may have diverged (split-brain) and forcing would discard its writes; find out which copy holds the writes to keep, "+
+					"then retry this step, or abort and move the plan with failover and reprotect instead; the storage said: %s",
+					in.Source, site, errorText(err)), activities.ErrFailedPrecondition, nil)
+			}
+			if workflow.GetVersion(ctx, changeForceResync, workflow.DefaultVersion, 1) == 1 {
+				refusal := errorText(err)
+				f := in
+				f.Force = true
+				if _, err := rpcCall[activities.ResyncResult](ctx, activities.CallOptions(p, site, activities.RPCResyncVolume), st.ResyncVolume, f); err != nil {
+					return "", fmt.Errorf("forced resync of %s on %s: %w", in.Source, site, err)
+				}
+				polls++
+				forced = append(forced, fmt.Sprintf("forced resync of %s discarded %s's divergent data (driver: %s)", in.Source, site, refusal))
+				out, err = call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
+					activities.ResyncInput{Call: in})
+			}
+		}
 		if err != nil {
 			return "", err
 		}
 		polls += out.Polls
 	}
-	return fmt.Sprintf("ready after %d ResyncVolume call(s)", polls), nil
+	note := fmt.Sprintf("ready after %d ResyncVolume call(s)", polls)
+	if len(forced) > 0 {
+		note += "; " + strings.Join(forced, "; ")
+	}
+	return note, nil
 }
 
 // waitSync waits until the primary copy of every source of a group on
