@@ -37,6 +37,9 @@ type fixture struct {
 	hooks      string
 	storage    *activities.Storage
 	workloads  *activities.Workloads
+	// onCall, when set, sees each activity call as it starts, before it
+	// runs: a test looks at the storage at that moment.
+	onCall func(call)
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
@@ -164,6 +167,9 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 			}
 		}
 		*calls = append(*calls, c)
+		if f.onCall != nil {
+			f.onCall(c)
+		}
 	}
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 		var in map[string]any

@@ -1,0 +1,359 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// The tests in this file each guard one safety rule: each fails when its
+// rule is broken. They look at the storage itself (roles, fences, data) at
+// the moment a call is made, not only at the order of the calls.
+
+// primariesOn lists the units that are primary on a site now.
+func primariesOn(s *simtest.Site) []string {
+	var out []string
+	for _, u := range s.Snapshot().Units {
+		if u.Role == sim.RolePrimary {
+			out = append(out, u.Key())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noPromotion checks that no copy on the surviving site was promoted.
+func noPromotion(t *testing.T, f *fixture, calls []call) {
+	t.Helper()
+	if i := indexOf(calls, "PromoteVolume", "", ""); i >= 0 {
+		t.Fatalf("PromoteVolume was called: %v", calls[i])
+	}
+	if p := primariesOn(f.west); len(p) != 0 {
+		t.Fatalf("west holds primaries %v though the lost site was never fenced", p)
+	}
+}
+
+// TestFailoverWithNothingToFence: the lost site lists no fence CIDRs and
+// Protect recorded no clients for it. The fence step must pause with
+// NotFenced, and nothing may be promoted; with onFailure abort, the action
+// ends with NotFenced.
+func TestFailoverWithNothingToFence(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	f.plan.Sites[0].Fence = plans.Fence{}
+
+	env, calls := f.env(t)
+	var paused *workflows.Step
+	env.RegisterDelayedCallback(func() {
+		paused = pausedStep(t, env)
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionAbort}, nil, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	if paused == nil || paused.Name != "fence east" || !strings.Contains(paused.LastError, "no fence CIDRs and no clients") {
+		t.Fatalf("paused step %+v, want the fence step paused for want of anything to fence", paused)
+	}
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrAborted {
+		t.Fatalf("error %v, want the operator's abort", err)
+	}
+	noPromotion(t, f, *calls)
+	if indexOf(*calls, "FenceClusterNetwork", "", "") >= 0 {
+		t.Fatalf("a fence with no CIDRs was sent: %v", *calls)
+	}
+
+	// The failure itself is NotFenced: with onFailure abort the action
+	// ends with it.
+	f.plan.Policy.OnFailure = "abort"
+	env2, calls2 := f.env(t)
+	env2.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	if err := env2.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrNotFenced {
+		t.Fatalf("error %v, want NotFenced", err)
+	}
+	noPromotion(t, f, *calls2)
+}
+
+// TestFailoverFencesRecordedClients: with no CIDRs in the plan, the
+// failover fences exactly the clients Protect recorded for the lost site:
+// those and no others are fenced on the storage, a recorded client cannot
+// write to the promoted copies, and another site's client still can.
+func TestFailoverFencesRecordedClients(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	f.plan.Sites[0].Fence = plans.Fence{}
+	recorded := []string{simtest.NodeA + "/32", "127.0.0.9/32"}
+
+	var fencedAtPromote []string
+	f.onCall = func(c call) {
+		if c.name == "PromoteVolume" && fencedAtPromote == nil {
+			fencedAtPromote = f.west.FencedCIDRs()
+		}
+	}
+	var res workflows.FailoverResult
+	_, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", Clients: recorded}, &res)
+	mustOK(t, err)
+	if !slices.Equal(fencedAtPromote, recorded) {
+		t.Fatalf("fenced when the first promotion started: %v, want exactly %v", fencedAtPromote, recorded)
+	}
+	if got := f.west.FencedCIDRs(); !slices.Equal(got, recorded) {
+		t.Fatalf("fenced on west: %v, want exactly the recorded clients %v", got, recorded)
+	}
+	if !slices.Equal(res.Fenced, recorded) {
+		t.Fatalf("result says fenced %v, want %v", res.Fenced, recorded)
+	}
+	roles(t, f.west, sim.RolePrimary)
+
+	ctx := context.Background()
+	lost, err := sim.NewClient(f.west.DataAddr(), simtest.NodeA, "east-node")
+	mustOK(t, err)
+	defer lost.Close()
+	if _, err := lost.Write(ctx, "v1", 1, []byte("from the lost site")); !errors.Is(err, sim.ErrFenced) {
+		t.Fatalf("a recorded client of the lost site wrote to west: %v", err)
+	}
+	other, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
+	mustOK(t, err)
+	defer other.Close()
+	if _, err := other.Write(ctx, "v1", 1, []byte("from west")); err != nil {
+		t.Fatalf("west's own client was refused: %v", err)
+	}
+}
+
+// TestFailoverVerifiesTheFence: storage that acknowledges the fence but
+// never applies it (it does not list the CIDR in ListClusterFence) stops
+// the failover at the verify step: it pauses with NotFenced, nothing is
+// promoted, and the lost site's client can still write where it could.
+func TestFailoverVerifiesTheFence(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "FenceClusterNetwork", Discard: true, Probability: 1}}))
+	env, calls := f.env(t)
+	var paused *workflows.Step
+	env.RegisterDelayedCallback(func() {
+		paused = pausedStep(t, env)
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "verify fence of east", Action: workflows.DecisionAbort}, nil, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	if n := f.west.FaultCounts()["FenceClusterNetwork:DISCARDED"]; n == 0 {
+		t.Fatal("the storage was never asked to fence")
+	}
+	if paused == nil || paused.Name != "verify fence of east" || !strings.Contains(paused.LastError, "127.0.0.2/32") {
+		t.Fatalf("paused step %+v, want the verify step paused naming the missing CIDR", paused)
+	}
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrAborted {
+		t.Fatalf("error %v, want the operator's abort", err)
+	}
+	noPromotion(t, f, *calls)
+	if got := f.west.FencedCIDRs(); len(got) != 0 {
+		t.Fatalf("the fault should have left nothing fenced, west lists %v", got)
+	}
+
+	f.plan.Policy.OnFailure = "abort"
+	env2, calls2 := f.env(t)
+	env2.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	if err := env2.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrNotFenced {
+		t.Fatalf("error %v, want NotFenced", err)
+	}
+	noPromotion(t, f, *calls2)
+}
+
+// TestFailbackRollbackDemotesFirst: a failback whose promotion fails
+// after some groups were promoted on the target rolls back by demoting
+// those first: when the source is promoted again, no copy on the target
+// is primary, every rollback demote came before the first promote on the
+// source, and the invariants hold.
+func TestFailbackRollbackDemotesFirst(t *testing.T) {
+	f := newFixture(t)
+	// East is primary: fail back "from east to west"; west's promotion of
+	// the priority-1 volume is refused for good, after the priority-0
+	// groups were promoted.
+	var mu sync.Mutex
+	var atSourcePromote [][]string
+	f.onCall = func(c call) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case c.name == "PromoteVolume" && c.site == "west" && c.subject == "solo":
+			mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "INVALID_ARGUMENT", Count: 100, Message: "pool is read-only"}}))
+		case c.name == "PromoteVolume" && c.site == "east":
+			atSourcePromote = append(atSourcePromote, primariesOn(f.west))
+		}
+	}
+	env, calls := f.env(t)
+	env.ExecuteWorkflow(workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrRolledBack {
+		t.Fatalf("error %v, want a rollback", err)
+	}
+	if len(atSourcePromote) == 0 {
+		t.Fatal("east was never promoted back")
+	}
+	for _, p := range atSourcePromote {
+		if len(p) != 0 {
+			t.Fatalf("west still held primaries %v when east was promoted back", p)
+		}
+	}
+	// The rollback had something to demote: db and logs were promoted.
+	var demoted []string
+	firstSourcePromote := indexOf(*calls, "PromoteVolume", "east", "")
+	for i, c := range *calls {
+		if c.name == "DemoteVolume" && c.site == "west" {
+			if !c.force {
+				t.Fatalf("rollback demote without force: %v", c)
+			}
+			if firstSourcePromote < 0 || i > firstSourcePromote {
+				t.Fatalf("rollback demote %v came after the first promote on east:\n%v", c, *calls)
+			}
+			demoted = append(demoted, c.subject)
+		}
+	}
+	slices.Sort(demoted)
+	if !slices.Equal(demoted, []string{"vg-1", "vg-2"}) {
+		t.Fatalf("rollback demoted %v on west, want the promoted vg-1 and vg-2:\n%v", demoted, *calls)
+	}
+	roles(t, f.east, sim.RolePrimary)
+	roles(t, f.west, sim.RoleSecondary)
+	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
+		t.Fatalf("invariants: %s", r)
+	}
+}
+
+// TestProtectSeesADeadPrimary: while the primary cannot be asked, the lag
+// Protect reports keeps growing from the last sync it knew, round after
+// round, and the plan goes out of RPO once the lag passes the target.
+func TestProtectSeesADeadPrimary(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(45 * time.Second)
+	env, _ := f.testEnv(t)
+	var states []workflows.ProtectState
+	look := func() {
+		v, err := env.QueryWorkflow(workflows.QueryProtect)
+		mustOK(t, err)
+		var s workflows.ProtectState
+		mustOK(t, v.Get(&s))
+		states = append(states, s)
+	}
+	env.RegisterDelayedCallback(func() { look(); f.east.Down() }, 15*time.Second)
+	for at := 25 * time.Second; at <= 135*time.Second; at += 10 * time.Second {
+		env.RegisterDelayedCallback(look, at)
+	}
+	env.RegisterDelayedCallback(func() {
+		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+	}, 140*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	if len(states) < 2 {
+		t.Fatalf("%d looks at the state", len(states))
+	}
+	before := states[0]
+	if before.OutOfRPO || before.LastSync().IsZero() || len(before.Groups) != 3 {
+		t.Fatalf("before the loss: %+v", before)
+	}
+	// Each round recorded after the loss (a new Checked time) reports a
+	// longer lag than the round before it, from the same last sync.
+	rounds := 0
+	for i := 1; i < len(states); i++ {
+		prev, cur := states[i-1], states[i]
+		for g, h := range cur.Groups {
+			p := prev.Groups[g]
+			if h.Checked.Equal(p.Checked) {
+				continue
+			}
+			rounds++
+			if h.Lag <= p.Lag {
+				t.Fatalf("round checked at %v: group %s lag %v did not grow from %v with the primary down", h.Checked, g, h.Lag, p.Lag)
+			}
+			if !h.LastSync.Equal(before.Groups[g].LastSync) {
+				t.Fatalf("round checked at %v: group %s last sync %v, want the last one known, %v", h.Checked, g, h.LastSync, before.Groups[g].LastSync)
+			}
+		}
+	}
+	if rounds < 2*len(before.Groups) {
+		t.Fatalf("only %d group records changed with the primary down", rounds)
+	}
+	last := states[len(states)-1]
+	if !last.OutOfRPO {
+		t.Fatalf("two minutes after the loss, against a 45s target, the plan is not out of RPO: %+v", last)
+	}
+	for g, h := range last.Groups {
+		if !h.OutOfRPO || h.Lag <= 45*time.Second {
+			t.Fatalf("group %s: %+v, want out of RPO with a lag past 45s", g, h)
+		}
+	}
+}
+
+// TestCycleActsOnObservedState runs failover, reprotect and failback and
+// looks at the storage as each guarded call starts: every forced
+// promotion on west finds east's client fenced; the unfence of east finds
+// every east copy a secondary in sync, no longer resyncing, holding the
+// write made on west; every promotion back on east finds no primary on
+// west. The invariants hold at the end.
+func TestCycleActsOnObservedState(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var problems []string
+	seen := map[string]int{}
+	f.onCall = func(c call) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case c.name == "PromoteVolume" && c.site == "west":
+			seen["promote west"]++
+			if !slices.Contains(f.west.FencedCIDRs(), simtest.NodeA+"/32") {
+				problems = append(problems, "west promoted "+c.subject+" with east's client unfenced")
+			}
+		case c.name == "UnfenceClusterNetwork":
+			seen["unfence"]++
+			st := f.east.Snapshot()
+			for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+				u := st.Unit(key)
+				if u == nil || u.Role != sim.RoleSecondary || !u.InSync || u.Resyncing {
+					problems = append(problems, "east was unfenced with "+key+" not a secondary in sync")
+				}
+			}
+			if u := st.Unit("vg/vg-1"); u == nil || string(u.Blocks["v1"][5].Data) != "written on west" {
+				problems = append(problems, "east was unfenced before it held west's write")
+			}
+		case c.name == "PromoteVolume" && c.site == "east":
+			seen["promote east"]++
+			if p := primariesOn(f.west); len(p) != 0 {
+				problems = append(problems, "east promoted "+c.subject+" while west held primaries "+strings.Join(p, ","))
+			}
+		}
+	}
+
+	f.east.Down()
+	_, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"}, nil)
+	mustOK(t, err)
+	west, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
+	mustOK(t, err)
+	defer west.Close()
+	_, err = west.Write(ctx, "v1", 5, []byte("written on west"))
+	mustOK(t, err)
+	mustOK(t, f.east.Up())
+	_, err = f.run(t, workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west"}, nil)
+	mustOK(t, err)
+	_, err = f.run(t, workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"}, nil)
+	mustOK(t, err)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("unsafe calls:\n%s", strings.Join(problems, "\n"))
+	}
+	if seen["promote west"] < 3 || seen["unfence"] < 1 || seen["promote east"] < 3 {
+		t.Fatalf("calls observed %v, want every promotion and the unfence", seen)
+	}
+	f.homeAgain(t, "v1", 5, "written on west")
+}
