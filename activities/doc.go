@@ -75,4 +75,10 @@
 // call time. Values go into the request and nowhere else: not into inputs,
 // results, heartbeats, logs or errors. A plugin message that quotes a
 // secret value is redacted before it becomes an error.
+//
+// Exec hooks get only the environment their plan entry names (env and
+// secretEnv), never the worker's. Every value EnvFileSecrets resolves is
+// remembered for the worker's life, and RedactResolved replaces all of
+// them in whatever leaves a workload activity: hook output, CO messages,
+// errors.
 package activities

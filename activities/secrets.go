@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"sort"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
 )
 
@@ -62,7 +64,60 @@ func (r EnvFileSecrets) Resolve(ref *plans.SecretRef) (map[string]string, error)
 			out[k] = v
 		}
 	}
+	resolved.add(out)
 	return out, nil
+}
+
+// resolved remembers every secret value this worker has resolved, so that
+// text leaving an activity (hook output, a plugin's or a CO's message) is
+// redacted of all of them, not only of the call's own.
+var resolved = &secretSet{vals: map[string]struct{}{}}
+
+// maxRemembered bounds the values remembered; past it the oldest are not
+// dropped but no new ones are added, and the worker says so once.
+const maxRemembered = 4096
+
+type secretSet struct {
+	mu   sync.Mutex
+	vals map[string]struct{}
+	full bool
+}
+
+func (s *secretSet) add(m map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range m {
+		if len(v) < 3 {
+			continue
+		}
+		if _, ok := s.vals[v]; !ok && len(s.vals) >= maxRemembered {
+			if !s.full {
+				s.full = true
+				slog.Warn("more secret values resolved than are remembered for redaction; later ones are redacted only in their own calls", "limit", maxRemembered)
+			}
+			continue
+		}
+		s.vals[v] = struct{}{}
+	}
+}
+
+func (s *secretSet) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.vals))
+	for v := range s.vals {
+		out = append(out, v)
+	}
+	return out
+}
+
+// RedactResolved replaces in s every secret value this worker has
+// resolved so far.
+func RedactResolved(s string) string {
+	if s == "" {
+		return s
+	}
+	return orchestrators.Redact(s, resolved.list())
 }
 
 // readSecretFile reads key=value lines, or a YAML map when the file is not
@@ -108,23 +163,17 @@ func parseKeyValues(data []byte) (map[string]string, bool) {
 	return m, sc.Err() == nil
 }
 
-// redact replaces every secret value found in s. Plugins build their error
-// messages themselves; one that echoes a credential must not carry it into
-// the workflow history.
+// redact replaces every secret value found in s: the call's own and every
+// other this worker resolved. Plugins build their error messages
+// themselves; one that echoes a credential must not carry it into the
+// workflow history.
 func redact(s string, secrets map[string]string) string {
-	if len(secrets) == 0 || s == "" {
+	if s == "" {
 		return s
 	}
-	vals := make([]string, 0, len(secrets))
+	vals := resolved.list()
 	for _, v := range secrets {
-		if len(v) >= 3 {
-			vals = append(vals, v)
-		}
+		vals = append(vals, v)
 	}
-	// Longest first, so a value containing another is replaced whole.
-	sort.Slice(vals, func(i, j int) bool { return len(vals[i]) > len(vals[j]) })
-	for _, v := range vals {
-		s = strings.ReplaceAll(s, v, "[redacted]")
-	}
-	return s
+	return orchestrators.Redact(s, vals)
 }

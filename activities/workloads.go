@@ -69,7 +69,20 @@ func (x *Workloads) adapter(op string, in WorkloadInput) (orchestrators.Orchestr
 	o := in.Orchestrator
 	switch {
 	case o.Exec != nil:
-		return orchestrators.NewExec(*o.Exec), nil
+		e := orchestrators.NewExec(*o.Exec)
+		e.Secret = func(k plans.SecretKey) (string, error) {
+			m, err := x.Secrets.Resolve(k.Ref())
+			if err != nil {
+				return "", err
+			}
+			v, ok := m[k.Key]
+			if !ok {
+				return "", fmt.Errorf("the secret has no key %q", k.Key)
+			}
+			return v, nil
+		}
+		e.Redact = RedactResolved
+		return e, nil
 	case o.Nomad != nil:
 		token := ""
 		if o.Nomad.Token != nil {
@@ -93,7 +106,7 @@ func (x *Workloads) adapter(op string, in WorkloadInput) (orchestrators.Orchestr
 
 func workloadSetupError(op string, in WorkloadInput, typ string, err error) error {
 	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("%s workload %q on site %q: %v", op, in.Workload.Name, in.Workload.Site, err), typ, nil)
+		RedactResolved(fmt.Sprintf("%s workload %q on site %q: %v", op, in.Workload.Name, in.Workload.Site, err)), typ, nil)
 }
 
 // workloadError turns an adapter error into the activity's: temporary
@@ -105,10 +118,11 @@ func workloadError(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	msg := RedactResolved(err.Error())
 	if orchestrators.IsTemporary(err) {
-		return temporal.NewApplicationError(err.Error(), ErrWorkloadRetry)
+		return temporal.NewApplicationError(msg, ErrWorkloadRetry)
 	}
-	return temporal.NewNonRetryableApplicationError(err.Error(), ErrWorkloadError, nil)
+	return temporal.NewNonRetryableApplicationError(msg, ErrWorkloadError, nil)
 }
 
 // StopWorkload stops a workload on a site.
@@ -118,7 +132,7 @@ func (x *Workloads) StopWorkload(ctx context.Context, in WorkloadInput) (Workloa
 		return WorkloadOutput{}, err
 	}
 	out, err := a.StopWorkload(ctx, in.Workload)
-	return WorkloadOutput{Output: out}, workloadError(err)
+	return WorkloadOutput{Output: RedactResolved(out)}, workloadError(err)
 }
 
 // StartWorkload starts a workload on a site.
@@ -128,7 +142,7 @@ func (x *Workloads) StartWorkload(ctx context.Context, in WorkloadInput) (Worklo
 		return WorkloadOutput{}, err
 	}
 	out, err := a.StartWorkload(ctx, in.Workload)
-	return WorkloadOutput{Output: out}, workloadError(err)
+	return WorkloadOutput{Output: RedactResolved(out)}, workloadError(err)
 }
 
 // DescribeWorkload reports a workload for a drill, changing nothing.
@@ -138,6 +152,7 @@ func (x *Workloads) DescribeWorkload(ctx context.Context, in WorkloadInput) (orc
 		return orchestrators.Description{}, err
 	}
 	d, err := a.DescribeWorkload(ctx, in.Workload)
+	d.Detail = RedactResolved(d.Detail)
 	return d, workloadError(err)
 }
 
@@ -176,12 +191,13 @@ func (x *Workloads) WaitHealthy(ctx context.Context, in HealthInput) (HealthOutc
 	last := "no check answered yet"
 	for {
 		h, err := a.CheckHealth(ctx, w)
+		h.Detail = RedactResolved(h.Detail)
 		p := hb.polled()
 		switch {
 		case err != nil && !orchestrators.IsTemporary(err):
 			return HealthOutcome{PollProgress: p}, workloadError(err)
 		case err != nil:
-			last = err.Error()
+			last = RedactResolved(err.Error())
 		case h.Healthy:
 			return HealthOutcome{PollProgress: p, Health: h}, nil
 		case h.Failed:

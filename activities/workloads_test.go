@@ -146,3 +146,41 @@ func TestExecHookRetries(t *testing.T) {
 		t.Fatalf("failing hook: final=%v %q", final, msg)
 	}
 }
+
+// TestHookOutputRedactedOfResolvedSecrets: hook output leaves the
+// activity redacted of every secret value the worker has resolved, also
+// of a storage secret the hook reads by itself (here from a file) and of
+// the hook's own secretEnv, in its output and in its error.
+func TestHookOutputRedactedOfResolvedSecrets(t *testing.T) {
+	const storageSecret = "storage-key-7d41c0ffee"
+	const hookSecret = "hook-password-0b5e"
+	t.Setenv("DROVER_REDACTTEST_userKey", storageSecret)
+	t.Setenv("DROVER_HOOKTEST_password", hookSecret)
+	if _, err := (activities.EnvFileSecrets{}).Resolve(&plans.SecretRef{Env: "DROVER_REDACTTEST"}); err != nil {
+		t.Fatal(err)
+	}
+	leak := filepath.Join(t.TempDir(), "leak")
+	mustOK(t, os.WriteFile(leak, []byte("key="+storageSecret+"\n"), 0o600))
+	p := &plans.Plan{Metadata: plans.Metadata{Name: "shop"},
+		Sites: []plans.Site{{Name: "west", Orchestrator: plans.Orchestrator{Exec: &plans.Exec{
+			SecretEnv: map[string]plans.SecretKey{"PASSWORD": {Env: "DROVER_HOOKTEST", Key: "password"}}}}}},
+		Workloads: []plans.Workload{{Name: "web", Sites: map[string]plans.WorkloadRef{"west": {Exec: &plans.ExecHooks{
+			Start: "cat " + leak + "; echo pw=$PASSWORD",
+			Stop:  "cat " + leak + "; echo pw=$PASSWORD; exit 3",
+		}}}}},
+	}
+	in := workloadInput(t, p)
+	x := activities.NewWorkloads()
+	out, err := x.StartWorkload(t.Context(), in)
+	mustOK(t, err)
+	if want := "key=[redacted]\npw=[redacted]\n"; out.Output != want {
+		t.Fatalf("start output %q, want %q", out.Output, want)
+	}
+	_, err = x.StopWorkload(t.Context(), in)
+	if err == nil || !strings.Contains(err.Error(), "exited 3") {
+		t.Fatalf("stop error %v, want the hook's exit 3", err)
+	}
+	if strings.Contains(err.Error(), storageSecret) || strings.Contains(err.Error(), hookSecret) || !strings.Contains(err.Error(), "pw=[redacted]") {
+		t.Fatalf("stop error carries a secret or lost the output: %v", err)
+	}
+}

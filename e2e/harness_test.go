@@ -111,6 +111,13 @@ func (l logTo) Write(p []byte) (int, error) {
 // start brings up a stack with n groups; it stops when the test ends.
 func start(t *testing.T, n, parallelism int) *harness {
 	t.Helper()
+	return startWith(t, n, parallelism, nil, nil)
+}
+
+// startWith is start with the plan text edited by edit and the stack's
+// options by opts (either may be nil).
+func startWith(t *testing.T, n, parallelism int, edit func(string) string, opts func(*stack.Options)) *harness {
+	t.Helper()
 	if buildErr != nil {
 		if strings.Contains(buildErr.Error(), "make temporal") && os.Getenv("CI") == "" {
 			t.Skip(buildErr)
@@ -120,7 +127,11 @@ func start(t *testing.T, n, parallelism int) *harness {
 	dir := t.TempDir()
 	groups := sim.GenerateGroups(n, 1)
 	planFile := filepath.Join(dir, "e2e.yaml")
-	if err := os.WriteFile(planFile, []byte(planText(dir, groups, parallelism)), 0o644); err != nil {
+	text := planText(dir, groups, parallelism)
+	if edit != nil {
+		text = edit(text)
+	}
+	if err := os.WriteFile(planFile, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	layout, err := stack.Free()
@@ -129,7 +140,11 @@ func start(t *testing.T, n, parallelism int) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	st, err := stack.Start(ctx, stack.Options{Dir: filepath.Join(dir, "run"), Bin: bin, Plan: planFile, Groups: groups, Layout: layout, Out: logTo{t}})
+	o := stack.Options{Dir: filepath.Join(dir, "run"), Bin: bin, Plan: planFile, Groups: groups, Layout: layout, Out: logTo{t}}
+	if opts != nil {
+		opts(&o)
+	}
+	st, err := stack.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

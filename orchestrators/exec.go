@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -13,29 +14,52 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/drover-dr/drover/plans"
 )
 
 // MaxOutput is how much of a hook's output is kept: its last bytes, which
-// is where the reason for a failure usually is.
-const MaxOutput = 16 << 10
+// is where the reason for a failure usually is. The output is read into a
+// larger tail first and redacted there, so that a secret value the cut
+// would split is replaced whole before the last MaxOutput bytes are kept.
+const MaxOutput = 4 << 10
+
+// readOutput is the tail of a hook's output read before redaction.
+const readOutput = 64 << 10
+
+// DefaultPath is a hook's PATH when the worker has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Exec runs a site's hooks: the plan gives stop, start and health commands
 // per workload; any CO that a shell can drive (systemd, Docker Compose,
 // Swarm, Podman) fits.
+//
+// A hook's environment is PATH and HOME (the worker's, or defaults), the
+// site's and the workload's env and secretEnv, and DROVER_PLAN,
+// DROVER_SITE, DROVER_WORKLOAD, DROVER_ACTION and DROVER_HOOK: nothing
+// else of the worker's environment, which holds storage secrets and
+// Temporal credentials.
 type Exec struct {
 	// Shell runs each command as `Shell -c command` (default /bin/sh).
 	Shell string
-	// Env is added to the worker's environment for every hook.
-	Env map[string]string
+	// Env and SecretEnv are the site's hook environment; a workload's own
+	// entries override them.
+	Env       map[string]string
+	SecretEnv map[string]plans.SecretKey
+	// Secret resolves a secretEnv entry when a hook runs; nil refuses
+	// every secretEnv entry.
+	Secret func(plans.SecretKey) (string, error)
+	// Redact, when set, is applied to the output kept from a hook, after
+	// the values of the hook's own secrets are replaced.
+	Redact func(string) string
 	// Timeout bounds one hook when the workload sets none.
 	Timeout time.Duration
 }
 
 // NewExec builds the adapter of a site's exec settings.
 func NewExec(cfg plans.Exec) *Exec {
-	return &Exec{Shell: cfg.Shell, Env: cfg.Env, Timeout: cfg.Timeout.D()}
+	return &Exec{Shell: cfg.Shell, Env: cfg.Env, SecretEnv: cfg.SecretEnv, Timeout: cfg.Timeout.D()}
 }
 
 // StopWorkload runs the stop hook.
@@ -124,15 +148,19 @@ func (x *Exec) run(ctx context.Context, w Workload, op, command string, h *plans
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	env, secrets, err := x.hookEnv(w, op, h)
+	if err != nil {
+		return "", fail(op, w, false, err, "%s hook environment: %v", op, err)
+	}
 	cmd := exec.CommandContext(ctx, x.shell(), "-c", command)
-	cmd.Env = hookEnv(x.Env, w, op)
-	out := &tail{max: MaxOutput}
+	cmd.Env = env
+	out := &tail{max: readOutput}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
-	err := cmd.Run()
-	text := out.String()
+	err = cmd.Run()
+	text := x.keep(out.String(), secrets)
 	if err == nil {
 		return text, nil
 	}
@@ -158,25 +186,89 @@ func (x *Exec) run(ctx context.Context, w Workload, op, command string, h *plans
 	return text, fail(op, w, false, err, "run %s hook with %s: %v", op, x.shell(), err)
 }
 
-// hookEnv is the worker's environment, the site's extra variables, and
-// what the hook is run for.
-func hookEnv(extra map[string]string, w Workload, op string) []string {
-	env := os.Environ()
-	keys := make([]string, 0, len(extra))
-	for k := range extra {
-		keys = append(keys, k)
+// hookEnv is a hook's whole environment: PATH, HOME, the site's and then
+// the workload's env and secretEnv, and what the hook is run for. It also
+// returns the secret values it resolved, for redaction.
+func (x *Exec) hookEnv(w Workload, op string, h *plans.ExecHooks) ([]string, []string, error) {
+	vars := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}
+	if vars["PATH"] == "" {
+		vars["PATH"] = DefaultPath
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+extra[k])
+	if vars["HOME"] == "" {
+		vars["HOME"] = "/"
 	}
-	return append(env,
-		"DROVER_PLAN="+w.Plan,
-		"DROVER_SITE="+w.Site,
-		"DROVER_WORKLOAD="+w.Name,
-		"DROVER_ACTION="+w.Action,
-		"DROVER_HOOK="+op,
-	)
+	var secrets []string
+	layer := func(env map[string]string, secret map[string]plans.SecretKey) error {
+		for k, v := range env {
+			vars[k] = v
+		}
+		for _, k := range slices.Sorted(maps.Keys(secret)) {
+			if x.Secret == nil {
+				return fmt.Errorf("secretEnv %s: no secret resolver on this worker", k)
+			}
+			v, err := x.Secret(secret[k])
+			if err != nil {
+				return fmt.Errorf("secretEnv %s: %w", k, err)
+			}
+			vars[k] = v
+			secrets = append(secrets, v)
+		}
+		return nil
+	}
+	if err := layer(x.Env, x.SecretEnv); err != nil {
+		return nil, nil, err
+	}
+	if err := layer(h.Env, h.SecretEnv); err != nil {
+		return nil, nil, err
+	}
+	vars["DROVER_PLAN"], vars["DROVER_SITE"], vars["DROVER_WORKLOAD"] = w.Plan, w.Site, w.Name
+	vars["DROVER_ACTION"], vars["DROVER_HOOK"] = w.Action, op
+	env := make([]string, 0, len(vars))
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		env = append(env, k+"="+vars[k])
+	}
+	return env, secrets, nil
+}
+
+// keep is the part of a hook's output a step keeps: every secret value
+// replaced, then the last MaxOutput bytes.
+func (x *Exec) keep(out string, secrets []string) string {
+	out = Redact(out, secrets)
+	if x.Redact != nil {
+		out = x.Redact(out)
+	}
+	if len(out) <= MaxOutput {
+		return out
+	}
+	cut := len(out) - MaxOutput
+	for cut < len(out) && !utf8.RuneStart(out[cut]) {
+		cut++
+	}
+	return "[…]" + strings.TrimPrefix(out[cut:], "[…]")
+}
+
+// Redacted replaces a secret value in text.
+const Redacted = "[redacted]"
+
+// Redact replaces every value of secrets found in s, longest first so
+// that a value containing another is replaced whole. Values shorter than
+// three bytes are left: replacing them would garble the text and hide
+// nothing.
+func Redact(s string, secrets []string) string {
+	if s == "" || len(secrets) == 0 {
+		return s
+	}
+	vals := make([]string, 0, len(secrets))
+	for _, v := range secrets {
+		if len(v) >= 3 {
+			vals = append(vals, v)
+		}
+	}
+	sort.Slice(vals, func(i, j int) bool { return len(vals[i]) > len(vals[j]) })
+	for _, v := range vals {
+		s = strings.ReplaceAll(s, v, Redacted)
+	}
+	return s
 }
 
 func lastLine(out, fallback string) string {

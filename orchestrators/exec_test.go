@@ -3,6 +3,7 @@ package orchestrators_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,5 +121,87 @@ func TestExecWithoutHooks(t *testing.T) {
 	_, err := x.StartWorkload(ctxT(t), orchestrators.Workload{Site: "west", Name: "pg"})
 	if err == nil || orchestrators.IsTemporary(err) || !strings.Contains(err.Error(), "no exec hooks") {
 		t.Fatalf("error %v, want a permanent 'no exec hooks'", err)
+	}
+}
+
+// TestExecHookEnvironment: a hook sees PATH, HOME, the DROVER_* variables
+// of its call and what the plan names, never the rest of the worker's
+// environment (where storage secrets and Temporal credentials live); the
+// values of its secrets are redacted from the output it leaves.
+func TestExecHookEnvironment(t *testing.T) {
+	const workerSecret = "worker-only-s3cr3t-value"
+	const hookSecret = "hook-s3cr3t-9f2c"
+	t.Setenv("DROVER_EAST_CSI_key", workerSecret)
+	t.Setenv("TEMPORAL_API_KEY", workerSecret)
+	resolved := map[string]string{}
+	x := orchestrators.NewExec(plans.Exec{
+		Env:       map[string]string{"SITE_MODE": "site", "OVERRIDDEN": "site"},
+		SecretEnv: map[string]plans.SecretKey{"SITE_TOKEN": {Env: "APP", Key: "token"}},
+	})
+	x.Secret = func(k plans.SecretKey) (string, error) {
+		resolved[k.Key] = k.Env
+		return hookSecret, nil
+	}
+	out, err := x.StartWorkload(ctxT(t), execWorkload(plans.ExecHooks{
+		Start: `env | sort; echo "token is $DB_PASSWORD"`,
+		Env:   map[string]string{"OVERRIDDEN": "workload"},
+		SecretEnv: map[string]plans.SecretKey{
+			"DB_PASSWORD": {Env: "APP", Key: "password"},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			vars[k] = v
+		}
+	}
+	want := map[string]string{
+		"DROVER_PLAN": "shop", "DROVER_SITE": "west", "DROVER_WORKLOAD": "pg", "DROVER_ACTION": "failover", "DROVER_HOOK": "start",
+		"SITE_MODE": "site", "OVERRIDDEN": "workload", "SITE_TOKEN": orchestrators.Redacted, "DB_PASSWORD": orchestrators.Redacted,
+		"HOME": os.Getenv("HOME"), "PATH": os.Getenv("PATH"),
+	}
+	for k, v := range want {
+		if vars[k] != v {
+			t.Errorf("hook saw %s=%q, want %q", k, vars[k], v)
+		}
+	}
+	// The shell adds a few of its own (PWD, SHLVL, _); nothing of the worker.
+	for k := range vars {
+		if _, ok := want[k]; !ok && k != "PWD" && k != "SHLVL" && k != "_" && k != "OLDPWD" {
+			t.Errorf("hook saw %s, which the plan does not give it", k)
+		}
+	}
+	if strings.Contains(out, workerSecret) || strings.Contains(out, hookSecret) {
+		t.Errorf("a secret value is in the kept output:\n%s", out)
+	}
+	if !strings.Contains(out, "token is "+orchestrators.Redacted) {
+		t.Errorf("output %q: want the echoed secret redacted", out)
+	}
+	if len(resolved) != 2 || resolved["token"] != "APP" || resolved["password"] != "APP" {
+		t.Errorf("secrets resolved %v, want token and password of APP", resolved)
+	}
+}
+
+// TestExecOutputRedactedBeforeTheCut: a secret that straddles the point
+// where the kept tail begins is not left half visible.
+func TestExecOutputRedactedBeforeTheCut(t *testing.T) {
+	secret := strings.Repeat("k3y", 40) // 120 bytes
+	x := orchestrators.NewExec(plans.Exec{SecretEnv: map[string]plans.SecretKey{"S": {Env: "X", Key: "k"}}})
+	x.Secret = func(plans.SecretKey) (string, error) { return secret, nil }
+	for pad := orchestrators.MaxOutput - 200; pad < orchestrators.MaxOutput+10; pad += 23 {
+		out, err := x.StartWorkload(ctxT(t), execWorkload(plans.ExecHooks{
+			Start: fmt.Sprintf(`printf '%%s' "$S"; head -c %d /dev/zero | tr '\0' x`, pad)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) > orchestrators.MaxOutput+len("[…]") {
+			t.Fatalf("kept %d bytes, want at most %d", len(out), orchestrators.MaxOutput)
+		}
+		if strings.Contains(out, "k3yk3y") {
+			t.Fatalf("padding %d: part of the secret is in the kept output %q…", pad, out[:40])
+		}
 	}
 }

@@ -147,6 +147,12 @@ func TestInvalidPlans(t *testing.T) {
 		{"exit codes", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b, retryExitCodes: [75, 0]}}", []string{
 			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`,
 			`plan.yaml:29:61: workloads[0].sites.east.exec.retryExitCodes[1]: exit code 0 is not in 1..255`}},
+		{"hook environment", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b, env: {DROVER_SITE: x, 1X: y, PW: z}, secretEnv: {PW: {env: A, key: p}, TOKEN: {key: t}}}}", []string{
+			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`,
+			`plan.yaml:29:46: workloads[0].sites.east.exec.env.DROVER_SITE: DROVER_SITE is set by Drover for every hook`,
+			`plan.yaml:29:62: workloads[0].sites.east.exec.env.1X: "1X" is not an environment variable name (letters, digits and _, not starting with a digit)`,
+			`plan.yaml:29:89: workloads[0].sites.east.exec.secretEnv.PW: PW is also in env; give it once`,
+			`plan.yaml:29:111: workloads[0].sites.east.exec.secretEnv.TOKEN: give one of env or file`}},
 		{"duplicate key", "kind: FailoverPlan\n", "kind: FailoverPlan\nkind: FailoverPlan\n", []string{
 			`plan.yaml:3:1: kind: duplicate key "kind"`}},
 		{"yaml syntax", "metadata:\n  name: shop", "metadata:\n name: shop\n  x: [", []string{

@@ -93,12 +93,28 @@ type Nomad struct {
 	TLS       *TLS       `yaml:"tls,omitempty" json:"tls,omitempty"`
 }
 
-// Exec runs hook commands for any other orchestrator.
+// Exec runs hook commands for any other orchestrator. A hook's
+// environment is PATH, HOME, the DROVER_* variables of the call, and what
+// env and secretEnv here and in the workload's hooks name: never the
+// worker's own environment.
 type Exec struct {
-	Shell   string            `yaml:"shell,omitempty" json:"shell,omitempty" doc:"Shell that runs the hooks (default /bin/sh)."`
-	Env     map[string]string `yaml:"env,omitempty" json:"env,omitempty" doc:"Extra environment for every hook."`
-	Timeout Duration          `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Default time limit of one hook (default 5m)."`
+	Shell     string               `yaml:"shell,omitempty" json:"shell,omitempty" doc:"Shell that runs the hooks (default /bin/sh)."`
+	Env       map[string]string    `yaml:"env,omitempty" json:"env,omitempty" doc:"Extra environment for every hook: literal values."`
+	SecretEnv map[string]SecretKey `yaml:"secretEnv,omitempty" json:"secretEnv,omitempty" doc:"Extra environment for every hook: secret values, resolved on the worker when the hook runs."`
+	Timeout   Duration             `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Default time limit of one hook (default 5m)."`
 }
+
+// SecretKey names one value of a secret: the key of a secret reference.
+// The worker resolves it when a hook runs; the value never enters
+// workflow history, and hook output kept in a step is redacted of it.
+type SecretKey struct {
+	Env  string `yaml:"env,omitempty" json:"env,omitempty" doc:"Environment variable prefix of the secret, as in a secret reference: the value is variable PREFIX_KEY."`
+	File string `yaml:"file,omitempty" json:"file,omitempty" doc:"File of key=value lines, or a YAML map, holding the secret."`
+	Key  string `yaml:"key" json:"key" required:"true" doc:"The secret's key whose value the variable takes."`
+}
+
+// Ref is the secret reference the key belongs to.
+func (k SecretKey) Ref() *SecretRef { return &SecretRef{Env: k.Env, File: k.File} }
 
 // VolumeGroup is one replicated volume group, named on each site.
 type VolumeGroup struct {
@@ -144,6 +160,10 @@ type ExecHooks struct {
 	Stop    string   `yaml:"stop" json:"stop" required:"true"`
 	Health  string   `yaml:"health,omitempty" json:"health,omitempty" doc:"Exits 0 when healthy; retried until healthTimeout."`
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Time limit of one hook (default: the site's exec timeout)."`
+	// Env and SecretEnv are this workload's hook environment, over the
+	// site's.
+	Env       map[string]string    `yaml:"env,omitempty" json:"env,omitempty" doc:"Environment of this workload's hooks, over the site's: literal values."`
+	SecretEnv map[string]SecretKey `yaml:"secretEnv,omitempty" json:"secretEnv,omitempty" doc:"Environment of this workload's hooks, over the site's: secret values, resolved on the worker when the hook runs."`
 	// RetryExitCodes are the exit codes that mean "not now, try again".
 	RetryExitCodes []int `yaml:"retryExitCodes,omitempty" json:"retryExitCodes,omitempty" doc:"Exit codes of start and stop that mean try again (default [75], EX_TEMPFAIL); any other non-zero code fails the step."`
 }

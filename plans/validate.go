@@ -107,6 +107,8 @@ func (p *Plan) validate(d *decoder) {
 			}
 			checkSecret(bad, sp+".orchestrator.nomad.token", o.Nomad.Token)
 			checkTLS(bad, sp+".orchestrator.nomad.tls", o.Nomad.TLS)
+		case o.Exec != nil:
+			checkHookEnv(bad, sp+".orchestrator.exec", o.Exec.Env, o.Exec.SecretEnv)
 		}
 	}
 	twoSites := len(p.Sites) == 2
@@ -209,6 +211,7 @@ func (p *Plan) validate(d *decoder) {
 				if strings.TrimSpace(ref.Exec.Stop) == "" && d.present[rp+".exec.stop"] {
 					bad(rp+".exec.stop", "command is empty")
 				}
+				checkHookEnv(bad, rp+".exec", ref.Exec.Env, ref.Exec.SecretEnv)
 				for i, c := range ref.Exec.RetryExitCodes {
 					if c < 1 || c > 255 {
 						bad(fmt.Sprintf("%s.exec.retryExitCodes[%d]", rp, i), "exit code %d is not in 1..255", c)
@@ -281,6 +284,40 @@ func checkSecret(bad func(string, string, ...any), path string, s *SecretRef) {
 		bad(path, "give one of env or file")
 	}
 }
+
+// checkHookEnv checks a hook environment's names: variables a shell can
+// name, none set twice, and none of the DROVER_* names Drover sets.
+func checkHookEnv(bad func(string, string, ...any), path string, env map[string]string, secret map[string]SecretKey) {
+	for _, k := range sortedKeys(env) {
+		checkEnvName(bad, path+".env."+k, k)
+		if _, ok := secret[k]; ok {
+			bad(path+".secretEnv."+k, "%s is also in env; give it once", k)
+		}
+	}
+	for _, k := range sortedKeys(secret) {
+		checkEnvName(bad, path+".secretEnv."+k, k)
+		s := secret[k]
+		if (s.Env == "") == (s.File == "") {
+			bad(path+".secretEnv."+k, "give one of env or file")
+		}
+		if s.Key == "" {
+			bad(path+".secretEnv."+k+".key", "name the secret's key")
+		}
+	}
+}
+
+func checkEnvName(bad func(string, string, ...any), path, name string) {
+	if !envName.MatchString(name) {
+		bad(path, "%q is not an environment variable name (letters, digits and _, not starting with a digit)", name)
+	} else if reservedEnv[name] {
+		bad(path, "%s is set by Drover for every hook", name)
+	}
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedEnv are the variables Drover sets for every hook.
+var reservedEnv = map[string]bool{"DROVER_PLAN": true, "DROVER_SITE": true, "DROVER_WORKLOAD": true, "DROVER_ACTION": true, "DROVER_HOOK": true}
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
