@@ -16,7 +16,7 @@ help: ## list the targets
 
 build: ## build every command into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "-X github.com/drover-dr/drover/internal/version.Revision=$$(git rev-parse --short=12 HEAD 2>/dev/null)" -o $(BIN)/ ./cmd/...
 
 test: lint $(BIN)/temporal ## run the tests (the README's test command): the packages, then make e2e
 	$(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '/e2e$$')

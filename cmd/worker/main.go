@@ -5,9 +5,17 @@
 // It connects the way every Temporal tool does: TEMPORAL_ADDRESS,
 // TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, the TEMPORAL_TLS_* variables and
 // the profiles of the environment configuration file (TEMPORAL_PROFILE,
-// TEMPORAL_CONFIG_FILE). It serves Prometheus metrics (the SDK's and
-// Drover's own), logs with log/slog, and stops gracefully on SIGINT or
-// SIGTERM, letting running activities finish.
+// TEMPORAL_CONFIG_FILE). It logs with log/slog and serves, on --metrics:
+// /metrics (Prometheus: the SDK's and Drover's own), /healthz (the
+// process answers), /readyz (Temporal lists it polling its task queues;
+// for Nomad service checks) and /codec/encode|decode, the SDK's payload
+// codec handler, so that the Temporal UI (its codec endpoint set to
+// http://ADDR/codec, its origin allowed with --codec-cors-origin) shows
+// compressed payloads decoded.
+//
+// On SIGINT or SIGTERM it stops polling and lets running activities
+// finish for up to --stop-timeout (by default the longest default call
+// deadline and its grace) before they are cancelled, then exits 0.
 //
 // At start it waits, up to --connect-timeout, until Temporal answers and
 // its namespace is ready: a server that has just started accepts
@@ -29,21 +37,28 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/uber-go/tally/v4"
 	"github.com/uber-go/tally/v4/prometheus"
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	sdktally "go.temporal.io/sdk/contrib/tally"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/codec"
+	"github.com/drover-dr/drover/internal/version"
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -57,6 +72,20 @@ type config struct {
 	logFormat string
 	identity  string
 	connect   time.Duration
+	stopAfter time.Duration
+	cors      string
+	version   bool
+}
+
+// longestCall is the longest default deadline of one storage call, with
+// the grace an activity gets beyond it: how long a stop waits by default
+// for the calls in flight.
+func longestCall() time.Duration {
+	var d time.Duration
+	for _, v := range plans.DefaultDeadlines {
+		d = max(d, v)
+	}
+	return d + activities.CallGrace
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -70,6 +99,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.identity, "identity", "", "worker identity shown in Temporal (default pid@host)")
 	fs.DurationVar(&c.connect, "connect-timeout", 30*time.Second, "how long to wait at start for Temporal and its namespace")
+	fs.DurationVar(&c.stopAfter, "stop-timeout", longestCall(), "on SIGINT or SIGTERM, how long running activities may go on before they are cancelled; by default the longest default call deadline and its grace")
+	fs.StringVar(&c.cors, "codec-cors-origin", "", "origin allowed to call the /codec endpoint from a browser (the Temporal UI's, e.g. http://localhost:8233); empty sends no CORS headers")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: worker [flags]\n\nConnects with TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,\nTEMPORAL_TLS_* and TEMPORAL_PROFILE, like the temporal CLI.\n\n")
 		fs.PrintDefaults()
@@ -95,6 +127,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if c.connect <= 0 {
 		return c, fmt.Errorf("--connect-timeout %v: want a positive duration", c.connect)
 	}
+	if c.stopAfter < 0 {
+		return c, fmt.Errorf("--stop-timeout %v: want zero or a positive duration", c.stopAfter)
+	}
 	return c, nil
 }
 
@@ -115,6 +150,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker: %v (see worker -h)\n", err)
 		return 2
 	}
+	if c.version {
+		fmt.Fprintf(os.Stdout, "worker %s\n", version.String())
+		return 0
+	}
 	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.level})
 	if c.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.level})
@@ -132,7 +171,14 @@ func run(args []string, stderr io.Writer) int {
 		opts.Identity = c.identity
 	}
 
-	var metricsSrv *http.Server
+	if opts.Identity == "" {
+		host, _ := os.Hostname()
+		opts.Identity = fmt.Sprintf("%d@%s", os.Getpid(), host)
+	}
+
+	// The HTTP endpoint: /metrics, /healthz, /readyz and /codec/.
+	var httpSrv *http.Server
+	var ready atomic.Bool
 	if c.metrics != "" {
 		reporter := prometheus.NewReporter(prometheus.Options{})
 		scope, closer := tally.NewRootScope(tally.ScopeOptions{
@@ -144,14 +190,13 @@ func run(args []string, stderr io.Writer) int {
 		opts.MetricsHandler = sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope))
 		lis, err := net.Listen("tcp", c.metrics)
 		if err != nil {
-			logger.Error("metrics endpoint", "address", c.metrics, "error", err)
+			logger.Error("HTTP endpoint", "address", c.metrics, "error", err)
 			return 2
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", reporter.HTTPHandler())
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = metricsSrv.Serve(lis) }()
-		logger.Info("metrics", "url", "http://"+lis.Addr().String()+"/metrics")
+		httpSrv = &http.Server{Handler: endpoints(reporter.HTTPHandler(), &ready, c.cors), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = httpSrv.Serve(lis) }()
+		logger.Info("HTTP endpoint", "metrics", "http://"+lis.Addr().String()+"/metrics",
+			"health", "http://"+lis.Addr().String()+"/healthz", "codec", "http://"+lis.Addr().String()+"/codec")
 	}
 
 	stop := make(chan os.Signal, 1)
@@ -176,7 +221,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	defer cl.Close()
 
-	w := worker.New(cl, c.taskQueue, worker.Options{})
+	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter})
 	if c.site == "" {
 		workflows.Register(w)
 	}
@@ -185,29 +230,97 @@ func run(args []string, stderr io.Writer) int {
 	w.RegisterActivity(storage)
 	w.RegisterActivity(activities.NewWorkloads())
 
-	interrupt := make(chan any)
-	go func() {
-		s := <-stop
-		logger.Info("stopping: letting running activities finish", "signal", s.String())
-		close(interrupt)
-	}()
 	what := "workflows and activities"
 	if c.site != "" {
 		what = "activities of site " + c.site
 	}
-	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", namespace(opts))
-	err = w.Run(interrupt)
-	if metricsSrv != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = metricsSrv.Shutdown(sctx)
-		scancel()
-	}
-	if err != nil {
-		logger.Error("worker stopped", "error", err)
+	if err := w.Start(); err != nil {
+		logger.Error("worker did not start", "taskQueue", c.taskQueue, "error", err)
 		return 1
+	}
+	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", namespace(opts), "identity", opts.Identity)
+	polled := make(chan struct{})
+	go func() {
+		if waitPolling(cl, c.taskQueue, c.site == "", opts.Identity, polled) {
+			ready.Store(true)
+			logger.Info("worker ready: Temporal lists it among the pollers of its task queues", "taskQueue", c.taskQueue)
+		}
+	}()
+	s := <-stop
+	ready.Store(false)
+	close(polled)
+	logger.Info("stopping: letting running activities finish", "signal", s.String(), "upTo", c.stopAfter)
+	w.Stop()
+	if httpSrv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = httpSrv.Shutdown(sctx)
+		scancel()
 	}
 	logger.Info("worker stopped")
 	return 0
+}
+
+// waitPolling waits until Temporal lists identity among the pollers of
+// the task queue (its workflow side too, when the worker runs the
+// workflows), asking every half second until stop closes.
+func waitPolling(cl client.Client, queue string, workflowsToo bool, identity string, stop <-chan struct{}) bool {
+	types := []enums.TaskQueueType{enums.TASK_QUEUE_TYPE_ACTIVITY}
+	if workflowsToo {
+		types = append(types, enums.TASK_QUEUE_TYPE_WORKFLOW)
+	}
+	for {
+		polling := 0
+		for _, typ := range types {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := cl.DescribeTaskQueue(ctx, queue, typ)
+			cancel()
+			if err == nil && slices.ContainsFunc(resp.GetPollers(), func(p *taskqueuepb.PollerInfo) bool { return p.GetIdentity() == identity }) {
+				polling++
+			}
+		}
+		if polling == len(types) {
+			return true
+		}
+		select {
+		case <-stop:
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// endpoints serves the metrics, the health and readiness checks (for
+// Nomad service checks and load balancers) and the payload codec, with
+// which the Temporal UI shows compressed payloads decoded.
+func endpoints(metrics http.Handler, ready *atomic.Bool, corsOrigin string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready: not yet polling its task queues, or stopping", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	codecHandler := http.StripPrefix("/codec", converter.NewPayloadCodecHTTPHandler(codec.Codec()))
+	mux.HandleFunc("/codec/", func(w http.ResponseWriter, r *http.Request) {
+		if corsOrigin != "" {
+			w.Header().Set("Access-Control-Allow-Origin", corsOrigin)
+			w.Header().Set("Access-Control-Allow-Credentials", "true")
+			w.Header().Set("Access-Control-Allow-Headers", "Content-Type,X-Namespace")
+			w.Header().Set("Access-Control-Allow-Methods", "POST,OPTIONS")
+			w.Header().Set("Vary", "Origin")
+		}
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		codecHandler.ServeHTTP(w, r)
+	})
+	return mux
 }
 
 var errInterrupted = errors.New("interrupted")

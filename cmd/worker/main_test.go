@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
@@ -184,5 +187,181 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "worker stopped") {
 		t.Fatalf("no clean stop in the log:\n%s", logs.String())
+	}
+}
+
+// TestStopLetsRunningCallsFinish: SIGTERM while a site worker's storage
+// call takes 5 s lets the call complete and be reported, and the worker
+// then exits 0.
+func TestStopLetsRunningCallsFinish(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	srv := devserver.Start(t, nil)
+	east, west := simtest.StartPair(t, simtest.Options{
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	p := &plans.Plan{APIVersion: plans.APIVersion, Kind: plans.Kind, Metadata: plans.Metadata{Name: "slow"},
+		Sites: []plans.Site{
+			{Name: "east", Storage: plans.Storage{Endpoint: east.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeA + "/32"}}},
+			{Name: "west", Storage: plans.Storage{Endpoint: west.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeB + "/32"}},
+				TaskQueue: "drover-site-west"},
+		},
+		VolumeGroups: []plans.VolumeGroup{{Name: "db", Sites: map[string]plans.GroupRef{"east": {GroupID: "vg-1"}, "west": {GroupID: "vg-1"}}}},
+	}
+	p.ApplyDefaults()
+	if err := west.SetFaults([]sim.FaultRule{{Method: "ListClusterFence", Latency: 5 * time.Second, Count: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"TEMPORAL_ADDRESS=" + srv.Address()}
+	bintest.Start(t, env, bin, "--metrics", "")
+	site := bintest.Start(t, env, bin, "--metrics", "", "--site", "west")
+	simtest.Eventually(t, 30*time.Second, "the site worker to start", func() bool { return strings.Contains(site.Log.String(), "worker started") })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := workflows.Start(ctx, srv.Client, "slow", workflows.Drill, workflows.DrillInput{Plan: p, Action: "failover", From: "east", To: "west"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Client.TerminateWorkflow(context.Background(), run.GetID(), "", "test over")
+	const slow = "secrets accepted on west"
+	stepOf := func() *workflows.Step {
+		v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), "", workflows.QueryProgress)
+		var pr workflows.Progress
+		if err != nil || v.Get(&pr) != nil {
+			return nil
+		}
+		for _, s := range pr.Steps {
+			if s.Name == slow {
+				return s
+			}
+		}
+		return nil
+	}
+	simtest.Eventually(t, time.Minute, "the slow ListClusterFence to be under way", func() bool {
+		s := stepOf()
+		return s != nil && s.State == workflows.StateRunning
+	})
+	time.Sleep(time.Second) // well inside the 5 s call
+	if err := site.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ended, err := site.Wait(time.Minute)
+	if !ended || err != nil {
+		t.Fatalf("site worker after SIGTERM: ended %v, %v\n%s", ended, err, site.Log)
+	}
+	if !strings.Contains(site.Log.String(), "worker stopped") {
+		t.Fatalf("no clean stop in the log:\n%s", site.Log)
+	}
+	// The call finished and its result reached the workflow: no other
+	// worker serves west's queue, so nobody else could have run it.
+	simtest.Eventually(t, 30*time.Second, "the slow step to be done", func() bool {
+		s := stepOf()
+		return s != nil && s.State == workflows.StateDone
+	})
+	if s := stepOf(); s.Attempts != 1 || s.LastError != "" {
+		t.Fatalf("the slow step: %+v", s)
+	}
+}
+
+// TestHealthReadinessAndCodec: /healthz answers as soon as the worker
+// runs, /readyz only once Temporal lists it polling its task queues (and
+// not while it waits for its namespace); /codec/decode decodes a
+// compressed payload for the Temporal UI, with the CORS origin given.
+func TestHealthReadinessAndCodec(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	srv := devserver.Start(t, nil)
+	addr := simtest.FreeAddr(t)
+	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=notyet"}, bin,
+		"--metrics", addr, "--connect-timeout", "2m", "--codec-cors-origin", "http://localhost:8233")
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	simtest.Eventually(t, 30*time.Second, "the worker to wait for its namespace", func() bool {
+		return strings.Contains(w.Log.String(), "Temporal is not ready; retrying")
+	})
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz while waiting: %d", code)
+	}
+	if code, body := get("/readyz"); code != 503 {
+		t.Errorf("/readyz while waiting for the namespace: %d %s", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := srv.Client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: "notyet", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, time.Minute, "/readyz to answer 200", func() bool { code, _ := get("/readyz"); return code == 200 })
+	if !strings.Contains(w.Log.String(), "worker ready") {
+		t.Errorf("ready, but the log does not say so:\n%s", w.Log)
+	}
+
+	// A payload as a large workflow input travels: compressed.
+	big := strings.Repeat(`{"name":"vg"},`, codec.Threshold/8)
+	enc, err := codec.Converter().ToPayload(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(enc.Metadata["encoding"]) != "binary/zlib" {
+		t.Fatalf("the test payload is not compressed: %s", enc.Metadata["encoding"])
+	}
+	body, err := protojson.Marshal(&commonpb.Payloads{Payloads: []*commonpb.Payload{enc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/codec/decode", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Namespace", "notyet")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var decoded commonpb.Payloads
+	if resp.StatusCode != 200 || protojson.Unmarshal(out, &decoded) != nil || len(decoded.Payloads) != 1 {
+		t.Fatalf("/codec/decode: %d %.200s", resp.StatusCode, out)
+	}
+	if got := decoded.Payloads[0]; string(got.Metadata["encoding"]) != "json/plain" || !strings.Contains(string(got.Data), `{\"name\":\"vg\"}`) {
+		t.Fatalf("/codec/decode answered %s %.100s", got.Metadata["encoding"], got.Data)
+	}
+	if o := resp.Header.Get("Access-Control-Allow-Origin"); o != "http://localhost:8233" {
+		t.Errorf("CORS origin %q", o)
+	}
+	pre, _ := http.NewRequest(http.MethodOptions, "http://"+addr+"/codec/decode", nil)
+	pre.Header.Set("Origin", "http://localhost:8233")
+	presp, err := http.DefaultClient.Do(pre)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presp.Body.Close()
+	if presp.StatusCode/100 != 2 || !strings.Contains(presp.Header.Get("Access-Control-Allow-Headers"), "X-Namespace") {
+		t.Errorf("CORS preflight: %d %v", presp.StatusCode, presp.Header)
+	}
+
+	if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := w.Wait(time.Minute); !ended || err != nil {
+		t.Fatalf("worker after SIGTERM: %v %v", ended, err)
+	}
+}
+
+// TestVersion: worker --version prints the module version and the
+// revision it was built from.
+func TestVersion(t *testing.T) {
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/drover-dr/drover/internal/version.Revision=0123456789ab", "-o", dir+"/worker", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(dir+"/worker", "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "worker (devel) (revision 0123456789ab") {
+		t.Fatalf("worker --version: %v %q", err, out)
 	}
 }
