@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
 )
 
 func drctl(args ...string) (int, string, string) {
@@ -65,5 +70,74 @@ func TestBadInputExitsTwo(t *testing.T) {
 	}
 	if code, out, _ := drctl("plan", "schema"); code != 0 || !strings.Contains(out, `"$schema"`) {
 		t.Fatalf("schema: %d", code)
+	}
+}
+
+// writePadded writes the minimal example plan with a label of random
+// letters long enough that its action input encodes to at least size
+// bytes, and no more than a few bytes past it.
+func writePadded(t *testing.T, size int) string {
+	t.Helper()
+	base, err := os.ReadFile("../../plans/examples/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+	pad := make([]byte, 4*size)
+	for i := range pad {
+		pad[i] = letters[rng.IntN(len(letters))]
+	}
+	file := filepath.Join(t.TempDir(), fmt.Sprintf("padded-%d.yaml", size))
+	sizeOf := func(n int) int {
+		doc := strings.Replace(string(base), "  name: minimal\n", "  name: minimal\n  labels: {pad: "+string(pad[:n])+"}\n", 1)
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := plans.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := workflows.InputSize(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	lo, hi := 0, len(pad)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if sizeOf(mid) < size {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if got := sizeOf(lo); got < size || got > size+8 {
+		t.Fatalf("padded plan encodes to %d bytes, want %d", got, size)
+	}
+	return file
+}
+
+// TestPlanValidateRefusesWhatCannotStart: a plan whose action input would
+// pass Temporal's limit fails validation with exit 2, its size and the
+// limit, and an action on it is refused before anything starts; a plan
+// just within the limit is valid. (workflows.TestInputSizeLine starts
+// such plans on a real server.)
+func TestPlanValidateRefusesWhatCannotStart(t *testing.T) {
+	limit := workflows.MaxInputBytes - workflows.InputReserve
+	within := writePadded(t, limit-16)
+	if code, out, errs := drctl("plan", "validate", within); code != 0 || !strings.Contains(out, "is valid") {
+		t.Fatalf("a plan within the limit: exit %d\n%s%s", code, out, errs)
+	}
+	past := writePadded(t, limit+16)
+	code, _, errs := drctl("plan", "validate", past)
+	if code != 2 || !strings.Contains(errs, fmt.Sprintf("over the limit of %d bytes", limit)) || !strings.Contains(errs, "is too large to start") {
+		t.Fatalf("a plan past the limit: exit %d\n%s", code, errs)
+	}
+	t.Logf("%s", errs)
+	code, _, errs = drctl("failover", past, "--to", "west", "--yes")
+	if code != 2 || !strings.Contains(errs, "is too large to start") {
+		t.Fatalf("failover on a plan past the limit: exit %d\n%s", code, errs)
 	}
 }

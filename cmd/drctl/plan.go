@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -65,6 +66,11 @@ func (a *app) planValidate(files []string) error {
 		var errs plans.Errors
 		switch {
 		case err == nil:
+			// A plan that validates must start: its workflow input must fit.
+			if serr := workflows.CheckInputSize(p); serr != nil {
+				r.Error = fmt.Sprintf("%s: %v", f, serr)
+				break
+			}
 			r.Valid, r.Name = true, p.Metadata.Name
 		case errors.As(err, &errs):
 			r.Errors = errs
@@ -118,6 +124,9 @@ func (a *app) planShow(file string) error {
 // loadPlan loads a plan file for an action; a bad plan is bad input.
 func loadPlan(file string) (*plans.Plan, error) {
 	p, err := plans.Load(file)
+	if err == nil {
+		err = workflows.CheckInputSize(p)
+	}
 	if err != nil {
 		return nil, &exitError{exitBadInput, fmt.Errorf("%v\nfix the plan (drctl plan validate %s) and try again", err, file)}
 	}

@@ -1,0 +1,91 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// paddedPlan is a two-site plan whose encoded action input is size bytes,
+// give or take a few: a label of random letters (which compress little)
+// pads it.
+func paddedPlan(t *testing.T, name string, size int) *plans.Plan {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+	pad := make([]byte, 4*size)
+	for i := range pad {
+		pad[i] = letters[rng.IntN(len(letters))]
+	}
+	p := &plans.Plan{APIVersion: plans.APIVersion, Kind: plans.Kind, Metadata: plans.Metadata{Name: name},
+		Sites: []plans.Site{{Name: "east", Storage: plans.Storage{Endpoint: "unix:///nowhere/east.sock"}},
+			{Name: "west", Storage: plans.Storage{Endpoint: "unix:///nowhere/west.sock"}}}}
+	p.ApplyDefaults()
+	lo, hi := 0, len(pad)
+	for lo < hi { // the shortest padding that reaches size
+		mid := (lo + hi) / 2
+		p.Metadata.Labels = map[string]string{"pad": string(pad[:mid])}
+		n, err := workflows.InputSize(p)
+		mustOK(t, err)
+		if n < size {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	p.Metadata.Labels = map[string]string{"pad": string(pad[:lo])}
+	n, err := workflows.InputSize(p)
+	mustOK(t, err)
+	if n < size || n > size+8 {
+		t.Fatalf("padded input is %d bytes, want %d", n, size)
+	}
+	return p
+}
+
+// TestInputSizeLine: a plan whose action input is just within the limit
+// passes the check and starts on a real Temporal server; one just past it
+// is refused with its size and the limit; and the limit is Temporal's:
+// the server itself refuses an input just past MaxInputBytes.
+func TestInputSizeLine(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	limit := workflows.MaxInputBytes - workflows.InputReserve
+	start := func(p *plans.Plan) error {
+		run, err := workflows.Start(ctx, srv.Client, p.Metadata.Name, workflows.Failover, workflows.FailoverInput{Plan: p, From: "east", To: "west"})
+		if err == nil {
+			mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "input size test"))
+		}
+		return err
+	}
+
+	within := paddedPlan(t, "within", limit-16)
+	mustOK(t, workflows.CheckInputSize(within))
+	if err := start(within); err != nil {
+		t.Fatalf("a plan within the limit did not start: %v", err)
+	}
+
+	past := paddedPlan(t, "past", limit+16)
+	var tooLarge *workflows.InputTooLargeError
+	err := workflows.CheckInputSize(past)
+	if !errors.As(err, &tooLarge) || tooLarge.Size <= limit || tooLarge.Limit != limit {
+		t.Fatalf("a plan past the limit: %v", err)
+	}
+	t.Logf("refused: %v", err)
+
+	// The limit is real: the server refuses a start whose input is just past
+	// MaxInputBytes (the reserve is what the action's fields may add).
+	over := paddedPlan(t, "over", workflows.MaxInputBytes+16)
+	if err := start(over); err == nil || !strings.Contains(strings.ToLower(err.Error()), "size") {
+		t.Fatalf("the server accepted an input of %d bytes: %v", workflows.MaxInputBytes+16, err)
+	} else {
+		t.Logf("the server refuses %d bytes: %v", workflows.MaxInputBytes+16, err)
+	}
+}
