@@ -129,6 +129,8 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:13:11: sites[1].name: site "east" is already defined at sites[0]`,
 			`plan.yaml:24:7: volumeGroups[0].sites.west: unknown site "west" (sites are east and east)`,
 			`plan.yaml:30:7: workloads[0].sites.west: unknown site "west" (sites are east and east)`}},
+		{"duplicate volume group", "volumeGroups:\n  - name: db\n", "volumeGroups:\n  - name: db\n    sites:\n      east: {groupID: vg-other}\n      west: {groupID: vg-other}\n  - name: db\n", []string{
+			`plan.yaml:25:11: volumeGroups[1].name: volume group "db" is already defined at volumeGroups[0]`}},
 		{"group missing on a site", "      west: {groupID: vg-db}\n", "", []string{
 			`plan.yaml:22:5: volumeGroups[0].sites: site "west" is missing`}},
 		{"dangling reference", "volumeGroups: [db]", "volumeGroups: [db, logs]", []string{

@@ -1,0 +1,138 @@
+package sim_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/sim"
+)
+
+// TestReportVerdict: the checker's verdict is false whenever it reports a
+// violation, of any kind, alone or with others; e2e, chaos and the demo
+// gate on it.
+func TestReportVerdict(t *testing.T) {
+	clean := &sim.Report{Units: 3, Writes: 10, Promotions: 1}
+	if !clean.OK() || !strings.HasPrefix(clean.String(), "invariants ok:") {
+		t.Fatalf("a report without violations: OK %v, %q", clean.OK(), clean)
+	}
+	// Lost writes after the last completed sync are expected, not a
+	// violation.
+	lost := &sim.Report{Lost: []sim.LostWrite{{Unit: "vg/g", Site: "x"}}}
+	if !lost.OK() {
+		t.Fatal("writes lost after the last sync made the verdict false")
+	}
+	kinds := []string{sim.SplitBrain, sim.FencedWrite, sim.LostSyncedWrite, sim.DataMismatch}
+	for i, kind := range kinds {
+		r := &sim.Report{Units: 1, Violations: []sim.Violation{{Kind: kind, Unit: "vg/g", Site: "x", Detail: "made up"}}}
+		if r.OK() {
+			t.Errorf("one %s violation: OK() = true", kind)
+		}
+		if s := r.String(); !strings.HasPrefix(s, "invariants VIOLATED:") || !strings.Contains(s, kind) {
+			t.Errorf("one %s violation: %q", kind, s)
+		}
+		many := &sim.Report{}
+		for _, k := range kinds[:i+1] {
+			many.Violations = append(many.Violations, sim.Violation{Kind: k})
+		}
+		if many.OK() {
+			t.Errorf("%d violations: OK() = true", len(many.Violations))
+		}
+	}
+	// And as Check returns it: a write accepted from a client that the
+	// site knew was fenced.
+	st := &sim.State{Site: "x", Units: []sim.UnitState{{
+		Kind: sim.KindGroup, ID: "g", Role: sim.RolePrimary, Epoch: 1, Seq: 1, Lineage: []sim.Fork{{Epoch: 1}},
+		Blocks: map[string]map[int64]sim.Block{"v": {0: {Data: []byte("z"), Seq: 1, Epoch: 1}}},
+		Writes: []sim.WriteRecord{{Volume: "v", Block: 0, Seq: 1, Epoch: 1, Time: time.Unix(20, 0), Client: "10.0.0.5"}},
+	}}, FenceLog: []sim.FenceEvent{{FenceEntry: sim.FenceEntry{CIDR: "10.0.0.0/24", Fenced: true, Time: time.Unix(10, 0), Origin: "x"}, Learned: time.Unix(10, 0)}}}
+	r := sim.Check(st)
+	if len(r.Violations) == 0 {
+		t.Fatalf("no violation found in a fenced client's write: %s", r)
+	}
+	if r.OK() {
+		t.Fatalf("Check found %d violations and says OK", len(r.Violations))
+	}
+}
+
+// TestFenceLandsDuringWrite: a fence that lands while a write is in
+// flight (admitted, its body still arriving) stops it at the commit: the
+// write is refused as fenced, never stored nor logged, and the checker
+// finds nothing wrong.
+func TestFenceLandsDuringWrite(t *testing.T) {
+	a, b := startPair(t, pairOpts{})
+	ctx := ctxT(t)
+
+	// A writer on node A whose body arrives in two parts.
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(nodeA)}, Timeout: 2 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 10 * time.Second}
+	body, feed := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+a.cfg.DataAddr+"/v1/volumes/v1/blocks/3", body)
+	mustOK(t, err)
+	req.Header.Set(sim.ClientHeader, "in-flight-writer")
+	type answer struct {
+		code int
+		text string
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := hc.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		text, _ := io.ReadAll(bufio.NewReader(resp.Body))
+		done <- answer{code: resp.StatusCode, text: string(text)}
+	}()
+	_, err = feed.Write([]byte("first half, "))
+	mustOK(t, err)
+	// The site admitted the writer (it records every client it admits):
+	// the request now waits for the rest of its body.
+	eventually(t, 5*time.Second, "the writer to be admitted", func() bool {
+		for _, c := range a.Snapshot().Clients {
+			if c.ID == "in-flight-writer" {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(100 * time.Millisecond) // past the admission check, into the body read
+
+	_, err = b.fc.FenceClusterNetwork(ctx, &fence.FenceClusterNetworkRequest{Cidrs: []*fence.CIDR{{Cidr: nodeA + "/32"}}})
+	mustOK(t, err)
+	eventually(t, 5*time.Second, "the fence to reach a", func() bool { return len(a.FencedCIDRs()) == 1 })
+	_, err = feed.Write([]byte("second half"))
+	mustOK(t, err)
+	mustOK(t, feed.Close())
+
+	var ans answer
+	select {
+	case ans = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write did not answer")
+	}
+	if ans.err != nil {
+		t.Fatal(ans.err)
+	}
+	if ans.code != http.StatusForbidden || !strings.Contains(ans.text, "fenced") {
+		t.Fatalf("in-flight write from a client fenced meanwhile: %d %s, want 403 fenced", ans.code, ans.text)
+	}
+	// Not stored, not logged.
+	if _, err := dataClient(t, a, nodeB).Read(ctx, "v1", 3); !errors.Is(err, sim.ErrNotFound) {
+		t.Fatalf("block 3 after the refused write: %v, want never written", err)
+	}
+	for _, w := range a.Snapshot().Unit("vg/vg-1").Writes {
+		if w.Client == nodeA && w.Block == 3 {
+			t.Fatalf("the refused write is in the log: %+v", w)
+		}
+	}
+	check(t, a, b)
+}
