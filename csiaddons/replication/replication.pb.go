@@ -957,6 +957,200 @@ func (x *GetVolumeReplicationInfoResponse) GetStatusMessage() string {
 	return ""
 }
 
+// GetReplicationDestinationInfoRequest holds the required information to
+// get the destination volume or volume group details for an existing
+// replication. It has no volume_id: the newest spec names the source only
+// by replication_source.
+type GetReplicationDestinationInfoRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Secrets required by the plugin to complete the request.
+	Secrets map[string]string `protobuf:"bytes,1,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The source volume or volume group for which destination
+	// details are requested.
+	// This field is REQUIRED.
+	ReplicationSource *ReplicationSource `protobuf:"bytes,2,opt,name=replication_source,json=replicationSource,proto3" json:"replication_source,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *GetReplicationDestinationInfoRequest) Reset() {
+	*x = GetReplicationDestinationInfoRequest{}
+	mi := &file_replication_replication_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplicationDestinationInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplicationDestinationInfoRequest) ProtoMessage() {}
+
+func (x *GetReplicationDestinationInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_replication_replication_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplicationDestinationInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetReplicationDestinationInfoRequest) Descriptor() ([]byte, []int) {
+	return file_replication_replication_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetReplicationDestinationInfoRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *GetReplicationDestinationInfoRequest) GetReplicationSource() *ReplicationSource {
+	if x != nil {
+		return x.ReplicationSource
+	}
+	return nil
+}
+
+// GetReplicationDestinationInfoResponse holds the destination volume
+// or volume group details for an existing replication.
+type GetReplicationDestinationInfoResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The destination details for the replication.
+	// This field is REQUIRED.
+	ReplicationDestination *ReplicationDestination `protobuf:"bytes,1,opt,name=replication_destination,json=replicationDestination,proto3" json:"replication_destination,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *GetReplicationDestinationInfoResponse) Reset() {
+	*x = GetReplicationDestinationInfoResponse{}
+	mi := &file_replication_replication_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplicationDestinationInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplicationDestinationInfoResponse) ProtoMessage() {}
+
+func (x *GetReplicationDestinationInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_replication_replication_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplicationDestinationInfoResponse.ProtoReflect.Descriptor instead.
+func (*GetReplicationDestinationInfoResponse) Descriptor() ([]byte, []int) {
+	return file_replication_replication_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetReplicationDestinationInfoResponse) GetReplicationDestination() *ReplicationDestination {
+	if x != nil {
+		return x.ReplicationDestination
+	}
+	return nil
+}
+
+// Specifies the destination details for a replication. One of the
+// type fields MUST be specified.
+type ReplicationDestination struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Type:
+	//
+	//	*ReplicationDestination_Volume
+	//	*ReplicationDestination_Volumegroup
+	Type          isReplicationDestination_Type `protobuf_oneof:"type"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicationDestination) Reset() {
+	*x = ReplicationDestination{}
+	mi := &file_replication_replication_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicationDestination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicationDestination) ProtoMessage() {}
+
+func (x *ReplicationDestination) ProtoReflect() protoreflect.Message {
+	mi := &file_replication_replication_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicationDestination.ProtoReflect.Descriptor instead.
+func (*ReplicationDestination) Descriptor() ([]byte, []int) {
+	return file_replication_replication_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReplicationDestination) GetType() isReplicationDestination_Type {
+	if x != nil {
+		return x.Type
+	}
+	return nil
+}
+
+func (x *ReplicationDestination) GetVolume() *ReplicationDestination_VolumeDestination {
+	if x != nil {
+		if x, ok := x.Type.(*ReplicationDestination_Volume); ok {
+			return x.Volume
+		}
+	}
+	return nil
+}
+
+func (x *ReplicationDestination) GetVolumegroup() *ReplicationDestination_VolumeGroupDestination {
+	if x != nil {
+		if x, ok := x.Type.(*ReplicationDestination_Volumegroup); ok {
+			return x.Volumegroup
+		}
+	}
+	return nil
+}
+
+type isReplicationDestination_Type interface {
+	isReplicationDestination_Type()
+}
+
+type ReplicationDestination_Volume struct {
+	// Volume destination type
+	Volume *ReplicationDestination_VolumeDestination `protobuf:"bytes,1,opt,name=volume,proto3,oneof"`
+}
+
+type ReplicationDestination_Volumegroup struct {
+	// Volume group destination type
+	Volumegroup *ReplicationDestination_VolumeGroupDestination `protobuf:"bytes,2,opt,name=volumegroup,proto3,oneof"`
+}
+
+func (*ReplicationDestination_Volume) isReplicationDestination_Type() {}
+
+func (*ReplicationDestination_Volumegroup) isReplicationDestination_Type() {}
+
 // Specifies what source the replication will be created from. One of the
 // type fields MUST be specified.
 type ReplicationSource struct {
@@ -972,7 +1166,7 @@ type ReplicationSource struct {
 
 func (x *ReplicationSource) Reset() {
 	*x = ReplicationSource{}
-	mi := &file_replication_replication_proto_msgTypes[12]
+	mi := &file_replication_replication_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1178,7 @@ func (x *ReplicationSource) String() string {
 func (*ReplicationSource) ProtoMessage() {}
 
 func (x *ReplicationSource) ProtoReflect() protoreflect.Message {
-	mi := &file_replication_replication_proto_msgTypes[12]
+	mi := &file_replication_replication_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1191,7 @@ func (x *ReplicationSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationSource.ProtoReflect.Descriptor instead.
 func (*ReplicationSource) Descriptor() ([]byte, []int) {
-	return file_replication_replication_proto_rawDescGZIP(), []int{12}
+	return file_replication_replication_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReplicationSource) GetType() isReplicationSource_Type {
@@ -1043,6 +1237,113 @@ func (*ReplicationSource_Volume) isReplicationSource_Type() {}
 
 func (*ReplicationSource_Volumegroup) isReplicationSource_Type() {}
 
+// VolumeDestination contains the destination details for a
+// replicated volume.
+type ReplicationDestination_VolumeDestination struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The destination volume ID on the remote/target cluster.
+	// This field is REQUIRED.
+	VolumeId      string `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicationDestination_VolumeDestination) Reset() {
+	*x = ReplicationDestination_VolumeDestination{}
+	mi := &file_replication_replication_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicationDestination_VolumeDestination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicationDestination_VolumeDestination) ProtoMessage() {}
+
+func (x *ReplicationDestination_VolumeDestination) ProtoReflect() protoreflect.Message {
+	mi := &file_replication_replication_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicationDestination_VolumeDestination.ProtoReflect.Descriptor instead.
+func (*ReplicationDestination_VolumeDestination) Descriptor() ([]byte, []int) {
+	return file_replication_replication_proto_rawDescGZIP(), []int{14, 0}
+}
+
+func (x *ReplicationDestination_VolumeDestination) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+// VolumeGroupDestination contains the destination details for a
+// replicated volume group.
+type ReplicationDestination_VolumeGroupDestination struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The destination volume group ID on the remote/target cluster.
+	// This field is REQUIRED.
+	VolumeGroupId string `protobuf:"bytes,1,opt,name=volume_group_id,json=volumeGroupId,proto3" json:"volume_group_id,omitempty"`
+	// Mapping of source volume IDs to their destination volume IDs.
+	// This field is OPTIONAL; when given it MUST name every volume
+	// currently in the group, or the plugin answers an error instead.
+	VolumeIds     map[string]string `protobuf:"bytes,2,rep,name=volume_ids,json=volumeIds,proto3" json:"volume_ids,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicationDestination_VolumeGroupDestination) Reset() {
+	*x = ReplicationDestination_VolumeGroupDestination{}
+	mi := &file_replication_replication_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicationDestination_VolumeGroupDestination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicationDestination_VolumeGroupDestination) ProtoMessage() {}
+
+func (x *ReplicationDestination_VolumeGroupDestination) ProtoReflect() protoreflect.Message {
+	mi := &file_replication_replication_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicationDestination_VolumeGroupDestination.ProtoReflect.Descriptor instead.
+func (*ReplicationDestination_VolumeGroupDestination) Descriptor() ([]byte, []int) {
+	return file_replication_replication_proto_rawDescGZIP(), []int{14, 1}
+}
+
+func (x *ReplicationDestination_VolumeGroupDestination) GetVolumeGroupId() string {
+	if x != nil {
+		return x.VolumeGroupId
+	}
+	return ""
+}
+
+func (x *ReplicationDestination_VolumeGroupDestination) GetVolumeIds() map[string]string {
+	if x != nil {
+		return x.VolumeIds
+	}
+	return nil
+}
+
 // VolumeSource contains the details about the volume to be replication
 type ReplicationSource_VolumeSource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1055,7 +1356,7 @@ type ReplicationSource_VolumeSource struct {
 
 func (x *ReplicationSource_VolumeSource) Reset() {
 	*x = ReplicationSource_VolumeSource{}
-	mi := &file_replication_replication_proto_msgTypes[24]
+	mi := &file_replication_replication_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1368,7 @@ func (x *ReplicationSource_VolumeSource) String() string {
 func (*ReplicationSource_VolumeSource) ProtoMessage() {}
 
 func (x *ReplicationSource_VolumeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_replication_replication_proto_msgTypes[24]
+	mi := &file_replication_replication_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1381,7 @@ func (x *ReplicationSource_VolumeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationSource_VolumeSource.ProtoReflect.Descriptor instead.
 func (*ReplicationSource_VolumeSource) Descriptor() ([]byte, []int) {
-	return file_replication_replication_proto_rawDescGZIP(), []int{12, 0}
+	return file_replication_replication_proto_rawDescGZIP(), []int{15, 0}
 }
 
 func (x *ReplicationSource_VolumeSource) GetVolumeId() string {
@@ -1103,7 +1404,7 @@ type ReplicationSource_VolumeGroupSource struct {
 
 func (x *ReplicationSource_VolumeGroupSource) Reset() {
 	*x = ReplicationSource_VolumeGroupSource{}
-	mi := &file_replication_replication_proto_msgTypes[25]
+	mi := &file_replication_replication_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1416,7 @@ func (x *ReplicationSource_VolumeGroupSource) String() string {
 func (*ReplicationSource_VolumeGroupSource) ProtoMessage() {}
 
 func (x *ReplicationSource_VolumeGroupSource) ProtoReflect() protoreflect.Message {
-	mi := &file_replication_replication_proto_msgTypes[25]
+	mi := &file_replication_replication_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1429,7 @@ func (x *ReplicationSource_VolumeGroupSource) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use ReplicationSource_VolumeGroupSource.ProtoReflect.Descriptor instead.
 func (*ReplicationSource_VolumeGroupSource) Descriptor() ([]byte, []int) {
-	return file_replication_replication_proto_rawDescGZIP(), []int{12, 1}
+	return file_replication_replication_proto_rawDescGZIP(), []int{15, 1}
 }
 
 func (x *ReplicationSource_VolumeGroupSource) GetVolumeGroupId() string {
@@ -1261,7 +1562,28 @@ const file_replication_replication_proto_rawDesc = "" +
 	"\aUNKNOWN\x10\x00\x12\v\n" +
 	"\aHEALTHY\x10\x01\x12\f\n" +
 	"\bDEGRADED\x10\x02\x12\t\n" +
-	"\x05ERROR\x10\x03\"\xa2\x02\n" +
+	"\x05ERROR\x10\x03\"\x90\x02\n" +
+	"$GetReplicationDestinationInfoRequest\x12]\n" +
+	"\asecrets\x18\x01 \x03(\v2>.replication.GetReplicationDestinationInfoRequest.SecretsEntryB\x03\x98B\x01R\asecrets\x12M\n" +
+	"\x12replication_source\x18\x02 \x01(\v2\x1e.replication.ReplicationSourceR\x11replicationSource\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x01\n" +
+	"%GetReplicationDestinationInfoResponse\x12\\\n" +
+	"\x17replication_destination\x18\x01 \x01(\v2#.replication.ReplicationDestinationR\x16replicationDestination\"\xee\x03\n" +
+	"\x16ReplicationDestination\x12O\n" +
+	"\x06volume\x18\x01 \x01(\v25.replication.ReplicationDestination.VolumeDestinationH\x00R\x06volume\x12^\n" +
+	"\vvolumegroup\x18\x02 \x01(\v2:.replication.ReplicationDestination.VolumeGroupDestinationH\x00R\vvolumegroup\x1a0\n" +
+	"\x11VolumeDestination\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x1a\xe8\x01\n" +
+	"\x16VolumeGroupDestination\x12&\n" +
+	"\x0fvolume_group_id\x18\x01 \x01(\tR\rvolumeGroupId\x12h\n" +
+	"\n" +
+	"volume_ids\x18\x02 \x03(\v2I.replication.ReplicationDestination.VolumeGroupDestination.VolumeIdsEntryR\tvolumeIds\x1a<\n" +
+	"\x0eVolumeIdsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
+	"\x04type\"\xa2\x02\n" +
 	"\x11ReplicationSource\x12E\n" +
 	"\x06volume\x18\x01 \x01(\v2+.replication.ReplicationSource.VolumeSourceH\x00R\x06volume\x12T\n" +
 	"\vvolumegroup\x18\x02 \x01(\v20.replication.ReplicationSource.VolumeGroupSourceH\x00R\vvolumegroup\x1a+\n" +
@@ -1269,7 +1591,7 @@ const file_replication_replication_proto_rawDesc = "" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x1a;\n" +
 	"\x11VolumeGroupSource\x12&\n" +
 	"\x0fvolume_group_id\x18\x01 \x01(\tR\rvolumeGroupIdB\x06\n" +
-	"\x04type2\x82\x05\n" +
+	"\x04type2\x8d\x06\n" +
 	"\n" +
 	"Controller\x12v\n" +
 	"\x17EnableVolumeReplication\x12+.replication.EnableVolumeReplicationRequest\x1a,.replication.EnableVolumeReplicationResponse\"\x00\x12y\n" +
@@ -1277,7 +1599,8 @@ const file_replication_replication_proto_rawDesc = "" +
 	"\rPromoteVolume\x12!.replication.PromoteVolumeRequest\x1a\".replication.PromoteVolumeResponse\"\x00\x12U\n" +
 	"\fDemoteVolume\x12 .replication.DemoteVolumeRequest\x1a!.replication.DemoteVolumeResponse\"\x00\x12U\n" +
 	"\fResyncVolume\x12 .replication.ResyncVolumeRequest\x1a!.replication.ResyncVolumeResponse\"\x00\x12y\n" +
-	"\x18GetVolumeReplicationInfo\x12,.replication.GetVolumeReplicationInfoRequest\x1a-.replication.GetVolumeReplicationInfoResponse\"\x00:?\n" +
+	"\x18GetVolumeReplicationInfo\x12,.replication.GetVolumeReplicationInfoRequest\x1a-.replication.GetVolumeReplicationInfoResponse\"\x00\x12\x88\x01\n" +
+	"\x1dGetReplicationDestinationInfo\x121.replication.GetReplicationDestinationInfoRequest\x1a2.replication.GetReplicationDestinationInfoResponse\"\x00:?\n" +
 	"\valpha_field\x12\x1d.google.protobuf.FieldOptions\x18\xcc\b \x01(\bR\n" +
 	"alphaFieldB\x0fZ\r.;replicationb\x06proto3"
 
@@ -1294,80 +1617,95 @@ func file_replication_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_replication_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_replication_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_replication_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_replication_replication_proto_goTypes = []any{
-	(GetVolumeReplicationInfoResponse_Status)(0), // 0: replication.GetVolumeReplicationInfoResponse.Status
-	(*EnableVolumeReplicationRequest)(nil),       // 1: replication.EnableVolumeReplicationRequest
-	(*EnableVolumeReplicationResponse)(nil),      // 2: replication.EnableVolumeReplicationResponse
-	(*DisableVolumeReplicationRequest)(nil),      // 3: replication.DisableVolumeReplicationRequest
-	(*DisableVolumeReplicationResponse)(nil),     // 4: replication.DisableVolumeReplicationResponse
-	(*PromoteVolumeRequest)(nil),                 // 5: replication.PromoteVolumeRequest
-	(*PromoteVolumeResponse)(nil),                // 6: replication.PromoteVolumeResponse
-	(*DemoteVolumeRequest)(nil),                  // 7: replication.DemoteVolumeRequest
-	(*DemoteVolumeResponse)(nil),                 // 8: replication.DemoteVolumeResponse
-	(*ResyncVolumeRequest)(nil),                  // 9: replication.ResyncVolumeRequest
-	(*ResyncVolumeResponse)(nil),                 // 10: replication.ResyncVolumeResponse
-	(*GetVolumeReplicationInfoRequest)(nil),      // 11: replication.GetVolumeReplicationInfoRequest
-	(*GetVolumeReplicationInfoResponse)(nil),     // 12: replication.GetVolumeReplicationInfoResponse
-	(*ReplicationSource)(nil),                    // 13: replication.ReplicationSource
-	nil,                                          // 14: replication.EnableVolumeReplicationRequest.ParametersEntry
-	nil,                                          // 15: replication.EnableVolumeReplicationRequest.SecretsEntry
-	nil,                                          // 16: replication.DisableVolumeReplicationRequest.ParametersEntry
-	nil,                                          // 17: replication.DisableVolumeReplicationRequest.SecretsEntry
-	nil,                                          // 18: replication.PromoteVolumeRequest.ParametersEntry
-	nil,                                          // 19: replication.PromoteVolumeRequest.SecretsEntry
-	nil,                                          // 20: replication.DemoteVolumeRequest.ParametersEntry
-	nil,                                          // 21: replication.DemoteVolumeRequest.SecretsEntry
-	nil,                                          // 22: replication.ResyncVolumeRequest.ParametersEntry
-	nil,                                          // 23: replication.ResyncVolumeRequest.SecretsEntry
-	nil,                                          // 24: replication.GetVolumeReplicationInfoRequest.SecretsEntry
-	(*ReplicationSource_VolumeSource)(nil),       // 25: replication.ReplicationSource.VolumeSource
-	(*ReplicationSource_VolumeGroupSource)(nil), // 26: replication.ReplicationSource.VolumeGroupSource
-	(*timestamppb.Timestamp)(nil),               // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                 // 28: google.protobuf.Duration
-	(*descriptorpb.FieldOptions)(nil),           // 29: google.protobuf.FieldOptions
+	(GetVolumeReplicationInfoResponse_Status)(0),  // 0: replication.GetVolumeReplicationInfoResponse.Status
+	(*EnableVolumeReplicationRequest)(nil),        // 1: replication.EnableVolumeReplicationRequest
+	(*EnableVolumeReplicationResponse)(nil),       // 2: replication.EnableVolumeReplicationResponse
+	(*DisableVolumeReplicationRequest)(nil),       // 3: replication.DisableVolumeReplicationRequest
+	(*DisableVolumeReplicationResponse)(nil),      // 4: replication.DisableVolumeReplicationResponse
+	(*PromoteVolumeRequest)(nil),                  // 5: replication.PromoteVolumeRequest
+	(*PromoteVolumeResponse)(nil),                 // 6: replication.PromoteVolumeResponse
+	(*DemoteVolumeRequest)(nil),                   // 7: replication.DemoteVolumeRequest
+	(*DemoteVolumeResponse)(nil),                  // 8: replication.DemoteVolumeResponse
+	(*ResyncVolumeRequest)(nil),                   // 9: replication.ResyncVolumeRequest
+	(*ResyncVolumeResponse)(nil),                  // 10: replication.ResyncVolumeResponse
+	(*GetVolumeReplicationInfoRequest)(nil),       // 11: replication.GetVolumeReplicationInfoRequest
+	(*GetVolumeReplicationInfoResponse)(nil),      // 12: replication.GetVolumeReplicationInfoResponse
+	(*GetReplicationDestinationInfoRequest)(nil),  // 13: replication.GetReplicationDestinationInfoRequest
+	(*GetReplicationDestinationInfoResponse)(nil), // 14: replication.GetReplicationDestinationInfoResponse
+	(*ReplicationDestination)(nil),                // 15: replication.ReplicationDestination
+	(*ReplicationSource)(nil),                     // 16: replication.ReplicationSource
+	nil,                                           // 17: replication.EnableVolumeReplicationRequest.ParametersEntry
+	nil,                                           // 18: replication.EnableVolumeReplicationRequest.SecretsEntry
+	nil,                                           // 19: replication.DisableVolumeReplicationRequest.ParametersEntry
+	nil,                                           // 20: replication.DisableVolumeReplicationRequest.SecretsEntry
+	nil,                                           // 21: replication.PromoteVolumeRequest.ParametersEntry
+	nil,                                           // 22: replication.PromoteVolumeRequest.SecretsEntry
+	nil,                                           // 23: replication.DemoteVolumeRequest.ParametersEntry
+	nil,                                           // 24: replication.DemoteVolumeRequest.SecretsEntry
+	nil,                                           // 25: replication.ResyncVolumeRequest.ParametersEntry
+	nil,                                           // 26: replication.ResyncVolumeRequest.SecretsEntry
+	nil,                                           // 27: replication.GetVolumeReplicationInfoRequest.SecretsEntry
+	nil,                                           // 28: replication.GetReplicationDestinationInfoRequest.SecretsEntry
+	(*ReplicationDestination_VolumeDestination)(nil),      // 29: replication.ReplicationDestination.VolumeDestination
+	(*ReplicationDestination_VolumeGroupDestination)(nil), // 30: replication.ReplicationDestination.VolumeGroupDestination
+	nil,                                    // 31: replication.ReplicationDestination.VolumeGroupDestination.VolumeIdsEntry
+	(*ReplicationSource_VolumeSource)(nil), // 32: replication.ReplicationSource.VolumeSource
+	(*ReplicationSource_VolumeGroupSource)(nil), // 33: replication.ReplicationSource.VolumeGroupSource
+	(*timestamppb.Timestamp)(nil),               // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                 // 35: google.protobuf.Duration
+	(*descriptorpb.FieldOptions)(nil),           // 36: google.protobuf.FieldOptions
 }
 var file_replication_replication_proto_depIdxs = []int32{
-	14, // 0: replication.EnableVolumeReplicationRequest.parameters:type_name -> replication.EnableVolumeReplicationRequest.ParametersEntry
-	15, // 1: replication.EnableVolumeReplicationRequest.secrets:type_name -> replication.EnableVolumeReplicationRequest.SecretsEntry
-	13, // 2: replication.EnableVolumeReplicationRequest.replication_source:type_name -> replication.ReplicationSource
-	16, // 3: replication.DisableVolumeReplicationRequest.parameters:type_name -> replication.DisableVolumeReplicationRequest.ParametersEntry
-	17, // 4: replication.DisableVolumeReplicationRequest.secrets:type_name -> replication.DisableVolumeReplicationRequest.SecretsEntry
-	13, // 5: replication.DisableVolumeReplicationRequest.replication_source:type_name -> replication.ReplicationSource
-	18, // 6: replication.PromoteVolumeRequest.parameters:type_name -> replication.PromoteVolumeRequest.ParametersEntry
-	19, // 7: replication.PromoteVolumeRequest.secrets:type_name -> replication.PromoteVolumeRequest.SecretsEntry
-	13, // 8: replication.PromoteVolumeRequest.replication_source:type_name -> replication.ReplicationSource
-	20, // 9: replication.DemoteVolumeRequest.parameters:type_name -> replication.DemoteVolumeRequest.ParametersEntry
-	21, // 10: replication.DemoteVolumeRequest.secrets:type_name -> replication.DemoteVolumeRequest.SecretsEntry
-	13, // 11: replication.DemoteVolumeRequest.replication_source:type_name -> replication.ReplicationSource
-	22, // 12: replication.ResyncVolumeRequest.parameters:type_name -> replication.ResyncVolumeRequest.ParametersEntry
-	23, // 13: replication.ResyncVolumeRequest.secrets:type_name -> replication.ResyncVolumeRequest.SecretsEntry
-	13, // 14: replication.ResyncVolumeRequest.replication_source:type_name -> replication.ReplicationSource
-	24, // 15: replication.GetVolumeReplicationInfoRequest.secrets:type_name -> replication.GetVolumeReplicationInfoRequest.SecretsEntry
-	13, // 16: replication.GetVolumeReplicationInfoRequest.replication_source:type_name -> replication.ReplicationSource
-	27, // 17: replication.GetVolumeReplicationInfoResponse.last_sync_time:type_name -> google.protobuf.Timestamp
-	28, // 18: replication.GetVolumeReplicationInfoResponse.last_sync_duration:type_name -> google.protobuf.Duration
+	17, // 0: replication.EnableVolumeReplicationRequest.parameters:type_name -> replication.EnableVolumeReplicationRequest.ParametersEntry
+	18, // 1: replication.EnableVolumeReplicationRequest.secrets:type_name -> replication.EnableVolumeReplicationRequest.SecretsEntry
+	16, // 2: replication.EnableVolumeReplicationRequest.replication_source:type_name -> replication.ReplicationSource
+	19, // 3: replication.DisableVolumeReplicationRequest.parameters:type_name -> replication.DisableVolumeReplicationRequest.ParametersEntry
+	20, // 4: replication.DisableVolumeReplicationRequest.secrets:type_name -> replication.DisableVolumeReplicationRequest.SecretsEntry
+	16, // 5: replication.DisableVolumeReplicationRequest.replication_source:type_name -> replication.ReplicationSource
+	21, // 6: replication.PromoteVolumeRequest.parameters:type_name -> replication.PromoteVolumeRequest.ParametersEntry
+	22, // 7: replication.PromoteVolumeRequest.secrets:type_name -> replication.PromoteVolumeRequest.SecretsEntry
+	16, // 8: replication.PromoteVolumeRequest.replication_source:type_name -> replication.ReplicationSource
+	23, // 9: replication.DemoteVolumeRequest.parameters:type_name -> replication.DemoteVolumeRequest.ParametersEntry
+	24, // 10: replication.DemoteVolumeRequest.secrets:type_name -> replication.DemoteVolumeRequest.SecretsEntry
+	16, // 11: replication.DemoteVolumeRequest.replication_source:type_name -> replication.ReplicationSource
+	25, // 12: replication.ResyncVolumeRequest.parameters:type_name -> replication.ResyncVolumeRequest.ParametersEntry
+	26, // 13: replication.ResyncVolumeRequest.secrets:type_name -> replication.ResyncVolumeRequest.SecretsEntry
+	16, // 14: replication.ResyncVolumeRequest.replication_source:type_name -> replication.ReplicationSource
+	27, // 15: replication.GetVolumeReplicationInfoRequest.secrets:type_name -> replication.GetVolumeReplicationInfoRequest.SecretsEntry
+	16, // 16: replication.GetVolumeReplicationInfoRequest.replication_source:type_name -> replication.ReplicationSource
+	34, // 17: replication.GetVolumeReplicationInfoResponse.last_sync_time:type_name -> google.protobuf.Timestamp
+	35, // 18: replication.GetVolumeReplicationInfoResponse.last_sync_duration:type_name -> google.protobuf.Duration
 	0,  // 19: replication.GetVolumeReplicationInfoResponse.status:type_name -> replication.GetVolumeReplicationInfoResponse.Status
-	25, // 20: replication.ReplicationSource.volume:type_name -> replication.ReplicationSource.VolumeSource
-	26, // 21: replication.ReplicationSource.volumegroup:type_name -> replication.ReplicationSource.VolumeGroupSource
-	29, // 22: replication.alpha_field:extendee -> google.protobuf.FieldOptions
-	1,  // 23: replication.Controller.EnableVolumeReplication:input_type -> replication.EnableVolumeReplicationRequest
-	3,  // 24: replication.Controller.DisableVolumeReplication:input_type -> replication.DisableVolumeReplicationRequest
-	5,  // 25: replication.Controller.PromoteVolume:input_type -> replication.PromoteVolumeRequest
-	7,  // 26: replication.Controller.DemoteVolume:input_type -> replication.DemoteVolumeRequest
-	9,  // 27: replication.Controller.ResyncVolume:input_type -> replication.ResyncVolumeRequest
-	11, // 28: replication.Controller.GetVolumeReplicationInfo:input_type -> replication.GetVolumeReplicationInfoRequest
-	2,  // 29: replication.Controller.EnableVolumeReplication:output_type -> replication.EnableVolumeReplicationResponse
-	4,  // 30: replication.Controller.DisableVolumeReplication:output_type -> replication.DisableVolumeReplicationResponse
-	6,  // 31: replication.Controller.PromoteVolume:output_type -> replication.PromoteVolumeResponse
-	8,  // 32: replication.Controller.DemoteVolume:output_type -> replication.DemoteVolumeResponse
-	10, // 33: replication.Controller.ResyncVolume:output_type -> replication.ResyncVolumeResponse
-	12, // 34: replication.Controller.GetVolumeReplicationInfo:output_type -> replication.GetVolumeReplicationInfoResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	22, // [22:23] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	28, // 20: replication.GetReplicationDestinationInfoRequest.secrets:type_name -> replication.GetReplicationDestinationInfoRequest.SecretsEntry
+	16, // 21: replication.GetReplicationDestinationInfoRequest.replication_source:type_name -> replication.ReplicationSource
+	15, // 22: replication.GetReplicationDestinationInfoResponse.replication_destination:type_name -> replication.ReplicationDestination
+	29, // 23: replication.ReplicationDestination.volume:type_name -> replication.ReplicationDestination.VolumeDestination
+	30, // 24: replication.ReplicationDestination.volumegroup:type_name -> replication.ReplicationDestination.VolumeGroupDestination
+	32, // 25: replication.ReplicationSource.volume:type_name -> replication.ReplicationSource.VolumeSource
+	33, // 26: replication.ReplicationSource.volumegroup:type_name -> replication.ReplicationSource.VolumeGroupSource
+	31, // 27: replication.ReplicationDestination.VolumeGroupDestination.volume_ids:type_name -> replication.ReplicationDestination.VolumeGroupDestination.VolumeIdsEntry
+	36, // 28: replication.alpha_field:extendee -> google.protobuf.FieldOptions
+	1,  // 29: replication.Controller.EnableVolumeReplication:input_type -> replication.EnableVolumeReplicationRequest
+	3,  // 30: replication.Controller.DisableVolumeReplication:input_type -> replication.DisableVolumeReplicationRequest
+	5,  // 31: replication.Controller.PromoteVolume:input_type -> replication.PromoteVolumeRequest
+	7,  // 32: replication.Controller.DemoteVolume:input_type -> replication.DemoteVolumeRequest
+	9,  // 33: replication.Controller.ResyncVolume:input_type -> replication.ResyncVolumeRequest
+	11, // 34: replication.Controller.GetVolumeReplicationInfo:input_type -> replication.GetVolumeReplicationInfoRequest
+	13, // 35: replication.Controller.GetReplicationDestinationInfo:input_type -> replication.GetReplicationDestinationInfoRequest
+	2,  // 36: replication.Controller.EnableVolumeReplication:output_type -> replication.EnableVolumeReplicationResponse
+	4,  // 37: replication.Controller.DisableVolumeReplication:output_type -> replication.DisableVolumeReplicationResponse
+	6,  // 38: replication.Controller.PromoteVolume:output_type -> replication.PromoteVolumeResponse
+	8,  // 39: replication.Controller.DemoteVolume:output_type -> replication.DemoteVolumeResponse
+	10, // 40: replication.Controller.ResyncVolume:output_type -> replication.ResyncVolumeResponse
+	12, // 41: replication.Controller.GetVolumeReplicationInfo:output_type -> replication.GetVolumeReplicationInfoResponse
+	14, // 42: replication.Controller.GetReplicationDestinationInfo:output_type -> replication.GetReplicationDestinationInfoResponse
+	36, // [36:43] is the sub-list for method output_type
+	29, // [29:36] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	28, // [28:29] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_replication_replication_proto_init() }
@@ -1375,7 +1713,11 @@ func file_replication_replication_proto_init() {
 	if File_replication_replication_proto != nil {
 		return
 	}
-	file_replication_replication_proto_msgTypes[12].OneofWrappers = []any{
+	file_replication_replication_proto_msgTypes[14].OneofWrappers = []any{
+		(*ReplicationDestination_Volume)(nil),
+		(*ReplicationDestination_Volumegroup)(nil),
+	}
+	file_replication_replication_proto_msgTypes[15].OneofWrappers = []any{
 		(*ReplicationSource_Volume)(nil),
 		(*ReplicationSource_Volumegroup)(nil),
 	}
@@ -1385,7 +1727,7 @@ func file_replication_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replication_replication_proto_rawDesc), len(file_replication_replication_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   33,
 			NumExtensions: 1,
 			NumServices:   1,
 		},
