@@ -46,6 +46,12 @@ type Config struct {
 	Faults []FaultRule `yaml:"faults"`
 	// Seed for probabilistic faults (0 picks one from the clock).
 	Seed uint64 `yaml:"seed"`
+	// Driver is the driver profile: "spec" (the default, the CSI-Addons
+	// specs strictly) or "ceph-csi" (ceph-csi's RBD driver's answers).
+	Driver string `yaml:"driver"`
+	// Breaks lists the rules the site breaks on purpose, to prove that a
+	// conformance check catches them (see ParseBreak).
+	Breaks []string `yaml:"breaks"`
 	// DriverName and Version are reported by GetIdentity.
 	DriverName string `yaml:"driverName"`
 	Version    string `yaml:"version"`
@@ -121,6 +127,14 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Sprintf("unimplemented: unknown RPC %q", m))
 		}
 	}
+	if _, err := profileFor(c.Driver); err != nil {
+		errs = append(errs, err.Error())
+	}
+	for _, b := range c.Breaks {
+		if _, err := ParseBreak(b); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
 	for i, f := range c.Faults {
 		if err := f.validate(); err != nil {
 			errs = append(errs, fmt.Sprintf("faults[%d]: %v", i, err))
@@ -139,7 +153,7 @@ func (c *Config) validate() error {
 var Methods = map[string][]string{
 	"identity.Identity":      {"GetIdentity", "GetCapabilities", "Probe"},
 	"fence.FenceController":  {"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients"},
-	"replication.Controller": {"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo"},
+	"replication.Controller": {"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo", "GetReplicationDestinationInfo"},
 }
 
 func knownMethod(name string) bool {

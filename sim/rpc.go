@@ -60,11 +60,11 @@ func (i *identityServer) GetIdentity(ctx context.Context, _ *identity.GetIdentit
 	if err := i.s.faults.inject(ctx, "GetIdentity"); err != nil {
 		return nil, err
 	}
-	return &identity.GetIdentityResponse{
-		Name:          i.s.cfg.DriverName,
-		VendorVersion: i.s.cfg.Version,
-		Manifest:      map[string]string{"site": i.s.cfg.Name, "simulator": "true"},
-	}, nil
+	resp := &identity.GetIdentityResponse{Name: i.s.cfg.DriverName, VendorVersion: i.s.cfg.Version}
+	if i.s.profile.manifest {
+		resp.Manifest = map[string]string{"site": i.s.cfg.Name, "simulator": "true"}
+	}
+	return resp, nil
 }
 
 func (i *identityServer) GetCapabilities(ctx context.Context, _ *identity.GetCapabilitiesRequest) (*identity.GetCapabilitiesResponse, error) {
@@ -86,8 +86,10 @@ func (i *identityServer) GetCapabilities(ctx context.Context, _ *identity.GetCap
 	if !i.s.unimpl["PromoteVolume"] {
 		add(&identity.Capability{Type: &identity.Capability_VolumeReplication_{VolumeReplication: &identity.Capability_VolumeReplication{Type: identity.Capability_VolumeReplication_VOLUME_REPLICATION}}})
 	}
-	add(&identity.Capability{Type: &identity.Capability_VolumeGroup_{VolumeGroup: &identity.Capability_VolumeGroup{Type: identity.Capability_VolumeGroup_VOLUME_GROUP}}})
-	add(&identity.Capability{Type: &identity.Capability_VolumeGroup_{VolumeGroup: &identity.Capability_VolumeGroup{Type: identity.Capability_VolumeGroup_LIMIT_VOLUME_TO_ONE_VOLUME_GROUP}}})
+	if !i.s.unimpl["GetReplicationDestinationInfo"] {
+		add(&identity.Capability{Type: &identity.Capability_VolumeReplication_{VolumeReplication: &identity.Capability_VolumeReplication{Type: identity.Capability_VolumeReplication_GET_REPLICATION_DESTINATION_INFO}}})
+	}
+	i.s.profile.capabilities(add)
 	return &identity.GetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
@@ -111,20 +113,23 @@ type fenceServer struct {
 	s *Site
 }
 
-func parseCIDRs(cidrs []*fence.CIDR) ([]string, error) {
+func (s *Site) parseCIDRs(method string, params map[string]string, cidrs []*fence.CIDR) ([]string, error) {
 	if len(cidrs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "cidrs is required: give at least one CIDR block")
+	}
+	if err := s.profile.fenceRequest(method, params); err != nil {
+		return nil, err
 	}
 	out := make([]string, 0, len(cidrs))
 	for i, c := range cidrs {
 		if c == nil || c.Cidr == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "cidrs[%d]: cidr is required", i)
 		}
-		p, err := netip.ParsePrefix(c.Cidr)
+		p, err := s.profile.parseCIDR(i, c.Cidr)
 		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "cidrs[%d]: %q is not a CIDR block", i, c.Cidr)
+			return nil, err
 		}
-		out = append(out, p.Masked().String())
+		out = append(out, p)
 	}
 	return out, nil
 }
@@ -133,7 +138,7 @@ func (f *fenceServer) FenceClusterNetwork(ctx context.Context, req *fence.FenceC
 	if err := f.s.begin("FenceClusterNetwork", req.GetSecrets()); err != nil {
 		return nil, err
 	}
-	cidrs, err := parseCIDRs(req.GetCidrs())
+	cidrs, err := f.s.parseCIDRs("FenceClusterNetwork", req.GetParameters(), req.GetCidrs())
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +159,7 @@ func (f *fenceServer) UnfenceClusterNetwork(ctx context.Context, req *fence.Unfe
 	if err := f.s.begin("UnfenceClusterNetwork", req.GetSecrets()); err != nil {
 		return nil, err
 	}
-	cidrs, err := parseCIDRs(req.GetCidrs())
+	cidrs, err := f.s.parseCIDRs("UnfenceClusterNetwork", req.GetParameters(), req.GetCidrs())
 	if err != nil {
 		return nil, err
 	}
@@ -318,18 +323,11 @@ func ParseSchedule(v string) (time.Duration, error) {
 
 func (r *replicationServer) EnableVolumeReplication(ctx context.Context, req *replication.EnableVolumeReplicationRequest) (*replication.EnableVolumeReplicationResponse, error) {
 	params := req.GetParameters()
-	var schedule time.Duration
-	if m, ok := params["mirroringMode"]; ok && m != "snapshot" {
-		return nil, status.Errorf(codes.InvalidArgument, "parameters.mirroringMode %q is not supported (only \"snapshot\")", m)
+	schedule, err := r.s.profile.enableParams(params)
+	if err != nil {
+		return nil, err
 	}
-	if v, ok := params["schedulingInterval"]; ok {
-		d, err := ParseSchedule(v)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "parameters.%v", err)
-		}
-		schedule = d
-	}
-	err := r.s.withUnit(ctx, "EnableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+	err = r.s.withUnit(ctx, "EnableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		if u.st.Enabled && u.st.Schedule == schedule {
@@ -354,6 +352,9 @@ func (r *replicationServer) EnableVolumeReplication(ctx context.Context, req *re
 
 func (r *replicationServer) DisableVolumeReplication(ctx context.Context, req *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
 	err := r.s.withUnit(ctx, "DisableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
+		if err := r.s.profile.disableParams(req.GetParameters()); err != nil {
+			return err
+		}
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		if !u.st.Enabled {
@@ -380,7 +381,7 @@ func (r *replicationServer) PromoteVolume(ctx context.Context, req *replication.
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
 		}
 		if role == RolePrimary {
 			return nil // already primary: idempotent
@@ -431,12 +432,12 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 		enabled, role := u.st.Enabled, u.st.Role
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
 		}
 		if role == RoleSecondary {
 			return nil // already demoted or secondary: idempotent
 		}
-		if !req.GetForce() {
+		if !req.GetForce() && r.s.profile.demoteChecksPeer {
 			// Without force, demote only when the final sync can reach the peer.
 			ps, err := r.s.peerUnitStatus(ctx, u.st.Key())
 			if err != nil {
@@ -482,10 +483,10 @@ func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.R
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
 		}
 		if role == RolePrimary {
-			return status.Errorf(codes.FailedPrecondition, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
+			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
 		}
 		if !resyncing && !req.GetForce() && (epoch != 0 || seq != 0) {
 			if err := r.s.divergence(ctx, u, epoch, seq); err != nil {
@@ -520,10 +521,10 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		if !u.st.Enabled {
-			return status.Errorf(codes.FailedPrecondition, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
 		}
 		if u.st.Role != RolePrimary {
-			return status.Errorf(codes.FailedPrecondition, "%s %q: the copy is not primary", u.st.Kind, u.st.ID)
+			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is not primary", u.st.Kind, u.st.ID)
 		}
 		if u.st.LastSync == nil {
 			return status.Errorf(codes.NotFound, "%s %q: no sync to the peer has completed yet", u.st.Kind, u.st.ID)

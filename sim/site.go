@@ -50,6 +50,8 @@ type Site struct {
 	units   map[string]*unit  // by unit key
 	volumes map[string]string // volume id -> unit key
 	unimpl  map[string]bool
+	profile *profile
+	breaks  *breaks
 
 	mu       sync.Mutex // guards the fields below and sf
 	sf       *siteFile
@@ -72,15 +74,17 @@ func New(cfg Config, log *slog.Logger) (*Site, error) {
 	if cfg.SyncInterval <= 0 {
 		cfg.SyncInterval = time.Second
 	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	prof, _ := profileFor(cfg.Driver)
 	if cfg.DriverName == "" {
-		cfg.DriverName = "sim.drover.dev"
+		cfg.DriverName = first(prof.driverName, "sim.drover.dev")
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
+	brk, _ := newBreaks(cfg.Breaks)
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -92,6 +96,11 @@ func New(cfg Config, log *slog.Logger) (*Site, error) {
 		units:   map[string]*unit{},
 		volumes: map[string]string{},
 		unimpl:  map[string]bool{},
+		profile: prof,
+		breaks:  brk,
+	}
+	for _, m := range prof.unimplemented {
+		s.unimpl[m] = true
 	}
 	for _, m := range cfg.Unimplemented {
 		s.unimpl[m] = true
@@ -235,7 +244,7 @@ func (s *Site) listen() error {
 	}
 	// Stop waits for running handlers, so that nothing changes the state
 	// after Down or Close returns.
-	opts = append(opts, grpc.WaitForHandlers(true))
+	opts = append(opts, grpc.WaitForHandlers(true), grpc.ChainUnaryInterceptor(s.breaks.intercept))
 	gs := grpc.NewServer(opts...)
 	identity.RegisterIdentityServer(gs, &identityServer{s: s})
 	fence.RegisterFenceControllerServer(gs, &fenceServer{s: s})

@@ -9,6 +9,10 @@
 //	  --control 127.0.0.1:7101 --peer 127.0.0.1:7002 --state-dir /tmp/east \
 //	  --primary --groups 3
 //
+// --driver ceph-csi answers as ceph-csi's RBD driver does (its parameter
+// validation, error codes and identity); the default, spec, follows the
+// CSI-Addons specs strictly.
+//
 // Several sites from a YAML file (a list under "sites", each a sim.Config):
 //
 //	drover-sim --config sites.yaml
@@ -56,6 +60,7 @@ func run(args []string) int {
 		secrets    multiFlag
 		faults     multiFlag
 		unimpl     multiFlag
+		breaks     multiFlag
 		tlsCert    = fs.String("tls-cert", "", "serve gRPC with TLS: certificate file")
 		tlsKey     = fs.String("tls-key", "", "serve gRPC with TLS: key file")
 		tlsCA      = fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
@@ -75,6 +80,8 @@ func run(args []string) int {
 	fs.Var(&secrets, "secret", "expected secret KEY=VALUE (repeatable)")
 	fs.Var(&faults, "fault", "inject METHOD[:CODE][,count=N][,p=P][,latency=D][,discard] (repeatable)")
 	fs.Var(&unimpl, "unimplemented", "answer this RPC with UNIMPLEMENTED (repeatable)")
+	fs.StringVar(&cfg.Driver, "driver", sim.DriverSpec, "driver profile: spec (the CSI-Addons specs strictly) or ceph-csi (ceph-csi's RBD driver's answers)")
+	fs.Var(&breaks, "break", "break one rule on purpose, to prove a conformance check: nonidempotent:RPC, wrongcode:RPC:CODE, ignoreforce:RPC or keepfence (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -116,6 +123,7 @@ func run(args []string) int {
 		cfg.Groups = sim.GenerateGroups(*groups, *perGroup)
 		cfg.Volumes = volumes
 		cfg.Unimplemented = unimpl
+		cfg.Breaks = breaks
 		if len(secrets) > 0 {
 			cfg.Secrets = map[string]string{}
 			for _, s := range secrets {

@@ -1,0 +1,230 @@
+package sim
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drover-dr/drover/csiaddons/identity"
+)
+
+// Driver profiles: how a site answers where drivers differ. The default
+// profile, DriverSpec, follows the CSI-Addons specs strictly. DriverCephCSI
+// answers as ceph-csi's RBD driver does; each of its differences below
+// names the ceph-csi file and function it is read from.
+const (
+	DriverSpec    = "spec"
+	DriverCephCSI = "ceph-csi"
+)
+
+// Drivers lists the profile names --driver accepts.
+var Drivers = []string{DriverSpec, DriverCephCSI}
+
+// CephCSIDriverName is the name ceph-csi's RBD driver reports by default
+// (cmd/cephcsi.go, rbdDefaultName).
+const CephCSIDriverName = "rbd.csi.ceph.com"
+
+// profile is one driver's behaviour where drivers differ.
+type profile struct {
+	name string
+	// unimplemented: RPCs the driver does not serve at all.
+	unimplemented []string
+	// stateCode is the code of a refusal because of the copy's own state
+	// (replication not enabled, resync of a primary, info on a secondary).
+	stateCode codes.Code
+	// demoteChecksPeer: a demotion without force needs the peer reachable.
+	demoteChecksPeer bool
+	// enableParams validates EnableVolumeReplication's parameters and
+	// returns the unit's sync schedule (0: the site's interval).
+	enableParams func(params map[string]string) (time.Duration, error)
+	// fenceRequest validates a fence or unfence request's parameters
+	// before its CIDRs are read.
+	fenceRequest func(method string, params map[string]string) error
+	// badCIDRCode answers a CIDR that does not parse.
+	badCIDRCode codes.Code
+	// disableParams validates DisableVolumeReplication's parameters.
+	disableParams func(params map[string]string) error
+	// capabilities adds the driver's advertised capabilities besides the
+	// fence and replication ones the site derives from what it serves.
+	capabilities func(add func(*identity.Capability))
+	driverName   string
+	manifest     bool
+}
+
+func profileFor(name string) (*profile, error) {
+	switch name {
+	case "", DriverSpec:
+		return specProfile(), nil
+	case DriverCephCSI:
+		return cephCSIProfile(), nil
+	}
+	return nil, fmt.Errorf("driver profile %q: want %q or %q", name, DriverSpec, DriverCephCSI)
+}
+
+func specProfile() *profile {
+	return &profile{
+		name:             DriverSpec,
+		stateCode:        codes.FailedPrecondition,
+		demoteChecksPeer: true,
+		enableParams:     specEnableParams,
+		fenceRequest:     func(string, map[string]string) error { return nil },
+		badCIDRCode:      codes.InvalidArgument,
+		disableParams:    func(map[string]string) error { return nil },
+		capabilities: func(add func(*identity.Capability)) {
+			add(volumeGroupCap(identity.Capability_VolumeGroup_VOLUME_GROUP))
+			add(volumeGroupCap(identity.Capability_VolumeGroup_LIMIT_VOLUME_TO_ONE_VOLUME_GROUP))
+		},
+		manifest: true,
+	}
+}
+
+// specEnableParams: the simulator's own reading of a mirroring schedule,
+// snapshot mirroring only.
+func specEnableParams(params map[string]string) (time.Duration, error) {
+	if m, ok := params["mirroringMode"]; ok && m != "snapshot" {
+		return 0, status.Errorf(codes.InvalidArgument, "parameters.mirroringMode %q is not supported (only \"snapshot\")", m)
+	}
+	v, ok := params["schedulingInterval"]
+	if !ok {
+		return 0, nil
+	}
+	d, err := ParseSchedule(v)
+	if err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "parameters.%v", err)
+	}
+	return d, nil
+}
+
+// cephSchedule is the only form of schedulingInterval ceph-csi accepts
+// (internal/csi-addons/rbd/replication.go, validateSchedulingInterval).
+var cephSchedule = regexp.MustCompile(`^\d+[mhd]$`)
+
+func cephCSIProfile() *profile {
+	return &profile{
+		name: DriverCephCSI,
+		// ceph-csi's FenceControllerServer (internal/csi-addons/rbd/network_fence.go)
+		// serves FenceClusterNetwork and UnfenceClusterNetwork only; the
+		// embedded UnimplementedFenceControllerServer answers the others.
+		// Its ReplicationServer (internal/csi-addons/rbd/replication.go)
+		// has no GetReplicationDestinationInfo.
+		unimplemented: []string{"ListClusterFence", "GetFenceClients", "GetReplicationDestinationInfo"},
+		// ReplicationServer.PromoteVolume, DemoteVolume, ResyncVolume and
+		// GetVolumeReplicationInfo answer INVALID_ARGUMENT for "mirroring
+		// is not enabled", "image is in primary state" and "image is not in
+		// primary state", where the spec's tables say FAILED_PRECONDITION.
+		stateCode: codes.InvalidArgument,
+		// ReplicationServer.DemoteVolume demotes the local image whatever
+		// the peer's state (rbd mirror image demote is a local operation).
+		demoteChecksPeer: false,
+		enableParams:     cephEnableParams,
+		fenceRequest:     cephFenceRequest,
+		// networkfence.NetworkFence.AddNetworkFence fails on a CIDR that
+		// does not parse, and FenceControllerServer.FenceClusterNetwork
+		// wraps that failure as INTERNAL.
+		badCIDRCode:   codes.Internal,
+		disableParams: cephDisableParams,
+		// IdentityServer.GetCapabilities (internal/csi-addons/rbd/identity.go)
+		// for a controller: reclaim space offline and these volume group
+		// capabilities besides fence and replication.
+		capabilities: func(add func(*identity.Capability)) {
+			add(&identity.Capability{Type: &identity.Capability_ReclaimSpace_{ReclaimSpace: &identity.Capability_ReclaimSpace{Type: identity.Capability_ReclaimSpace_OFFLINE}}})
+			for _, t := range []identity.Capability_VolumeGroup_Type{
+				identity.Capability_VolumeGroup_VOLUME_GROUP,
+				identity.Capability_VolumeGroup_DO_NOT_ALLOW_VG_TO_DELETE_VOLUMES,
+				identity.Capability_VolumeGroup_LIMIT_VOLUME_TO_ONE_VOLUME_GROUP,
+				identity.Capability_VolumeGroup_MODIFY_VOLUME_GROUP,
+				identity.Capability_VolumeGroup_GET_VOLUME_GROUP,
+			} {
+				add(volumeGroupCap(t))
+			}
+		},
+		driverName: CephCSIDriverName,
+		// IdentityServer.GetIdentity reports name and version, no manifest.
+		manifest: false,
+	}
+}
+
+// cephEnableParams follows validateSchedulingDetails and getMirroringMode
+// (internal/csi-addons/rbd/replication.go): mirroringMode is snapshot (the
+// default) or journal; journal mirroring ignores the scheduling parameters;
+// an empty schedulingInterval, one not of the form ^\d+[mhd]$, or a
+// schedulingStartTime without an interval is INVALID_ARGUMENT.
+func cephEnableParams(params map[string]string) (time.Duration, error) {
+	mode, hasMode := params["mirroringMode"]
+	switch mode {
+	case "journal":
+		// Journal mirroring ships every write as it lands: the site's own
+		// interval stands for the journal replay, schedules are ignored.
+		return 0, nil
+	case "snapshot", "":
+		if hasMode && mode == "" {
+			return 0, status.Error(codes.InvalidArgument, "scheduling is only supported for snapshot mode")
+		}
+	default:
+		return 0, status.Error(codes.InvalidArgument, "scheduling is only supported for snapshot mode")
+	}
+	interval, ok := params["schedulingInterval"]
+	if ok && interval == "" {
+		return 0, status.Error(codes.InvalidArgument, "scheduling interval cannot be empty")
+	}
+	if !ok {
+		if params["schedulingStartTime"] != "" {
+			return 0, status.Errorf(codes.InvalidArgument, "%q parameter is supported only with %q", "schedulingStartTime", "schedulingInterval")
+		}
+		return 0, nil
+	}
+	if !cephSchedule.MatchString(interval) {
+		return 0, status.Error(codes.InvalidArgument, "interval specified without d, h, m suffix")
+	}
+	return ParseSchedule(interval)
+}
+
+// cephFenceRequest follows validateNetworkFenceReq
+// (internal/csi-addons/rbd/network_fence.go): the CIDR list must not be
+// empty and the parameters must name a clusterID.
+func cephFenceRequest(method string, params map[string]string) error {
+	if params["clusterID"] == "" {
+		return status.Errorf(codes.InvalidArgument, "%s: missing or empty clusterID", method)
+	}
+	return nil
+}
+
+// cephDisableParams follows getForceOption
+// (internal/csi-addons/rbd/replication.go): DisableVolumeReplication reads
+// "force" from its parameters, and a value that is not a boolean is an
+// INTERNAL error there.
+func cephDisableParams(params map[string]string) error {
+	v, ok := params["force"]
+	if !ok {
+		return nil
+	}
+	if _, err := strconv.ParseBool(v); err != nil {
+		return status.Errorf(codes.Internal, "parameters.force %q: %v", v, err)
+	}
+	return nil
+}
+
+func volumeGroupCap(t identity.Capability_VolumeGroup_Type) *identity.Capability {
+	return &identity.Capability{Type: &identity.Capability_VolumeGroup_{VolumeGroup: &identity.Capability_VolumeGroup{Type: t}}}
+}
+
+// parseCIDR reads one CIDR block as the profile's driver does.
+func (p *profile) parseCIDR(i int, c string) (string, error) {
+	pre, err := netip.ParsePrefix(c)
+	if err != nil {
+		return "", status.Errorf(p.badCIDRCode, "cidrs[%d]: %q is not a CIDR block", i, c)
+	}
+	return pre.Masked().String(), nil
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
