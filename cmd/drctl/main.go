@@ -176,6 +176,7 @@ cannot be reached.`,
 	root.AddCommand(a.planCommand())
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
+	root.AddCommand(a.conformanceCommand())
 	return root
 }
 

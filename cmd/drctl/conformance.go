@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/conformance"
+	"github.com/drover-dr/drover/plans"
+)
+
+type conformanceFlags struct {
+	plan, site, peer       string
+	endpoint, peerEndpoint string
+	tlsCA, tlsCert, tlsKey string
+	tlsServerName          string
+	secretEnv, secretFile  string
+	params                 []string
+	volume, group, cidr    string
+	timeout, syncTimeout   time.Duration
+	junit                  string
+	dryRun                 bool
+}
+
+func (a *app) conformanceCommand() *cobra.Command {
+	var f conformanceFlags
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "check a CSI-Addons endpoint against the identity, fence and replication specs",
+		Long: `conformance checks a storage driver's CSI-Addons endpoint against the
+identity, fence and replication specs, and prints a pass/fail/skip table
+(-o json for JSON, --junit FILE for JUnit XML as well).
+
+The endpoint comes from a plan's site (--plan PLAN --site SITE, with the
+site's TLS, secret reference and parameters) or from flags (--endpoint
+unix:///path or host:port, --tls-*, --secret-env/--secret-file, --param).
+The replication checks need the site's peer (--peer SITE or
+--peer-endpoint) and a scratch volume and/or volume group that exists on
+both, is not replicated and holds nothing of value (--volume, --group):
+they enable, demote, promote (with and without force), resync and
+disable it, and leave it disabled with the first endpoint's copy primary.
+The fence checks fence and unfence one documentation address
+(--cidr, default 192.0.2.1/32) and leave it unfenced. A run cut short
+(Ctrl-C, a failed step) puts the scratch resources back before it exits.
+
+Exit codes: 0 every check passed (or skipped), 1 a check failed, 2 bad
+input. --dry-run lists the calls without making any.`,
+		Example: `  drctl conformance --plan plans/examples/demo.yaml --site east --peer west \
+    --volume scratch-vol --group scratch-vg --junit conformance.xml
+  drctl conformance --endpoint unix:///run/csi-addons.sock --cidr 192.0.2.10/32`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.conformance(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.plan, "plan", "", "plan file whose sites give the endpoints")
+	fl.StringVar(&f.site, "site", "", "the plan's site to test")
+	fl.StringVar(&f.peer, "peer", "", "the plan's site that replicates with --site (for the replication checks)")
+	fl.StringVar(&f.endpoint, "endpoint", "", "CSI-Addons endpoint to test: unix:///path or host:port")
+	fl.StringVar(&f.peerEndpoint, "peer-endpoint", "", "its replication peer's endpoint (same TLS, secrets and parameters)")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "with --endpoint: CA file of the server certificate (TLS)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "with --endpoint: client certificate (mutual TLS)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "with --endpoint: client key (mutual TLS)")
+	fl.StringVar(&f.tlsServerName, "tls-server-name", "", "with --endpoint: name to verify the server certificate against")
+	fl.StringVar(&f.secretEnv, "secret-env", "", "with --endpoint: secrets from the variables PREFIX_KEY")
+	fl.StringVar(&f.secretFile, "secret-file", "", "with --endpoint: secrets from a file of key=value lines or a YAML map")
+	fl.StringArrayVar(&f.params, "param", nil, "with --endpoint: plugin parameter KEY=VALUE sent with every call (repeatable)")
+	fl.StringVar(&f.volume, "volume", "", "scratch volume for the replication checks")
+	fl.StringVar(&f.group, "group", "", "scratch volume group for the replication checks")
+	fl.StringVar(&f.cidr, "cidr", conformance.DefaultCIDR, "CIDR to fence and unfence (a documentation range no client holds); empty skips the fence checks")
+	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline of each check of single calls")
+	fl.DurationVar(&f.syncTimeout, "sync-timeout", 3*time.Minute, "deadline of each check that waits for the storage (first sync, resync)")
+	fl.StringVar(&f.junit, "junit", "", "also write the results as JUnit XML to this file")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "list the calls the checks would make, make none")
+	return cmd
+}
+
+func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
+	cfg, err := conformanceConfig(f)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return badInput("%v", err)
+	}
+	// Ctrl-C stops the checks; the clean-up still runs, then we exit.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d := activities.NewDialer()
+	defer d.Close()
+	rep, err := conformance.Run(ctx, cfg, d)
+	if err != nil {
+		return badInput("%v", err)
+	}
+	if f.junit != "" {
+		out, err := os.Create(f.junit)
+		if err != nil {
+			return badInput("--junit: %v", err)
+		}
+		werr := rep.WriteJUnit(out)
+		if cerr := out.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return failed("write %s: %w", f.junit, werr)
+		}
+	}
+	if a.json() {
+		err = rep.WriteJSON(a.stdout)
+	} else {
+		err = rep.WriteTable(a.stdout, cfg.DryRun)
+	}
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(a.stderr, "drctl: conformance interrupted; scratch resources put back (see clean-up)")
+		return silent(exitInterrupted)
+	}
+	if !rep.OK() {
+		return silent(exitFailed)
+	}
+	return nil
+}
+
+// conformanceConfig builds the suite's configuration from a plan's sites
+// or from the endpoint flags; secrets are resolved here, as the worker
+// resolves them at call time.
+func conformanceConfig(f conformanceFlags) (conformance.Config, error) {
+	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout, DryRun: f.dryRun}
+	if f.timeout <= 0 || f.syncTimeout <= 0 {
+		return cfg, badInput("--timeout and --sync-timeout must be positive")
+	}
+	resolver := activities.EnvFileSecrets{}
+	switch {
+	case f.plan != "" && f.endpoint != "":
+		return cfg, badInput("give either --plan with --site, or --endpoint, not both")
+	case f.plan != "":
+		if f.site == "" {
+			return cfg, badInput("--plan needs --site")
+		}
+		if f.peerEndpoint != "" || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" || f.secretEnv != "" || f.secretFile != "" || len(f.params) > 0 {
+			return cfg, badInput("with --plan the site's storage settings apply: drop the --peer-endpoint, --tls-*, --secret-* and --param flags")
+		}
+		p, err := plans.Load(f.plan)
+		if err != nil {
+			return cfg, badInput("%v", err)
+		}
+		a, err := planSite(p, f.site, resolver)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.A = a
+		if f.peer != "" {
+			if f.peer == f.site {
+				return cfg, badInput("--peer must name another site than --site")
+			}
+			b, err := planSite(p, f.peer, resolver)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.B = &b
+		}
+	case f.endpoint != "":
+		if f.site != "" || f.peer != "" {
+			return cfg, badInput("--site and --peer name a plan's sites: give --plan too, or use --peer-endpoint")
+		}
+		params := map[string]string{}
+		for _, kv := range f.params {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return cfg, badInput("--param %q is not KEY=VALUE", kv)
+			}
+			params[k] = v
+		}
+		var tls *plans.TLS
+		if f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" || f.tlsServerName != "" {
+			tls = &plans.TLS{CA: f.tlsCA, Cert: f.tlsCert, Key: f.tlsKey, ServerName: f.tlsServerName}
+		}
+		var ref *plans.SecretRef
+		if f.secretEnv != "" || f.secretFile != "" {
+			ref = &plans.SecretRef{Env: f.secretEnv, File: f.secretFile}
+		}
+		secrets, err := resolver.Resolve(ref)
+		if err != nil {
+			return cfg, badInput("secrets: %v", err)
+		}
+		mk := func(name, addr string) conformance.Site {
+			e := activities.Endpoint{Site: name, Address: addr, TLS: tls, Secret: ref, Parameters: params}
+			return conformance.Site{Name: name, Identity: e, Fence: e, Replication: e, Secrets: secrets}
+		}
+		cfg.A = mk("endpoint", f.endpoint)
+		if f.peerEndpoint != "" {
+			b := mk("peer", f.peerEndpoint)
+			cfg.B = &b
+		}
+	default:
+		return cfg, badInput("name the endpoint to test: --plan PLAN --site SITE, or --endpoint ADDRESS")
+	}
+	for _, s := range []*conformance.Site{&cfg.A, cfg.B} {
+		if s == nil {
+			continue
+		}
+		for _, addr := range []string{s.Identity.Address, s.Fence.Address, s.Replication.Address} {
+			if err := checkAddress(addr); err != nil {
+				return cfg, badInput("site %s: %v", s.Name, err)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+func checkAddress(addr string) error {
+	switch {
+	case addr == "":
+		return fmt.Errorf("no endpoint address")
+	case strings.HasPrefix(addr, "unix://") && !strings.HasPrefix(addr, "unix:///"):
+		return fmt.Errorf("endpoint %q: a unix socket address is unix:///absolute/path", addr)
+	case !strings.HasPrefix(addr, "unix://") && strings.Contains(addr, "://"):
+		return fmt.Errorf("endpoint %q: want unix:///path or host:port", addr)
+	}
+	return nil
+}
+
+// planSite reads a plan's site as the worker would reach it: each
+// service's endpoint, TLS, parameters (the site's, with each RPC's own
+// over them for the fence and replication calls) and resolved secrets.
+func planSite(p *plans.Plan, site string, resolver activities.SecretResolver) (conformance.Site, error) {
+	s := conformance.Site{Name: site}
+	var err error
+	if s.Identity, err = activities.EndpointFor(p, site, activities.RPCGetIdentity); err != nil {
+		return s, badInput("%v", err)
+	}
+	if s.Fence, err = activities.EndpointFor(p, site, activities.RPCFenceClusterNetwork); err != nil {
+		return s, badInput("%v", err)
+	}
+	if s.Replication, err = activities.EndpointFor(p, site, activities.RPCEnableVolumeReplication); err != nil {
+		return s, badInput("%v", err)
+	}
+	if s.Secrets, err = resolver.Resolve(s.Replication.Secret); err != nil {
+		return s, badInput("site %s: secrets: %v", site, err)
+	}
+	return s, nil
+}

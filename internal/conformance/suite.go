@@ -1,0 +1,346 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/identity"
+	"github.com/drover-dr/drover/csiaddons/replication"
+)
+
+// DefaultCIDR is the fence checks' CIDR: one address of TEST-NET-1
+// (RFC 5737), which no real client holds.
+const DefaultCIDR = "192.0.2.1/32"
+
+// Site is one endpoint under test: where each service is reached (one
+// address for all three, usually), and the secrets and parameters sent
+// with its calls.
+type Site struct {
+	Name        string
+	Identity    activities.Endpoint
+	Fence       activities.Endpoint
+	Replication activities.Endpoint
+	// Secrets are the resolved secret values sent with fence and
+	// replication calls.
+	Secrets map[string]string
+}
+
+// Config is one run of the suite.
+type Config struct {
+	// A is the endpoint under test; its copies of the scratch sources are
+	// primary at the start and at the end.
+	A Site
+	// B is A's replication peer; without it the replication checks skip.
+	B *Site
+	// Volume and Group are the scratch sources; an empty one skips its
+	// replication checks. Their replication must be disabled at the start.
+	Volume, Group string
+	// CIDR is fenced and unfenced; empty skips the fence checks.
+	CIDR string
+	// CallTimeout bounds each check of single calls; SyncTimeout each
+	// check that waits for the storage (first sync, promotion after the
+	// final sync, resync until ready).
+	CallTimeout, SyncTimeout time.Duration
+	// PollInterval is the pause between the calls of a waiting check.
+	PollInterval time.Duration
+	// DryRun lists the calls without making any.
+	DryRun bool
+}
+
+// Status of one check.
+type Status string
+
+// Check outcomes.
+const (
+	Pass Status = "pass"
+	Fail Status = "fail"
+	Skip Status = "skip"
+	// Planned is a check of a dry run: its calls are listed, none made.
+	Planned Status = "planned"
+)
+
+// Result is the outcome of one check.
+type Result struct {
+	ID       string        `json:"id"`
+	Spec     string        `json:"spec"`
+	Status   Status        `json:"status"`
+	Detail   string        `json:"detail,omitempty"`
+	Duration time.Duration `json:"durationNs"`
+	Calls    []string      `json:"calls,omitempty"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Driver  string   `json:"driver,omitempty"`
+	Version string   `json:"version,omitempty"`
+	Results []Result `json:"results"`
+	// Cleanup says what the clean-up of an interrupted or failed run did.
+	Cleanup []string `json:"cleanup,omitempty"`
+}
+
+// Counts returns how many checks passed, failed and were skipped.
+func (r *Report) Counts() (pass, fail, skip int) {
+	for _, c := range r.Results {
+		switch c.Status {
+		case Pass:
+			pass++
+		case Fail:
+			fail++
+		case Skip:
+			skip++
+		}
+	}
+	return
+}
+
+// OK reports whether no check failed.
+func (r *Report) OK() bool {
+	_, f, _ := r.Counts()
+	return f == 0
+}
+
+// Validate checks a configuration before anything is called.
+func (c *Config) Validate() error {
+	var errs []string
+	if c.A.Identity.Address == "" {
+		errs = append(errs, "no endpoint to test")
+	}
+	if c.B == nil && (c.Volume != "" || c.Group != "") {
+		errs = append(errs, "replication checks need a peer endpoint (--peer or --peer-endpoint)")
+	}
+	if c.CIDR != "" {
+		if _, err := netip.ParsePrefix(c.CIDR); err != nil {
+			errs = append(errs, fmt.Sprintf("--cidr %q is not a CIDR block", c.CIDR))
+		}
+	}
+	if c.Volume != "" && c.Volume == c.Group {
+		errs = append(errs, "the scratch volume and group need different IDs")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = 3 * time.Minute
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	return nil
+}
+
+// Run runs the suite. ctx cancelled (Ctrl-C) stops it at the next call;
+// the clean-up then runs on a context of its own.
+func Run(ctx context.Context, cfg Config, d *activities.Dialer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, dialer: d, report: &Report{}}
+	r.identity(ctx, &cfg.A)
+	if cfg.B != nil {
+		r.identity(ctx, cfg.B)
+	}
+	r.replicationErrors(ctx)
+	if cfg.Volume != "" {
+		r.replication(ctx, "volume", volumeSource(cfg.Volume), cfg.Volume)
+	} else {
+		r.skip("replication/volume", "", "no scratch volume given (--volume)")
+	}
+	if cfg.Group != "" {
+		r.replication(ctx, "group", groupSource(cfg.Group), "")
+	} else {
+		r.skip("replication/group", "", "no scratch volume group given (--group)")
+	}
+	r.fence(ctx)
+	return r.report, nil
+}
+
+type runner struct {
+	cfg    Config
+	dialer *activities.Dialer
+	report *Report
+	// caps by site name, from GetCapabilities.
+	caps map[string]map[string]bool
+	// cur collects the calls of the running check.
+	cur *Result
+}
+
+func (r *runner) skip(id, spec, why string) {
+	r.report.Results = append(r.report.Results, Result{ID: id, Spec: spec, Status: Skip, Detail: why})
+}
+
+// check runs one check under its deadline. fn returns "" or a detail on
+// success, or an error that fails the check; errSkip skips it.
+func (r *runner) check(ctx context.Context, id, spec string, timeout time.Duration, fn func(ctx context.Context) (string, error)) bool {
+	res := Result{ID: id, Spec: spec}
+	r.cur = &res
+	defer func() { r.cur = nil }()
+	if ctx.Err() != nil {
+		res.Status, res.Detail = Skip, "interrupted"
+		r.report.Results = append(r.report.Results, res)
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	start := time.Now()
+	detail, err := fn(cctx)
+	timedOut := cctx.Err() == context.DeadlineExceeded
+	cancel()
+	res.Duration = time.Since(start)
+	var sk skipError
+	switch {
+	case r.cfg.DryRun:
+		res.Status, res.Detail = Planned, ""
+	case errors.As(err, &sk):
+		res.Status, res.Detail = Skip, string(sk)
+	case err != nil:
+		res.Status, res.Detail = Fail, err.Error()
+		if timedOut && ctx.Err() == nil {
+			res.Detail += fmt.Sprintf(" (deadline %s)", timeout)
+		}
+	default:
+		res.Status, res.Detail = Pass, detail
+	}
+	r.report.Results = append(r.report.Results, res)
+	return res.Status == Pass || res.Status == Planned
+}
+
+type skipError string
+
+func (s skipError) Error() string { return string(s) }
+
+// invoke makes one call, or records it in a dry run (filling resp with a
+// plausible answer so the flow goes on).
+func (r *runner) invoke(ctx context.Context, e activities.Endpoint, site, method string, req, resp proto.Message) error {
+	rpc := method[strings.LastIndex(method, "/")+1:]
+	if r.cur != nil {
+		r.cur.Calls = append(r.cur.Calls, fmt.Sprintf("%s %s %s", site, rpc, describe(req)))
+	}
+	if r.cfg.DryRun {
+		dryAnswer(resp)
+		return nil
+	}
+	conn, err := r.dialer.Conn(e)
+	if err != nil {
+		return fmt.Errorf("%s: %w", site, err)
+	}
+	return conn.Invoke(ctx, method, req, resp, grpc.WaitForReady(false))
+}
+
+func dryAnswer(resp proto.Message) {
+	switch m := resp.(type) {
+	case *replication.ResyncVolumeResponse:
+		m.Ready = true
+	case *replication.GetVolumeReplicationInfoResponse:
+		m.LastSyncTime = timestamppb.Now()
+	case *identity.ProbeResponse:
+		m.Ready = wrapperspb.Bool(true)
+	case *identity.GetIdentityResponse:
+		m.Name, m.VendorVersion = "(dry run)", "(dry run)"
+	}
+}
+
+// describe summarizes a request for the call list: its source, force and
+// CIDRs, never its secrets.
+func describe(req proto.Message) string {
+	type sourced interface {
+		GetReplicationSource() *replication.ReplicationSource
+	}
+	type forced interface{ GetForce() bool }
+	type cidred interface{ GetCidrs() []*fence.CIDR }
+	var parts []string
+	if s, ok := req.(sourced); ok {
+		src := s.GetReplicationSource()
+		switch {
+		case src.GetVolume() != nil:
+			parts = append(parts, fmt.Sprintf("volume=%q", src.GetVolume().GetVolumeId()))
+		case src.GetVolumegroup() != nil:
+			parts = append(parts, fmt.Sprintf("group=%q", src.GetVolumegroup().GetVolumeGroupId()))
+		default:
+			parts = append(parts, "no source")
+		}
+	}
+	if f, ok := req.(forced); ok && f.GetForce() {
+		parts = append(parts, "force")
+	}
+	if c, ok := req.(cidred); ok {
+		var cs []string
+		for _, x := range c.GetCidrs() {
+			cs = append(cs, x.GetCidr())
+		}
+		parts = append(parts, "cidrs=["+strings.Join(cs, ",")+"]")
+	}
+	return strings.Join(parts, " ")
+}
+
+// codeOf is the gRPC code of err (OK for nil).
+func codeOf(err error) codes.Code { return status.Code(err) }
+
+// want checks that err carries the spec's code, or a deviation documented
+// for this driver; it returns the detail of a pass.
+func (r *runner) want(id string, err error, spec codes.Code) (string, error) {
+	got := codeOf(err)
+	if r.cfg.DryRun || got == spec {
+		return "", nil
+	}
+	if d, ok := deviation(r.report.Driver, id, got); ok {
+		return fmt.Sprintf("%s instead of %s: a known deviation of %s (%s)", got, spec, r.report.Driver, d), nil
+	}
+	if err == nil {
+		return "", fmt.Errorf("answered OK, want %s", spec)
+	}
+	return "", fmt.Errorf("answered %s (%s), want %s", got, status.Convert(err).Message(), spec)
+}
+
+// ok fails a check on any error.
+func ok(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	return fmt.Errorf("%s: %s: %s", what, st.Code(), st.Message())
+}
+
+// poll calls fn until it reports done, an error that is not retryable, or
+// the deadline.
+func (r *runner) poll(ctx context.Context, fn func() (done bool, err error)) error {
+	for {
+		done, err := fn()
+		if done || r.cfg.DryRun {
+			return err
+		}
+		if err != nil && !retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%w (still so at the deadline)", err)
+			}
+			return errors.New("not done by the deadline")
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+}
+
+func retryable(err error) bool {
+	switch codeOf(err) {
+	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
