@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/conformance"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+)
+
+// simPair is two peered drover-sim processes: east holds the primary
+// copies of vol-1 and vg-0001, west the secondary ones.
+type simPair struct {
+	east, west       string // unix:// endpoints
+	eastCtl, westCtl string
+}
+
+func startSimPair(t *testing.T, bins, driver string, extra ...string) simPair {
+	t.Helper()
+	dir := simtest.SockDir(t)
+	eastData, westData := simtest.FreeAddr(t), simtest.FreeAddr(t)
+	p := simPair{
+		east: "unix://" + filepath.Join(dir, "east.sock"), west: "unix://" + filepath.Join(dir, "west.sock"),
+		eastCtl: simtest.FreeAddr(t), westCtl: simtest.FreeAddr(t),
+	}
+	start := func(name, grpcAddr, data, peer, ctl string, primary bool) {
+		args := []string{"--driver", driver, "--name", name, "--grpc", grpcAddr, "--data", data, "--peer", peer,
+			"--control", ctl, "--groups", "1", "--volume", "vol-1", "--interval", "100ms", "--log-level", "warn"}
+		if primary {
+			args = append(args, "--primary")
+		}
+		args = append(args, extra...)
+		bintest.Start(t, nil, filepath.Join(bins, "drover-sim"), args...)
+	}
+	start("east", p.east, eastData, westData, p.eastCtl, true)
+	start("west", p.west, westData, eastData, p.westCtl, false)
+	for _, s := range []string{p.east, p.west} {
+		path := strings.TrimPrefix(s, "unix://")
+		simtest.Eventually(t, 20*time.Second, "socket "+path, func() bool {
+			_, err := os.Stat(path)
+			return err == nil
+		})
+	}
+	return p
+}
+
+// cephParams are values a real ceph-csi accepts: a clusterID for its fence
+// calls, snapshot mirroring on a schedule of minutes.
+var cephParams = []string{"--param", "clusterID=rook-ceph", "--param", "mirroringMode=snapshot", "--param", "schedulingInterval=1m"}
+
+type conformanceRun struct {
+	code   int
+	report conformance.Report
+	stdout string
+	stderr string
+}
+
+func runConformance(t *testing.T, bins string, p simPair, extra ...string) conformanceRun {
+	t.Helper()
+	args := append([]string{"conformance", "-o", "json", "--endpoint", p.east, "--peer-endpoint", p.west,
+		"--volume", "vol-1", "--group", "vg-0001", "--timeout", "10s", "--sync-timeout", "30s"}, extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bins, "drctl"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := conformanceRun{code: bintest.ExitCode(err), stdout: out.String(), stderr: errb.String()}
+	if r.code == 0 || r.code == 1 {
+		if jerr := json.Unmarshal(out.Bytes(), &r.report); jerr != nil {
+			t.Fatalf("drctl %v: exit %d, output is not a report: %v\n%s\n%s", args, r.code, jerr, out.String(), errb.String())
+		}
+	}
+	return r
+}
+
+func (r conformanceRun) with(s conformance.Status) []string {
+	var ids []string
+	for _, c := range r.report.Results {
+		if c.Status == s {
+			ids = append(ids, c.ID)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (r conformanceRun) result(id string) conformance.Result {
+	for _, c := range r.report.Results {
+		if c.ID == id {
+			return c
+		}
+	}
+	return conformance.Result{}
+}
+
+func TestConformanceAgainstSimulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs drover-sim processes")
+	}
+	bins := bintest.Build(t, "drctl", "drover-sim")
+
+	t.Run("spec profile passes", func(t *testing.T) {
+		p := startSimPair(t, bins, sim.DriverSpec)
+		junit := filepath.Join(t.TempDir(), "conformance.xml")
+		r := runConformance(t, bins, p, "--junit", junit)
+		if r.code != 0 {
+			t.Fatalf("exit %d, failed: %v\n%s", r.code, r.with(conformance.Fail), r.stderr)
+		}
+		if skipped := r.with(conformance.Skip); len(skipped) > 0 {
+			t.Errorf("the spec profile serves every RPC, yet checks skipped: %v", skipped)
+		}
+		for _, id := range []string{"replication/volume/destination-info", "replication/group/destination-info", "fence/list", "fence/get-clients", "replication/group/promote-force"} {
+			if got := r.result(id); got.Status != conformance.Pass || got.Spec == "" {
+				t.Errorf("%s: %+v, want a pass that cites its spec", id, got)
+			}
+		}
+		if len(r.report.Results) < 50 {
+			t.Errorf("only %d checks ran", len(r.report.Results))
+		}
+		// The JUnit file says the same.
+		raw, err := os.ReadFile(junit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var js struct {
+			Suites []struct {
+				Tests    int `xml:"tests,attr"`
+				Failures int `xml:"failures,attr"`
+			} `xml:"testsuite"`
+		}
+		if err := xml.Unmarshal(raw, &js); err != nil || len(js.Suites) != 1 {
+			t.Fatalf("junit: %v\n%s", err, raw)
+		}
+		if js.Suites[0].Tests != len(r.report.Results) || js.Suites[0].Failures != 0 {
+			t.Errorf("junit: %d tests, %d failures; want %d, 0", js.Suites[0].Tests, js.Suites[0].Failures, len(r.report.Results))
+		}
+		// Left as found: replication off on both sites, east primary, no fence.
+		assertLeftAsFound(t, p)
+		// And a second run passes as well.
+		if r2 := runConformance(t, bins, p); r2.code != 0 {
+			t.Fatalf("second run: exit %d, failed %v", r2.code, r2.with(conformance.Fail))
+		}
+	})
+
+	t.Run("ceph-csi profile passes with its known deviations", func(t *testing.T) {
+		p := startSimPair(t, bins, sim.DriverCephCSI)
+		r := runConformance(t, bins, p, cephParams...)
+		if r.code != 0 {
+			t.Fatalf("exit %d, failed: %v", r.code, r.with(conformance.Fail))
+		}
+		if r.report.Driver != sim.CephCSIDriverName {
+			t.Errorf("driver %q, want %q", r.report.Driver, sim.CephCSIDriverName)
+		}
+		for _, id := range []string{"replication/volume/resync-primary-refused", "replication/group/info-secondary-refused", "fence/invalid-cidr-refused"} {
+			if d := r.result(id).Detail; !strings.Contains(d, "known deviation") || !strings.Contains(d, "ceph-csi internal/csi-addons/") {
+				t.Errorf("%s: %q, want the ceph-csi deviation cited", id, d)
+			}
+		}
+		wantSkip := []string{"fence/get-clients", "fence/list", "replication/group/destination-info", "replication/volume/destination-info"}
+		if got := r.with(conformance.Skip); !slices.Equal(got, wantSkip) {
+			t.Errorf("skipped %v, want %v", got, wantSkip)
+		}
+		assertLeftAsFound(t, p)
+	})
+
+	// Each break makes the simulator break one rule; the suite must fail
+	// exactly the checks that enforce it.
+	breaks := []struct {
+		driver, brk string
+		params      []string
+		want        []string
+	}{
+		{sim.DriverSpec, "nonidempotent:EnableVolumeReplication", nil,
+			[]string{"replication/group/enable-idempotent", "replication/volume/enable-idempotent"}},
+		{sim.DriverSpec, "wrongcode:ResyncVolume:INTERNAL", nil,
+			[]string{"replication/group/resync-primary-refused", "replication/volume/resync-primary-refused"}},
+		{sim.DriverSpec, "ignoreforce:PromoteVolume", nil,
+			[]string{"replication/group/promote-force", "replication/volume/promote-force"}},
+		{sim.DriverSpec, "keepfence", nil, []string{"fence/unfence"}},
+		{sim.DriverSpec, "wrongcode:FenceClusterNetwork:INTERNAL", nil,
+			[]string{"fence/empty-cidrs-refused", "fence/invalid-cidr-refused"}},
+		{sim.DriverCephCSI, "nonidempotent:DemoteVolume", cephParams,
+			[]string{"replication/group/demote-idempotent", "replication/volume/demote-idempotent"}},
+		{sim.DriverCephCSI, "wrongcode:ResyncVolume:UNKNOWN", cephParams,
+			[]string{"replication/group/resync-primary-refused", "replication/volume/resync-primary-refused"}},
+	}
+	for _, b := range breaks {
+		t.Run(b.driver+" "+b.brk+" is caught", func(t *testing.T) {
+			p := startSimPair(t, bins, b.driver, "--break", b.brk)
+			r := runConformance(t, bins, p, b.params...)
+			if r.code != 1 {
+				t.Fatalf("exit %d, want 1 (a check failed)\n%s", r.code, r.stderr)
+			}
+			if got := r.with(conformance.Fail); !slices.Equal(got, b.want) {
+				t.Fatalf("failed %v, want exactly %v", got, b.want)
+			}
+		})
+	}
+
+	t.Run("dry run makes no call", func(t *testing.T) {
+		dir := simtest.SockDir(t)
+		// Nothing listens on these sockets: a call would fail.
+		p := simPair{east: "unix://" + filepath.Join(dir, "none-a.sock"), west: "unix://" + filepath.Join(dir, "none-b.sock")}
+		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "--dry-run", "--endpoint", p.east,
+			"--peer-endpoint", p.west, "--volume", "vol-1", "--group", "vg-0001")
+		out, err := cmd.CombinedOutput()
+		if code := bintest.ExitCode(err); code != 0 {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+		for _, want := range []string{"endpoint PromoteVolume volume=\"vol-1\" force", "peer ResyncVolume group=\"vg-0001\" force",
+			"endpoint FenceClusterNetwork cidrs=[192.0.2.1/32]", "none was made"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("dry run does not list %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("bad input exits 2", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"conformance"},
+			{"conformance", "--endpoint", "unix:///x.sock", "--cidr", "not-a-cidr"},
+			{"conformance", "--endpoint", "unix:///x.sock", "--volume", "v"},
+			{"conformance", "--endpoint", "unix://relative.sock"},
+			{"conformance", "--endpoint", "unix:///x.sock", "--param", "novalue"},
+		} {
+			out, err := exec.Command(filepath.Join(bins, "drctl"), args...).CombinedOutput()
+			if code := bintest.ExitCode(err); code != 2 {
+				t.Errorf("drctl %v: exit %d, want 2\n%s", args, code, out)
+			}
+		}
+	})
+
+	t.Run("interrupted run puts the scratch resources back", func(t *testing.T) {
+		// A slow PromoteVolume keeps the run inside the replication
+		// checks when Ctrl-C arrives.
+		p := startSimPair(t, bins, sim.DriverSpec, "--fault", "PromoteVolume,latency=1500ms")
+		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
+			"--volume", "vol-1", "--group", "vg-0001", "--timeout", "10s")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		// Wait until replication is on, then interrupt.
+		ctl := sim.NewControl(p.eastCtl)
+		simtest.Eventually(t, 30*time.Second, "replication enabled on east", func() bool {
+			st, err := ctl.State(context.Background())
+			return err == nil && st.Unit("vol/vol-1") != nil && st.Unit("vol/vol-1").Enabled
+		})
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(90 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("drctl did not stop after Ctrl-C\n%s", out.String())
+		}
+		if code := bintest.ExitCode(err); code != exitInterrupted {
+			t.Fatalf("exit %d, want %d\n%s", code, exitInterrupted, out.String())
+		}
+		if !strings.Contains(out.String(), "clean-up: volume") {
+			t.Errorf("no clean-up reported:\n%s", out.String())
+		}
+		assertLeftAsFound(t, p)
+	})
+}
+
+// assertLeftAsFound: replication disabled on both sites, east's copies
+// primary, west's secondary, and nothing fenced.
+func assertLeftAsFound(t *testing.T, p simPair) {
+	t.Helper()
+	for _, site := range []struct {
+		name, ctl string
+		role      sim.Role
+	}{{"east", p.eastCtl, sim.RolePrimary}, {"west", p.westCtl, sim.RoleSecondary}} {
+		st, err := sim.NewControl(site.ctl).State(context.Background())
+		if err != nil {
+			t.Fatalf("%s state: %v", site.name, err)
+		}
+		for _, key := range []string{"vol/vol-1", "vg/vg-0001"} {
+			u := st.Unit(key)
+			if u == nil {
+				t.Fatalf("%s: no unit %s", site.name, key)
+			}
+			if u.Enabled || u.Role != site.role {
+				t.Errorf("%s %s: enabled=%v role=%s, want disabled and %s", site.name, key, u.Enabled, u.Role, site.role)
+			}
+		}
+		for _, f := range st.Fences {
+			if f.Fenced {
+				t.Errorf("%s: %s left fenced", site.name, f.CIDR)
+			}
+		}
+	}
+}
