@@ -166,7 +166,7 @@ func TypeOf(c codes.Code) string {
 // on the error itself.
 func NonRetryableTypes() []string {
 	seen := map[string]bool{ErrTLS: true, ErrBadEndpoint: true, ErrSecretUnavailable: true, ErrUnexpected: true,
-		ErrWorkloadError: true, ErrWorkloadUnhealthy: true, ErrHealthTimeout: true}
+		ErrWorkloadError: true, ErrWorkloadUnhealthy: true, ErrHealthTimeout: true, ErrStillRunning: true}
 	for c, t := range typeOfCode {
 		final := true
 		for _, group := range [][]string{IdentityRPCs, FenceRPCs, ReplicationRPCs} {

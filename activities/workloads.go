@@ -15,10 +15,11 @@ import (
 
 // Error types of the orchestrator activities.
 const (
-	ErrWorkloadRetry     = "WorkloadRetry"     // the CO is unreachable or busy, or a hook said try again
-	ErrWorkloadError     = "WorkloadError"     // the CO refused, or a hook failed
-	ErrWorkloadUnhealthy = "WorkloadUnhealthy" // it will not become healthy by waiting
-	ErrHealthTimeout     = "HealthTimeout"     // not healthy within the workload's healthTimeout
+	ErrWorkloadRetry     = "WorkloadRetry"        // the CO is unreachable or busy, or a hook said try again
+	ErrWorkloadError     = "WorkloadError"        // the CO refused, or a hook failed
+	ErrWorkloadUnhealthy = "WorkloadUnhealthy"    // it will not become healthy by waiting
+	ErrHealthTimeout     = "HealthTimeout"        // not healthy within the workload's healthTimeout
+	ErrStillRunning      = "WorkloadStillRunning" // not stopped within the plan's stopDeadline
 )
 
 // Workloads holds the orchestrator activities: stop, start, wait until
@@ -133,6 +134,68 @@ func (x *Workloads) StopWorkload(ctx context.Context, in WorkloadInput) (Workloa
 	}
 	out, err := a.StopWorkload(ctx, in.Workload)
 	return WorkloadOutput{Output: RedactResolved(out)}, workloadError(err)
+}
+
+// StopWaitInput drives WaitStopped.
+type StopWaitInput struct {
+	WorkloadInput
+	// Deadline is the plan's stopDeadline, counted from the first attempt
+	// (it survives a worker crash through the heartbeat).
+	Deadline time.Duration `json:"deadline"`
+	// Interval between looks that cannot block (a stopped hook); zero
+	// means DefaultPollInterval.
+	Interval time.Duration `json:"interval,omitempty"`
+}
+
+// StopOutcome is the confirmed stop and how long it took.
+type StopOutcome struct {
+	PollProgress
+	Stopped orchestrators.Stopped `json:"stopped"`
+}
+
+// WaitStopped waits until nothing of the workload runs on the site: every
+// allocation of its Nomad job terminal, or its stopped hook exiting 0. One
+// still running after the deadline fails with ErrStillRunning, naming what
+// runs; an unreachable CO in between is part of waiting.
+func (x *Workloads) WaitStopped(ctx context.Context, in StopWaitInput) (StopOutcome, error) {
+	a, err := x.adapter("stop", in.WorkloadInput)
+	if err != nil {
+		return StopOutcome{}, err
+	}
+	hb := startPoll(ctx)
+	defer hb.stop()
+	deadline := in.Deadline
+	if deadline <= 0 {
+		deadline = plans.DefaultStopDeadline
+	}
+	p := hb.polled()
+	wctx, cancel := context.WithDeadline(ctx, p.Since.Add(deadline))
+	defer cancel()
+	interval := in.Interval
+	if interval <= 0 {
+		interval = DefaultPollInterval
+	}
+	w := in.Workload
+	s, err := a.WaitStopped(wctx, w, interval, func(orchestrators.Stopped) { p = hb.polled() })
+	switch {
+	case err == nil:
+		return StopOutcome{PollProgress: p, Stopped: s}, nil
+	case ctx.Err() != nil:
+		return StopOutcome{PollProgress: p, Stopped: s}, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return StopOutcome{PollProgress: p, Stopped: s}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("workload %q on site %q still runs %v after its stop: %s; no volume of it is demoted while it runs",
+				w.Name, w.Site, deadline, s.Detail), ErrStillRunning, nil, s)
+	default:
+		return StopOutcome{PollProgress: p, Stopped: s}, workloadError(err)
+	}
+}
+
+// StopWaitOptions are the options of WaitStopped with the given deadline:
+// one heartbeating attempt that may run past it by a call's length,
+// retried only after a crash.
+func StopWaitOptions(p *plans.Plan, site string, w orchestrators.Workload, deadline time.Duration) workflow.ActivityOptions {
+	return HealthOptions(p, site, w, deadline)
 }
 
 // StartWorkload starts a workload on a site.

@@ -71,6 +71,60 @@ func (x *Exec) StopWorkload(ctx context.Context, w Workload) (string, error) {
 	return x.run(ctx, w, "stop", h.Stop, h)
 }
 
+// WaitStopped confirms the stop. The stop hook must return only once the
+// workload has stopped; a plan that cannot promise that (a hook that asks
+// a supervisor to stop something and returns) gives a stopped hook, run
+// every interval until it exits 0. A non-zero exit means not yet; its last
+// line of output names what still runs.
+func (x *Exec) WaitStopped(ctx context.Context, w Workload, every time.Duration, seen func(Stopped)) (Stopped, error) {
+	h, err := hooks(w, "stopped")
+	if err != nil {
+		return Stopped{}, err
+	}
+	if strings.TrimSpace(h.Stopped) == "" {
+		s := Stopped{Stopped: true, Detail: "no stopped hook: the stop hook's return confirms the stop"}
+		if seen != nil {
+			seen(s)
+		}
+		return s, nil
+	}
+	if every <= 0 {
+		every = time.Second
+	}
+	last := Stopped{Detail: "the stopped hook has not answered yet"}
+	for {
+		out, err := x.run(ctx, w, "stopped", h.Stopped, h)
+		var e *Error
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			last = Stopped{Stopped: true, Detail: lastLine(out, "stopped hook exited 0")}
+		case ctx.Err() != nil:
+			return last, ctx.Err()
+		case errors.As(err, &e) && errors.As(e.Err, &exit):
+			still := lastLine(out, e.Msg)
+			last = Stopped{Running: []string{still}, Detail: "still running: " + still}
+		case IsTemporary(err):
+			last.Detail = err.Error()
+		default:
+			return last, err
+		}
+		if seen != nil {
+			seen(last)
+		}
+		if last.Stopped {
+			return last, nil
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // StartWorkload runs the start hook.
 func (x *Exec) StartWorkload(ctx context.Context, w Workload) (string, error) {
 	h, err := hooks(w, "start")
@@ -116,6 +170,9 @@ func (x *Exec) DescribeWorkload(_ context.Context, w Workload) (Description, err
 		return Description{}, fail("describe", w, false, err, "shell %s: %v", shell, err)
 	}
 	d := fmt.Sprintf("exec hooks via %s: start %q, stop %q", shell, h.Start, h.Stop)
+	if h.Stopped != "" {
+		d += fmt.Sprintf(", stopped %q", h.Stopped)
+	}
 	if h.Health != "" {
 		d += fmt.Sprintf(", health %q", h.Health)
 	}

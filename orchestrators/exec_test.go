@@ -203,5 +203,49 @@ func TestExecOutputRedactedBeforeTheCut(t *testing.T) {
 		if strings.Contains(out, "k3yk3y") {
 			t.Fatalf("padding %d: part of the secret is in the kept output %q…", pad, out[:40])
 		}
+
+	}
+}
+
+// TestExecStoppedHook: a stop hook that returns while the workload still
+// shuts down is confirmed by the stopped hook, polled until it exits 0;
+// cut short, the wait names what still runs. Without a stopped hook the
+// stop hook's return is the confirmation.
+func TestExecStoppedHook(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "running")
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := orchestrators.NewExec(plans.Exec{Shell: "/bin/sh", Env: map[string]string{"MARKER": marker}, Timeout: plans.Duration(10 * time.Second)})
+	w := execWorkload(plans.ExecHooks{
+		Start: `touch "$MARKER"`,
+		// Asks the workload to stop and returns at once, as `kill -TERM`
+		// or `systemctl stop --no-block` do.
+		Stop:    `(sleep 1; rm -f "$MARKER") >/dev/null 2>&1 &`,
+		Stopped: `test -e "$MARKER" && { echo "pg (pid 4242) still running"; exit 1; }; echo "pg has exited"`,
+	})
+	ctx := ctxT(t)
+	if _, err := x.StopWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	s, err := x.WaitStopped(short, w, 50*time.Millisecond, nil)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || s.Stopped || len(s.Running) != 1 || s.Running[0] != "pg (pid 4242) still running" {
+		t.Fatalf("wait cut short = %+v, %v; want the hook's word on what runs", s, err)
+	}
+	looks := 0
+	s, err = x.WaitStopped(ctx, w, 50*time.Millisecond, func(orchestrators.Stopped) { looks++ })
+	if err != nil || !s.Stopped || s.Detail != "pg has exited" || looks < 2 {
+		t.Fatalf("wait = %+v, %v after %d looks", s, err, looks)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatal("the wait returned while the workload still ran")
+	}
+
+	w.Exec.Stopped = ""
+	if s, err := x.WaitStopped(ctx, w, time.Second, nil); err != nil || !s.Stopped || !strings.Contains(s.Detail, "no stopped hook") {
+		t.Fatalf("without a stopped hook = %+v, %v", s, err)
 	}
 }

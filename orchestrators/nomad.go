@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -110,6 +111,101 @@ func (n *Nomad) StopWorkload(ctx context.Context, w Workload) (string, error) {
 		return "", n.classify("stop", w, err)
 	}
 	return fmt.Sprintf("deregistered job %q (evaluation %s)", nj.Job, eval), nil
+}
+
+// stopBlock bounds one blocking query on a stopping job's allocations:
+// the query returns at once when an allocation changes, else after this.
+const stopBlock = 10 * time.Second
+
+// WaitStopped waits until every allocation of the job (of any version,
+// every task group) is terminal on its client: complete, failed or lost,
+// as Nomad's own ClientTerminalStatus reads them. Nomad marks an
+// allocation complete only once its tasks have exited, after their
+// kill_timeout at most, so a terminal allocation holds no volume. It
+// watches the job's allocations with blocking queries, so it sees the
+// last task exit as Nomad records it, without polling. A job that is not
+// registered has nothing running.
+func (n *Nomad) WaitStopped(ctx context.Context, w Workload, every time.Duration, seen func(Stopped)) (Stopped, error) {
+	nj, err := job(w, "stop")
+	if err != nil {
+		return Stopped{}, err
+	}
+	if every <= 0 {
+		every = time.Second
+	}
+	last := Stopped{Detail: fmt.Sprintf("no answer from Nomad at %s yet", n.address)}
+	var index uint64
+	for {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: stopBlock}).WithContext(ctx)
+		allocs, meta, err := n.client.Jobs().Allocations(nj.Job, true, q)
+		switch {
+		case ctx.Err() != nil:
+			return last, ctx.Err()
+		case isStatus(err, http.StatusNotFound):
+			last = Stopped{Stopped: true, Detail: fmt.Sprintf("job %q is not registered: nothing runs", nj.Job)}
+		case err != nil:
+			e := n.classify("stop", w, err)
+			if !e.Temporary {
+				return last, e
+			}
+			last.Detail = e.Error()
+			if seen != nil {
+				seen(last)
+			}
+			index = 0
+			if err := sleepCtx(ctx, every); err != nil {
+				return last, err
+			}
+			continue
+		default:
+			last = stoppedOf(nj.Job, allocs)
+			if meta != nil && meta.LastIndex > index {
+				index = meta.LastIndex
+			}
+		}
+		if seen != nil {
+			seen(last)
+		}
+		if last.Stopped {
+			return last, nil
+		}
+	}
+}
+
+// stoppedOf reads a job's allocations: stopped when every one is terminal.
+func stoppedOf(jobID string, allocs []*api.AllocationListStub) Stopped {
+	var running []string
+	for _, a := range allocs {
+		switch a.ClientStatus {
+		case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		default:
+			running = append(running, fmt.Sprintf("%s (%s) %s on %s, desired %s", a.Name, shortID(a.ID), a.ClientStatus, a.NodeName, a.DesiredStatus))
+		}
+	}
+	sort.Strings(running)
+	if len(running) == 0 {
+		return Stopped{Stopped: true, Detail: fmt.Sprintf("all %d allocation(s) of job %q are terminal", len(allocs), jobID)}
+	}
+	return Stopped{Running: running, Detail: fmt.Sprintf("%d of %d allocation(s) of job %q still running: %s",
+		len(running), len(allocs), jobID, strings.Join(running, "; "))}
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func stopMessage(w Workload) string {
@@ -313,11 +409,7 @@ func allocProblem(a *api.AllocationListStub) string {
 			}
 		}
 	}
-	id := a.ID
-	if len(id) > 8 {
-		id = id[:8]
-	}
-	return fmt.Sprintf("%s (%s) %s: %s", a.Name, id, a.ClientStatus, why)
+	return fmt.Sprintf("%s (%s) %s: %s", a.Name, shortID(a.ID), a.ClientStatus, why)
 }
 
 // DescribeWorkload reports the job and the CSI volumes its task groups

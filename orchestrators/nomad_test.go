@@ -1,6 +1,7 @@
 package orchestrators_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -346,4 +347,75 @@ func TestNomadVolumes(t *testing.T) {
 	if !slices.Equal(d.Volumes, want) {
 		t.Fatalf("volumes = %+v, want %+v", d.Volumes, want)
 	}
+}
+
+// TestNomadWaitStopped: Nomad accepts a stop at once, but a task that
+// takes seconds to shut down keeps its allocation running meanwhile.
+// StopWorkload returns while it runs; WaitStopped returns only after
+// Nomad recorded every task finished, and, cut short, names the
+// allocations still running. Both stop modes.
+func TestNomadWaitStopped(t *testing.T) {
+	const shutdown = 3 * time.Second
+	eachAgent(t, func(t *testing.T, a agent) {
+		if a.fake != nil {
+			a.fake.StopDelay = shutdown
+		}
+		n := nomadFor(t, a, "")
+		raw, err := api.NewClient(&api.Config{Address: a.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{"deregister", "scale"} {
+			id := "slow-" + mode
+			w := workload(&plans.NomadJob{Job: id, JobFile: jobFile(t, nomadfake.SlowStopJob(id, 2, shutdown)), Stop: mode, Groups: map[string]int{"web": 2}})
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			if _, err := n.StartWorkload(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+			waitHealth(t, n, w, id+" to be healthy", healthy)
+			retryTemporary(t, "stop "+id, func() (string, error) { return n.StopWorkload(ctx, w) })
+			stopped := time.Now()
+
+			short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+			s, err := n.WaitStopped(short, w, 100*time.Millisecond, nil)
+			cancelShort()
+			if !errors.Is(err, context.DeadlineExceeded) || s.Stopped || len(s.Running) != 2 ||
+				!strings.Contains(s.Detail, "2 of 2 allocation(s) of job \""+id+"\" still running") || !strings.Contains(s.Running[0], id+".web[") {
+				t.Fatalf("%s: wait cut short right after the stop = %+v, %v; want both allocations named as running", mode, s, err)
+			}
+
+			var looks int
+			s, err = n.WaitStopped(ctx, w, 100*time.Millisecond, func(orchestrators.Stopped) { looks++ })
+			confirmed := time.Now()
+			if err != nil || !s.Stopped || len(s.Running) != 0 || !strings.Contains(s.Detail, "are terminal") {
+				t.Fatalf("%s: wait = %+v, %v", mode, s, err)
+			}
+			// Blocking queries: a handful of looks, not one per poll.
+			if looks > 10 {
+				t.Errorf("%s: %d looks in %v; want blocking queries", mode, looks, confirmed.Sub(stopped))
+			}
+			allocs, _, err := raw.Jobs().Allocations(id, true, nil)
+			if err != nil || len(allocs) != 2 {
+				t.Fatalf("%s: allocations %d, %v", mode, len(allocs), err)
+			}
+			for _, al := range allocs {
+				if al.ClientStatus != api.AllocClientStatusComplete {
+					t.Fatalf("%s: %s is %s after the wait", mode, al.Name, al.ClientStatus)
+				}
+				for name, ts := range al.TaskStates {
+					// Nomad's own record: the task finished after its
+					// shutdown delay, and before the wait returned.
+					if ts.FinishedAt.IsZero() || ts.FinishedAt.After(confirmed) || ts.FinishedAt.Before(stopped.Add(shutdown-time.Second)) {
+						t.Fatalf("%s: task %s of %s finished at %v; stop at %v, wait returned at %v", mode, name, al.Name,
+							ts.FinishedAt, stopped, confirmed)
+					}
+				}
+			}
+		}
+		// A job that is not registered has nothing running.
+		if s, err := n.WaitStopped(ctxT(t), workload(&plans.NomadJob{Job: "ghost"}), time.Second, nil); err != nil || !s.Stopped {
+			t.Fatalf("wait for a job that does not exist = %+v, %v", s, err)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/drover-dr/drover/plans"
 )
@@ -33,6 +34,18 @@ type Health struct {
 	Failing []string `json:"failing,omitempty"`
 }
 
+// Stopped is one look at a stopping workload.
+type Stopped struct {
+	// Stopped: nothing of the workload runs on the site any more (every
+	// Nomad allocation of the job is terminal; the stopped hook exited 0).
+	Stopped bool `json:"stopped"`
+	// Running names what still runs: allocations, or what the stopped
+	// hook said.
+	Running []string `json:"running,omitempty"`
+	// Detail says what was seen, for the step's progress.
+	Detail string `json:"detail"`
+}
+
 // Volume is a storage volume a workload claims, as the CO knows it.
 type Volume struct {
 	ID          string `json:"id"`
@@ -55,8 +68,15 @@ type Description struct {
 // in the operator's words. Every method is safe to repeat: a retried stop
 // of a stopped workload, or start of a started one, succeeds.
 type Orchestrator interface {
-	// StopWorkload stops the workload; output is what the CO or hook said.
+	// StopWorkload asks the workload to stop; output is what the CO or
+	// hook said. The CO may still be stopping it when this returns: a
+	// planned move confirms the stop with WaitStopped.
 	StopWorkload(ctx context.Context, w Workload) (output string, err error)
+	// WaitStopped returns once nothing of the workload runs on the site,
+	// or, when ctx ends first, the last look with ctx's error. every
+	// paces the looks that cannot block (a hook; a retry after the CO did
+	// not answer); seen, when not nil, gets every look.
+	WaitStopped(ctx context.Context, w Workload, every time.Duration, seen func(Stopped)) (Stopped, error)
 	// StartWorkload starts it, creating it when the plan says how.
 	StartWorkload(ctx context.Context, w Workload) (output string, err error)
 	// CheckHealth looks once; waiting is the caller's loop.

@@ -157,7 +157,8 @@ type NomadJob struct {
 // ExecHooks are the commands that stop, start and check a workload.
 type ExecHooks struct {
 	Start   string   `yaml:"start" json:"start" required:"true"`
-	Stop    string   `yaml:"stop" json:"stop" required:"true"`
+	Stop    string   `yaml:"stop" json:"stop" required:"true" doc:"Stops the workload and returns only once it has stopped: a planned move demotes its volumes right after."`
+	Stopped string   `yaml:"stopped,omitempty" json:"stopped,omitempty" doc:"Exits 0 once nothing of the workload runs; polled after stop until it does, within policy.stopDeadline, before any volume is demoted."`
 	Health  string   `yaml:"health,omitempty" json:"health,omitempty" doc:"Exits 0 when healthy; retried until healthTimeout."`
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Time limit of one hook (default: the site's exec timeout)."`
 	// Env and SecretEnv are this workload's hook environment, over the
@@ -174,7 +175,7 @@ type Policy struct {
 	RPOTarget    Duration            `yaml:"rpoTarget,omitempty" json:"rpoTarget,omitempty" doc:"Replication lag above this marks the plan out of RPO (default 5m)."`
 	Retry        Retry               `yaml:"retry,omitempty" json:"retry,omitempty"`
 	Deadlines    map[string]Duration `yaml:"deadlines,omitempty" json:"deadlines,omitempty" doc:"Deadline of one call, by RPC name, and 'default'."`
-	StopDeadline Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for the best-effort stop of a lost site's workloads (default 30s)."`
+	StopDeadline Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for a workload to stop (default 30s): in a failover, the best-effort stop of the lost site's workloads; in a reprotect or failback, the wait until nothing of a workload runs, past which the stop step pauses naming what still runs."`
 	OnFailure    string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
 	Approvals    []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
 }

@@ -190,18 +190,39 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 	})
 }
 
-// stopAll stops the site's workloads, highest priority number first (the
-// reverse of the start order), each a step that must succeed.
+// changeStopConfirmed marks histories in which a planned stop waits until
+// nothing of the workload runs (WaitStopped); older histories replay the
+// stop request alone.
+const changeStopConfirmed = "stop-confirmed"
+
+// stopAll stops the site's workloads before their volumes are demoted:
+// highest priority number first (the reverse of the start order), each
+// tier confirmed down before the next starts to stop. A workload's step
+// ends only when nothing of it runs on the site (every allocation of its
+// Nomad job terminal, its exec stopped hook exiting 0); one still running
+// after the plan's stopDeadline pauses the step, naming what runs. The
+// steps guard the demotions after them: skipping one needs an override.
 func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
 	batches := byPriority(workloadsOn(p, site), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
 	slices.Reverse(batches)
+	confirm := workflow.GetVersion(ctx, changeStopConfirmed, workflow.DefaultVersion, 1) == 1
 	name := func(w string) string { return fmt.Sprintf("stop %s on %s", w, site) }
-	return r.stepBatches(ctx, batches, name, false, func(ctx workflow.Context, name string) (string, error) {
+	return r.stepBatches(ctx, batches, name, confirm, func(ctx workflow.Context, name string) (string, error) {
 		in, err := activities.WorkloadInputFor(p, site, name, action)
 		if err != nil {
 			return "", err
 		}
 		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StopWorkload, in)
-		return out.Output, err
+		if err != nil || !confirm {
+			return out.Output, err
+		}
+		deadline := p.Policy.StopDeadline.D()
+		s, err := call[activities.StopOutcome](ctx, activities.StopWaitOptions(p, site, in.Workload, deadline), wl.WaitStopped,
+			activities.StopWaitInput{WorkloadInput: in, Deadline: deadline})
+		text := strings.TrimSpace(out.Output)
+		if s.Stopped.Detail != "" {
+			text = strings.TrimSpace(text + "\n" + s.Stopped.Detail)
+		}
+		return text, err
 	})
 }

@@ -10,7 +10,12 @@
 //   - scaling while a deployment runs answers HTTP 400 "job scaling
 //     blocked due to active deployment", as Nomad does;
 //   - deregistering (without purge) leaves the job queryable, stopped and
-//     "dead", its allocations complete;
+//     "dead"; a stopping allocation keeps running (desired "stop") for
+//     StopDelay, as a task does through its kill_timeout, then turns
+//     complete, its tasks "dead" with the time they finished;
+//   - the job allocations endpoint answers blocking queries (index, wait)
+//     as Nomad does: it holds the request until an allocation of the job
+//     changes, including one that finishes stopping;
 //   - a task whose command is false fails, as it does on a real client;
 //   - ACL tokens, namespaces, blocking-query headers and CSI volumes.
 package nomadfake
@@ -60,6 +65,10 @@ type job struct {
 	spec        *api.Job
 	allocs      []*alloc
 	deployments []*deployment
+	// seen is the allocations' state at allocIndex, the index at which
+	// it last changed: what a blocking query on them waits past.
+	seen       string
+	allocIndex uint64
 }
 
 type alloc struct {
@@ -475,38 +484,120 @@ func (s *Server) scaleLocked(namespace, id string, req api.ScalingRequest) (api.
 	return s.apply(k, &spec, now), 0, ""
 }
 
-func (s *Server) allocations(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	j, _, ok := s.lookup(w, r)
-	var out []*api.AllocationListStub
-	if ok {
-		now := time.Now()
-		for _, a := range j.allocs {
-			st := s.clientStatus(j, a, now)
-			desired := "run"
-			if !a.stopped.IsZero() {
-				desired = "stop"
-			}
-			stub := &api.AllocationListStub{ID: a.id, EvalID: s.evalID(), Name: a.name, Namespace: *j.spec.Namespace,
-				NodeID: "node-0000", NodeName: "fake-client", JobID: *j.spec.ID, JobType: *j.spec.Type, JobVersion: a.version,
-				TaskGroup: a.group, DesiredStatus: desired, ClientStatus: st, CreateIndex: a.index, ModifyIndex: s.index,
-				CreateTime: a.created.UnixNano(), ModifyTime: now.UnixNano()}
-			if st == "failed" {
-				stub.ClientDescription = "Failed tasks"
-				stub.TaskStates = map[string]*api.TaskState{a.group: {State: "dead", Failed: true,
-					Events: []*api.TaskEvent{{Type: "Driver Failure", DisplayMessage: a.failWhy}}}}
-			}
-			if *j.spec.Type == "service" && st == "running" && now.Sub(a.created) >= s.StartDelay+s.healthyAfter(j) {
-				stub.DeploymentStatus = &api.AllocDeploymentStatus{Healthy: ptr(true)}
-			}
-			out = append(out, stub)
+// allocState is what a blocking query on a job's allocations sees
+// change: each allocation's desired and client status. A change moves
+// the job's allocation index, as a client's update does on a real agent.
+func (s *Server) allocState(j *job, now time.Time) uint64 {
+	var b strings.Builder
+	for _, a := range j.allocs {
+		fmt.Fprintf(&b, "%s/%t/%s;", a.id, a.stopped.IsZero(), s.clientStatus(j, a, now))
+	}
+	if st := b.String(); st != j.seen || j.allocIndex == 0 {
+		s.index++
+		j.seen, j.allocIndex = st, s.index
+	}
+	return j.allocIndex
+}
+
+// blockingQuery reads the index and wait parameters of a blocking query:
+// wait defaults to 5 minutes, as on a real agent.
+func blockingQuery(r *http.Request) (index uint64, wait time.Duration) {
+	index, _ = strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
+	wait = 5 * time.Minute
+	if w := r.URL.Query().Get("wait"); w != "" {
+		if d, err := time.ParseDuration(w); err == nil && d > 0 {
+			wait = d
 		}
 	}
-	s.mu.Unlock()
-	if ok {
-		sort.Slice(out, func(i, k int) bool { return out[i].CreateIndex > out[k].CreateIndex })
-		s.reply(w, out)
+	return index, wait
+}
+
+func (s *Server) allocations(w http.ResponseWriter, r *http.Request) {
+	index, wait := blockingQuery(r)
+	until := time.Now().Add(wait)
+	for {
+		s.mu.Lock()
+		j, _, ok := s.lookup(w, r)
+		if !ok {
+			s.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		if s.allocState(j, now) > index || !now.Before(until) || r.Context().Err() != nil {
+			out := s.allocStubs(j, now)
+			s.mu.Unlock()
+			sort.Slice(out, func(i, k int) bool { return out[i].CreateIndex > out[k].CreateIndex })
+			s.reply(w, out)
+			return
+		}
+		s.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func (s *Server) allocStubs(j *job, now time.Time) []*api.AllocationListStub {
+	out := []*api.AllocationListStub{}
+	for _, a := range j.allocs {
+		st := s.clientStatus(j, a, now)
+		desired := "run"
+		if !a.stopped.IsZero() {
+			desired = "stop"
+		}
+		stub := &api.AllocationListStub{ID: a.id, EvalID: s.evalID(), Name: a.name, Namespace: *j.spec.Namespace,
+			NodeID: "node-0000", NodeName: "fake-client", JobID: *j.spec.ID, JobType: *j.spec.Type, JobVersion: a.version,
+			TaskGroup: a.group, DesiredStatus: desired, ClientStatus: st, CreateIndex: a.index, ModifyIndex: s.index,
+			CreateTime: a.created.UnixNano(), ModifyTime: now.UnixNano()}
+		stub.TaskStates = s.taskStates(j, a, st)
+		if st == "failed" {
+			stub.ClientDescription = "Failed tasks"
+		}
+		if *j.spec.Type == "service" && st == "running" && now.Sub(a.created) >= s.StartDelay+s.healthyAfter(j) {
+			stub.DeploymentStatus = &api.AllocDeploymentStatus{Healthy: ptr(true)}
+		}
+		out = append(out, stub)
+	}
+	return out
+}
+
+// taskStates are the allocation's task states as a client reports them:
+// pending, running since the start, killed when asked to stop, dead with
+// the time the task finished.
+func (s *Server) taskStates(j *job, a *alloc, status string) map[string]*api.TaskState {
+	var tasks []string
+	for _, tg := range j.spec.TaskGroups {
+		if *tg.Name == a.group {
+			for _, t := range tg.Tasks {
+				tasks = append(tasks, t.Name)
+			}
+		}
+	}
+	if len(tasks) == 0 {
+		tasks = []string{a.group}
+	}
+	started := a.created.Add(s.StartDelay)
+	out := map[string]*api.TaskState{}
+	for _, name := range tasks {
+		ts := &api.TaskState{State: "pending"}
+		switch status {
+		case "running":
+			ts.State, ts.StartedAt = "running", started
+			ts.Events = []*api.TaskEvent{{Type: "Started", Time: started.UnixNano(), DisplayMessage: "Task started by client"}}
+			if !a.stopped.IsZero() {
+				ts.Events = append(ts.Events, &api.TaskEvent{Type: "Killing", Time: a.stopped.UnixNano(), DisplayMessage: "Sent interrupt"})
+			}
+		case "complete":
+			end := a.stopped.Add(s.StopDelay)
+			ts.State, ts.StartedAt, ts.FinishedAt = "dead", started, end
+			ts.Events = []*api.TaskEvent{{Type: "Started", Time: started.UnixNano(), DisplayMessage: "Task started by client"},
+				{Type: "Killing", Time: a.stopped.UnixNano(), DisplayMessage: "Sent interrupt"},
+				{Type: "Killed", Time: end.UnixNano(), DisplayMessage: "Task successfully killed"}}
+		case "failed":
+			ts.State, ts.Failed, ts.StartedAt, ts.FinishedAt = "dead", true, started, started
+			ts.Events = []*api.TaskEvent{{Type: "Driver Failure", Time: started.UnixNano(), DisplayMessage: a.failWhy}}
+		}
+		out[name] = ts
+	}
+	return out
 }
 
 func (s *Server) latestDeployment(w http.ResponseWriter, r *http.Request) {

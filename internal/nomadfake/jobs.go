@@ -2,6 +2,7 @@ package nomadfake
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,4 +44,18 @@ func WriteJobFile(t testing.TB, j *api.Job) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// SlowStopJob is a service job like ServiceJob whose task takes shutdown
+// to stop: a shell that traps the kill signal (Nomad's SIGINT, or
+// SIGTERM) and sleeps before it exits, with a kill_timeout well past
+// that, so a real client waits for it. Give a fake agent the same
+// StopDelay.
+func SlowStopJob(id string, count int, shutdown time.Duration) *api.Job {
+	j := ServiceJob(id, count, "/bin/sh")
+	secs := int((shutdown + time.Second - 1) / time.Second)
+	t := j.TaskGroups[0].Tasks[0]
+	t.Config["args"] = []string{"-c", fmt.Sprintf("trap 'sleep %d; exit 0' INT TERM; while :; do sleep 1; done", secs)}
+	t.KillTimeout = ptrOf(shutdown + 20*time.Second)
+	return j
 }
