@@ -55,6 +55,17 @@
 // for the nodes of different sites. GetFenceClients reports the clients a
 // site has served.
 //
+// # Driver profiles and breaks
+//
+// Config.Driver picks how a site answers where drivers differ: "spec" (the
+// default) follows the CSI-Addons specs strictly; "ceph-csi" answers as
+// ceph-csi's RBD driver does (its parameter validation, error codes,
+// identity, capabilities and the RPCs it lacks), each difference citing
+// the ceph-csi function it is read from (profile.go). Config.Breaks makes
+// a site break one rule on purpose (a non-idempotent RPC, a wrong code,
+// force ignored, a fence left in place), so that the conformance suite can
+// be shown to catch it (breaks.go).
+//
 // # Faults, persistence, invariants
 //
 // FaultRule injects latency and error codes per RPC, by count or

@@ -211,6 +211,47 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		})
 	}
 
+	t.Run("a plan's sites give the endpoints", func(t *testing.T) {
+		p := startSimPair(t, bins, sim.DriverCephCSI, "--secret", "userID=csi-rbd", "--secret", "userKey=k3y")
+		dir := t.TempDir()
+		secret := filepath.Join(dir, "ceph-secret")
+		if err := os.WriteFile(secret, []byte("userID=csi-rbd\nuserKey=k3y\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		plan := filepath.Join(dir, "plan.yaml")
+		var b strings.Builder
+		b.WriteString("apiVersion: drover.dev/v1alpha1\nkind: FailoverPlan\nmetadata: {name: conf}\nsites:\n")
+		for _, s := range []struct{ name, ep, client string }{{"east", p.east, "127.0.0.2"}, {"west", p.west, "127.0.0.3"}} {
+			b.WriteString("  - name: " + s.name + "\n    storage: {endpoint: \"" + s.ep + "\", secret: {file: " + secret +
+				"}, parameters: {clusterID: rook-ceph}}\n    fence: {cidrs: [" + s.client + "/32]}\n    orchestrator: {exec: {timeout: 10s}}\n")
+		}
+		b.WriteString("volumeGroups:\n  - name: g\n    sites: {east: {groupID: vg-0001}, west: {groupID: vg-0001}}\n")
+		b.WriteString("workloads:\n  - name: app\n    volumeGroups: [g]\n    sites:\n")
+		for _, s := range []string{"east", "west"} {
+			b.WriteString("      " + s + ":\n        exec: {start: \"true\", stop: \"true\", health: \"true\"}\n")
+		}
+		if err := os.WriteFile(plan, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "-o", "json", "--plan", plan, "--site", "east", "--peer", "west",
+			"--volume", "vol-1", "--group", "vg-0001", "--timeout", "10s", "--sync-timeout", "30s")
+		out, err := cmd.Output()
+		if code := bintest.ExitCode(err); code != 0 {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+		var rep conformance.Report
+		if err := json.Unmarshal(out, &rep); err != nil {
+			t.Fatal(err)
+		}
+		r := conformanceRun{report: rep}
+		if got := r.result("replication/group/resync-force"); got.Status != conformance.Pass {
+			t.Errorf("the plan's secrets and parameters did not reach the calls: %+v", got)
+		}
+		if strings.Contains(string(out), "k3y") {
+			t.Error("a secret value is in the report")
+		}
+	})
+
 	t.Run("dry run makes no call", func(t *testing.T) {
 		dir := simtest.SockDir(t)
 		// Nothing listens on these sockets: a call would fail.
