@@ -117,27 +117,109 @@ func tablePair(t *testing.T) (map[string]*simtest.Site, *plans.Plan, map[string]
 	return map[string]*simtest.Site{"a": a, "b": b}, p, inputs
 }
 
-// TestClassificationTable walks every row of the table: the simulator
-// answers the row's code three times, then the real call runs. A retry
-// row must take four attempts whose pauses follow the plan's back-off
-// (1s, 2s, 4s) and succeed; a fail or hand-back row must stop after one
-// attempt with a non-retryable error of the row's type that names the
-// RPC, the site, the subject and the plugin's message; a done row must
-// succeed at once.
-func TestClassificationTable(t *testing.T) {
+// Outcomes, short, for the expectation rows below.
+const (
+	F = activities.Fail
+	R = activities.Retry
+	H = activities.HandBack
+	D = activities.Done
+)
+
+// specCodes are the columns of specRows: every non-OK gRPC code, in code
+// order.
+var specCodes = []codes.Code{
+	codes.Canceled, codes.Unknown, codes.InvalidArgument, codes.DeadlineExceeded,
+	codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.ResourceExhausted,
+	codes.FailedPrecondition, codes.Aborted, codes.OutOfRange, codes.Unimplemented,
+	codes.Internal, codes.Unavailable, codes.DataLoss, codes.Unauthenticated,
+}
+
+// specRows is what each RPC must do with each code, written out from the
+// specs, not from the table under test:
+//
+//   - every error table (fence: csi-addons-fence.md "Error Scheme";
+//     replication: one table per RPC in csi-addons-replication.txt) says
+//     INVALID_ARGUMENT "Caller MUST fix the request", UNIMPLEMENTED "Caller
+//     MUST NOT retry", UNAUTHENTICATED "Caller SHALL either fix the
+//     secrets", UNKNOWN "Caller MUST study the logs before retrying": fail;
+//   - the replication tables list NOT_FOUND "Volume does not exist …
+//     retrying with exponential back off" and ABORTED "Operation pending
+//     for volume … retry with exponential back off": retry;
+//     DisableVolumeReplication's NOT_FOUND means nothing is left to
+//     disable (wire-notes.md): done; the fence and identity services list
+//     no NOT_FOUND: fail;
+//   - FAILED_PRECONDITION ("Volume is not replicated", "image is not
+//     demoted / promoted") needs a decision: hand back to the workflow;
+//   - DEADLINE_EXCEEDED and UNAVAILABLE: "any RPC MAY time out and MAY be
+//     retried" (csi-spec.txt), the endpoint may come back: retry;
+//     RESOURCE_EXHAUSTED: the CSI rows say retry with exponential backoff;
+//   - no table names CANCELLED, ALREADY_EXISTS, PERMISSION_DENIED
+//     (an administrator must act), OUT_OF_RANGE, INTERNAL, DATA_LOSS: fail.
+//
+// Columns: CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND,
+// ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
+// ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS,
+// UNAUTHENTICATED.
+var specRows = map[string][16]activities.Outcome{
+	activities.RPCGetIdentity:              {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCGetCapabilities:          {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCProbe:                    {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCFenceClusterNetwork:      {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCUnfenceClusterNetwork:    {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCListClusterFence:         {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCGetFenceClients:          {F, F, F, R, F, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCEnableVolumeReplication:  {F, F, F, R, R, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCDisableVolumeReplication: {F, F, F, R, D, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCPromoteVolume:            {F, F, F, R, R, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCDemoteVolume:             {F, F, F, R, R, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCResyncVolume:             {F, F, F, R, R, F, F, R, H, R, F, F, F, R, F, F},
+	activities.RPCGetVolumeReplicationInfo: {F, F, F, R, R, F, F, R, H, R, F, F, F, R, F, F},
+}
+
+// specTypes is the application error type each code's failure carries.
+var specTypes = [16]string{
+	"Unexpected", "UnknownError", "InvalidArgument", "DeadlineExceeded",
+	"NotFound", "Unexpected", "Unexpected", "ResourceExhausted",
+	"FailedPrecondition", "OperationPending", "Unexpected", "NotImplemented",
+	"Unexpected", "Unavailable", "Unexpected", "NotAuthenticated",
+}
+
+// specRPCs is the order of the RPCs, as the table lists them.
+var specRPCs = []string{
+	activities.RPCGetIdentity, activities.RPCGetCapabilities, activities.RPCProbe,
+	activities.RPCFenceClusterNetwork, activities.RPCUnfenceClusterNetwork, activities.RPCListClusterFence, activities.RPCGetFenceClients,
+	activities.RPCEnableVolumeReplication, activities.RPCDisableVolumeReplication, activities.RPCPromoteVolume,
+	activities.RPCDemoteVolume, activities.RPCResyncVolume, activities.RPCGetVolumeReplicationInfo,
+}
+
+// TestTableMatchesSpecRows: the published table (Table) holds exactly the
+// rows written out above, in order.
+func TestTableMatchesSpecRows(t *testing.T) {
 	rows := activities.Table()
-	if len(rows) != 13*16 {
-		t.Fatalf("table has %d rows, want 13 RPCs x 16 codes", len(rows))
+	if len(rows) != len(specRPCs)*len(specCodes) {
+		t.Fatalf("table has %d rows, want %d RPCs x %d codes", len(rows), len(specRPCs), len(specCodes))
 	}
-	byRPC := map[string][]activities.Rule{}
-	var order []string
-	for _, r := range rows {
-		if _, ok := byRPC[r.RPC]; !ok {
-			order = append(order, r.RPC)
+	i := 0
+	for _, rpc := range specRPCs {
+		for j, c := range specCodes {
+			want := activities.Rule{RPC: rpc, Code: c, Outcome: specRows[rpc][j], Type: specTypes[j]}
+			if rows[i] != want {
+				t.Errorf("row %d: %+v, want %+v", i, rows[i], want)
+			}
+			i++
 		}
-		byRPC[r.RPC] = append(byRPC[r.RPC], r)
 	}
-	for _, rpc := range order {
+}
+
+// TestClassificationTable walks every expected row against the real
+// activities: the simulator answers the row's code three times, then the
+// real call runs. A retry row must take four attempts whose pauses follow
+// the plan's back-off (1s, 2s, 4s) and succeed; a fail or hand-back row
+// must stop after one attempt with a non-retryable error of the row's
+// type that names the RPC, the site, the subject and the plugin's
+// message; a done row must succeed at once.
+func TestClassificationTable(t *testing.T) {
+	for _, rpc := range specRPCs {
 		t.Run(rpc, func(t *testing.T) {
 			sites, p, inputs := tablePair(t)
 			st := newStorage(t)
@@ -147,8 +229,9 @@ func TestClassificationTable(t *testing.T) {
 			}
 			opts := activities.CallOptions(p, site, rpc)
 			target := sites[site]
-			for _, row := range byRPC[rpc] {
-				t.Run(row.Code.String(), func(t *testing.T) {
+			for j, code := range specCodes {
+				row := activities.Rule{RPC: rpc, Code: code, Outcome: specRows[rpc][j], Type: specTypes[j]}
+				t.Run(code.String(), func(t *testing.T) {
 					msg := fmt.Sprintf("plugin says %s", row.Code)
 					setFaults(t, target, sim.FaultRule{Method: rpc, Code: faultCode(row.Code), Count: 3, Message: msg})
 					defer setFaults(t, target)
