@@ -57,15 +57,18 @@
 //
 // # Orchestrator activities
 //
-// Workloads holds StopWorkload, StartWorkload, WaitHealthy and
-// DescribeWorkload, which reach a site's CO through the orchestrators
+// Workloads holds StopWorkload, WaitStopped, StartWorkload, WaitHealthy
+// and DescribeWorkload, which reach a site's CO through the orchestrators
 // package (Nomad or exec hooks). A temporary CO error (unreachable, busy,
 // a scale blocked by a deployment, a hook's try-again exit code) is
 // ErrWorkloadRetry and retried with the plan's back-off; anything else is
 // final (ErrWorkloadError). WaitHealthy polls with heartbeats and ends
 // with ErrWorkloadUnhealthy as soon as waiting is pointless, or with
-// ErrHealthTimeout after the workload's healthTimeout. WorkloadOptions and
-// HealthOptions build their activity options; WorkloadInputFor their
+// ErrHealthTimeout after the workload's healthTimeout. WaitStopped waits,
+// heartbeating, until nothing of a stopped workload runs, and ends with
+// ErrStillRunning, naming what runs, past the plan's stopDeadline.
+// WorkloadOptions, HealthOptions and StopWaitOptions build their activity
+// options; WorkloadInputFor their
 // inputs. The Nomad ACL token is a secret reference resolved on the worker.
 //
 // # Secrets

@@ -1,6 +1,8 @@
 // Package orchestrators holds the container-orchestrator (CO) adapters
 // behind one small interface, Orchestrator: stop a workload on a site,
-// start it, check its health, describe it. Nomad is driven through its HTTP
+// wait until nothing of it runs, start it, check its health, describe it. Nomad is driven through its HTTP
 // API; any other CO through exec hooks the plan gives per workload and
-// site. Errors are *Error values that say whether retrying can help.
+// site. A stop is confirmed, not assumed: WaitStopped follows a Nomad
+// job's allocations with blocking queries until every one is terminal, or
+// polls an exec workload's stopped hook. Errors are *Error values that say whether retrying can help.
 package orchestrators

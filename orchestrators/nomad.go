@@ -231,7 +231,7 @@ func (n *Nomad) StartWorkload(ctx context.Context, w Workload) (string, error) {
 		if nj.JobFile == "" {
 			return "", fail("start", w, false, nil, "job %q is not registered on this site and the plan names no jobFile to register", nj.Job)
 		}
-		spec, err := n.readJobFile(ctx, w, nj)
+		spec, err := n.readJobFile(ctx, w, nj, "start")
 		if err != nil {
 			return "", err
 		}
@@ -269,10 +269,13 @@ func (n *Nomad) StartWorkload(ctx context.Context, w Workload) (string, error) {
 	return strings.Join(done, "\n"), nil
 }
 
-func (n *Nomad) readJobFile(ctx context.Context, w Workload, nj *plans.NomadJob) (*api.Job, error) {
+// readJobFile reads the plan's job file for op (start, or describe in a
+// drill). Nomad parses HCL as "input.hcl": its errors are given back with
+// the file's own path, so that the line and column lead to the file.
+func (n *Nomad) readJobFile(ctx context.Context, w Workload, nj *plans.NomadJob, op string) (*api.Job, error) {
 	data, err := os.ReadFile(nj.JobFile)
 	if err != nil {
-		return nil, fail("start", w, false, err, "read job file: %v", err)
+		return nil, fail(op, w, false, err, "read job file: %v", err)
 	}
 	text := strings.TrimSpace(string(data))
 	var spec *api.Job
@@ -283,12 +286,22 @@ func (n *Nomad) readJobFile(ctx context.Context, w Workload, nj *plans.NomadJob)
 		if err := json.Unmarshal(data, &wrapped); err == nil && wrapped.Job != nil {
 			spec = wrapped.Job
 		} else if err := json.Unmarshal(data, &spec); err != nil {
-			return nil, fail("start", w, false, err, "job file %s: not a Nomad JSON job: %v", nj.JobFile, err)
+			return nil, fail(op, w, false, err, "job file %s: not a Nomad JSON job: %v", nj.JobFile, err)
 		}
 	} else {
 		spec, err = n.client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(data), Canonicalize: true})
+		var ure api.UnexpectedResponseError
+		if errors.As(err, &ure) && ure.HasStatusCode() && ure.StatusCode() == http.StatusBadRequest {
+			body := strings.TrimSpace(ure.Body())
+			body = strings.TrimPrefix(body, "Failed to parse job: ")
+			body = strings.ReplaceAll(body, "input.hcl:", nj.JobFile+":")
+			if !strings.HasPrefix(body, nj.JobFile+":") {
+				body = nj.JobFile + ": " + body
+			}
+			return nil, fail(op, w, false, err, "job file %s", body)
+		}
 		if err != nil {
-			return nil, n.classify("start", w, fmt.Errorf("parse job file %s: %w", nj.JobFile, err))
+			return nil, n.classify(op, w, fmt.Errorf("parse job file %s: %w", nj.JobFile, err))
 		}
 	}
 	if spec.ID == nil || *spec.ID != nj.Job {
@@ -296,7 +309,7 @@ func (n *Nomad) readJobFile(ctx context.Context, w Workload, nj *plans.NomadJob)
 		if spec.ID != nil {
 			got = *spec.ID
 		}
-		return nil, fail("start", w, false, nil, "job file %s defines job %q, the plan wants %q", nj.JobFile, got, nj.Job)
+		return nil, fail(op, w, false, nil, "job file %s defines job %q, the plan wants %q", nj.JobFile, got, nj.Job)
 	}
 	return spec, nil
 }
@@ -430,7 +443,7 @@ func (n *Nomad) DescribeWorkload(ctx context.Context, w Workload) (Description, 
 			d.Detail = fmt.Sprintf("job %q is not registered and the plan names no jobFile", nj.Job)
 			return d, nil
 		}
-		if j, err = n.readJobFile(ctx, w, nj); err != nil {
+		if j, err = n.readJobFile(ctx, w, nj, "describe"); err != nil {
 			return d, err
 		}
 		d.Detail = fmt.Sprintf("job %q is not registered; start registers it from %s", nj.Job, nj.JobFile)

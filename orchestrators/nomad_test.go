@@ -419,3 +419,29 @@ func TestNomadWaitStopped(t *testing.T) {
 		}
 	})
 }
+
+// TestNomadJobFileErrors: a job file Nomad cannot parse is reported with
+// the plan's jobFile path and the line and column, not the agent's
+// "input.hcl", and with the operation that read it: start, or describe
+// in a drill.
+func TestNomadJobFileErrors(t *testing.T) {
+	eachAgent(t, func(t *testing.T, a agent) {
+		n := nomadFor(t, a, "")
+		p := filepath.Join(t.TempDir(), "cache.nomad.hcl")
+		if err := os.WriteFile(p, []byte("job \"cache\" {\n  type = \"service\" ,\n}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w := workload(&plans.NomadJob{Job: "cache", JobFile: p})
+		_, err := n.StartWorkload(ctxT(t), w)
+		if err == nil || orchestrators.IsTemporary(err) || !strings.Contains(err.Error(), p+":2,") || strings.Contains(err.Error(), "input.hcl") ||
+			!strings.HasPrefix(err.Error(), `start workload "web" on site "west" (failover): job file `) {
+			t.Fatalf("start from a broken job file: %v", err)
+		}
+		w.Action = "drill"
+		_, err = n.DescribeWorkload(ctxT(t), w)
+		if err == nil || !strings.Contains(err.Error(), p+":2,") || strings.Contains(err.Error(), "input.hcl") ||
+			!strings.HasPrefix(err.Error(), `describe workload "web" on site "west" (drill): job file `) {
+			t.Fatalf("drill of a broken job file: %v", err)
+		}
+	})
+}

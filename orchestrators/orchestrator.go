@@ -88,9 +88,11 @@ type Orchestrator interface {
 // Error is a failed CO call. Temporary errors may succeed when retried (CO
 // unreachable, busy, a hook's try-again exit code); the others will not.
 type Error struct {
-	Op        string // stop, start, health, describe
-	Site      string
-	Workload  string
+	Op       string // stop, start, health, describe
+	Site     string
+	Workload string
+	// Action is the DR action the call was made for (failover, drill…).
+	Action    string
 	Temporary bool
 	Msg       string
 	// Output is the hook's or CO's output, when there is some.
@@ -99,7 +101,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	s := fmt.Sprintf("%s workload %q on site %q: %s", e.Op, e.Workload, e.Site, e.Msg)
+	s := fmt.Sprintf("%s workload %q on site %q", e.Op, e.Workload, e.Site)
+	if e.Action != "" {
+		s += " (" + e.Action + ")"
+	}
+	s += ": " + e.Msg
 	if e.Output != "" {
 		s += "\n" + e.Output
 	}
@@ -115,5 +121,5 @@ func IsTemporary(err error) bool {
 }
 
 func fail(op string, w Workload, temporary bool, cause error, format string, args ...any) *Error {
-	return &Error{Op: op, Site: w.Site, Workload: w.Name, Temporary: temporary, Msg: fmt.Sprintf(format, args...), Err: cause}
+	return &Error{Op: op, Site: w.Site, Workload: w.Name, Action: w.Action, Temporary: temporary, Msg: fmt.Sprintf(format, args...), Err: cause}
 }

@@ -34,6 +34,14 @@
 // against the current code, so a change that would break a running action
 // fails CI.
 //
+// Stop means stopped: Reprotect and Failback stop the old primary's
+// workloads tier by tier, highest priority number first, and a workload's
+// stop step ends only when nothing of it runs on the site (WaitStopped);
+// no volume is demoted before. Past the plan's stopDeadline the step
+// pauses, naming what still runs; skipping it needs an override. The
+// failover's stop of a lost site stays best effort: the fence protects
+// the data there.
+//
 // Reprotect and Failback end by protecting the plan from its new primary:
 // they start Protect (a child that outlives them) or signal the running
 // one to retarget.

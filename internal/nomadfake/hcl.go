@@ -25,6 +25,18 @@ type hclLexer struct {
 	src  []rune
 	pos  int
 	line int
+	// lineStart is where the current line begins; tok where the last
+	// token began, for the line and column of an error.
+	lineStart, tok int
+}
+
+// errf is an error at the last token, placed as a real agent places it:
+// "input.hcl:LINE,COL-ENDCOL: ...", input.hcl being the name Nomad gives
+// the HCL it is sent.
+func (l *hclLexer) errf(format string, args ...any) error {
+	col := l.tok - l.lineStart + 1
+	end := max(col+1, l.pos-l.lineStart+1)
+	return fmt.Errorf("input.hcl:%d,%d-%d: %s", l.line, col, end, fmt.Sprintf(format, args...))
 }
 
 func (l *hclLexer) skip() {
@@ -34,6 +46,7 @@ func (l *hclLexer) skip() {
 		case c == '\n':
 			l.line++
 			l.pos++
+			l.lineStart = l.pos
 		case unicode.IsSpace(c):
 			l.pos++
 		case c == '#' || (c == '/' && l.pos+1 < len(l.src) && l.src[l.pos+1] == '/'):
@@ -54,6 +67,7 @@ func (l *hclLexer) next() (string, error) {
 		return "", nil
 	}
 	start := l.pos
+	l.tok = start
 	c := l.src[l.pos]
 	switch {
 	case c == '"':
@@ -63,12 +77,12 @@ func (l *hclLexer) next() (string, error) {
 				l.pos++
 			}
 			if l.pos < len(l.src) && l.src[l.pos] == '\n' {
-				return "", fmt.Errorf("line %d: unterminated string", l.line)
+				return "", l.errf("unterminated string")
 			}
 			l.pos++
 		}
 		if l.pos >= len(l.src) {
-			return "", fmt.Errorf("line %d: unterminated string", l.line)
+			return "", l.errf("unterminated string")
 		}
 		l.pos++
 	case unicode.IsLetter(c) || c == '_' || unicode.IsDigit(c) || c == '-':
@@ -78,7 +92,7 @@ func (l *hclLexer) next() (string, error) {
 	case strings.ContainsRune("{}[]=,", c):
 		l.pos++
 	default:
-		return "", fmt.Errorf("line %d: unexpected %q", l.line, c)
+		return "", l.errf("unexpected %q", c)
 	}
 	return string(l.src[start:l.pos]), nil
 }
@@ -102,11 +116,11 @@ func (l *hclLexer) body(b *hclBlock, top bool) error {
 		case t == "" && top:
 			return nil
 		case t == "":
-			return fmt.Errorf("line %d: missing }", l.line)
+			return l.errf("missing }")
 		case t == "}" && !top:
 			return nil
 		case !isIdent(t):
-			return fmt.Errorf("line %d: unexpected %s", l.line, t)
+			return l.errf("unexpected %s", t)
 		}
 		nt, err := l.peek()
 		if err != nil {
@@ -131,7 +145,7 @@ func (l *hclLexer) body(b *hclBlock, top bool) error {
 				break
 			}
 			if !strings.HasPrefix(lt, `"`) {
-				return fmt.Errorf("line %d: block %s: want a quoted label or {, got %s", l.line, t, lt)
+				return l.errf("block %s: want a quoted label or {, got %s", t, lt)
 			}
 			child.labels = append(child.labels, trimQuotes(lt))
 		}
@@ -176,7 +190,7 @@ func (l *hclLexer) value() (any, error) {
 		if n, err := strconv.Atoi(t); err == nil {
 			return n, nil
 		}
-		return nil, fmt.Errorf("line %d: unsupported value %s", l.line, t)
+		return nil, l.errf("unsupported value %s", t)
 	}
 }
 
@@ -188,7 +202,7 @@ func parseHCL(src string) (*api.Job, error) {
 	l := &hclLexer{src: []rune(src), line: 1}
 	root := &hclBlock{attrs: map[string]any{}}
 	if err := l.body(root, true); err != nil {
-		return nil, fmt.Errorf("error parsing: %v", err)
+		return nil, fmt.Errorf("Failed to parse job: %v", err)
 	}
 	var jb *hclBlock
 	for _, b := range root.blocks {
@@ -197,7 +211,7 @@ func parseHCL(src string) (*api.Job, error) {
 		}
 	}
 	if jb == nil || len(jb.labels) != 1 {
-		return nil, fmt.Errorf("error parsing: a job file needs one job \"name\" block")
+		return nil, fmt.Errorf("Failed to parse job: a job file needs one job \"name\" block")
 	}
 	job := &api.Job{ID: ptr(jb.labels[0]), Name: ptr(jb.labels[0]), Type: ptr(str(jb.attrs["type"], "service"))}
 	if ns, ok := jb.attrs["namespace"].(string); ok {
