@@ -116,31 +116,46 @@ func TestWaitHealthyEnds(t *testing.T) {
 
 // TestWaitStoppedEnds: a stop that Nomad accepted is confirmed only once
 // every allocation is terminal; one still running past the deadline is a
-// final ErrStillRunning naming the allocation.
+// final ErrStillRunning naming the allocation. Against the fake agent and,
+// when nomad is on PATH, a real one, with a task that takes seconds to
+// shut down.
 func TestWaitStoppedEnds(t *testing.T) {
-	f := nomadfake.Start(t)
-	f.StartDelay, f.HealthyAfter, f.StopDelay = 10*time.Millisecond, 10*time.Millisecond, 2*time.Second
-	x := activities.NewWorkloads()
-	env := activityEnv(t, newStorage(t))
-	env.RegisterActivity(x)
+	const shutdown = 3 * time.Second
+	for _, agent := range []string{"fake", "agent"} {
+		t.Run(agent, func(t *testing.T) {
+			var addr string
+			if agent == "fake" {
+				f := nomadfake.Start(t)
+				f.StartDelay, f.HealthyAfter, f.StopDelay = 10*time.Millisecond, 10*time.Millisecond, shutdown
+				addr = f.URL
+			} else {
+				addr = nomadfake.Agent(t)
+			}
+			x := activities.NewWorkloads()
+			env := activityEnv(t, newStorage(t))
+			env.RegisterActivity(x)
 
-	in := workloadInput(t, nomadPlan(t, f.URL, "slow", "/bin/sleep", nil))
-	_, err := env.ExecuteActivity(x.StartWorkload, in)
-	mustOK(t, err)
-	_, err = env.ExecuteActivity(x.WaitHealthy, activities.HealthInput{WorkloadInput: in, Timeout: time.Minute, Interval: 20 * time.Millisecond})
-	mustOK(t, err)
-	_, err = env.ExecuteActivity(x.StopWorkload, in)
-	mustOK(t, err)
-	_, err = env.ExecuteActivity(x.WaitStopped, activities.StopWaitInput{WorkloadInput: in, Deadline: 300 * time.Millisecond})
-	if final, msg := wantType(t, err, activities.ErrStillRunning); !final || !strings.Contains(msg, "slow.web[0]") || !strings.Contains(msg, "running") {
-		t.Fatalf("stop past its deadline: final=%v %q", final, msg)
-	}
-	v, err := env.ExecuteActivity(x.WaitStopped, activities.StopWaitInput{WorkloadInput: in, Deadline: time.Minute})
-	mustOK(t, err)
-	var out activities.StopOutcome
-	mustOK(t, v.Get(&out))
-	if !out.Stopped.Stopped || !strings.Contains(out.Stopped.Detail, "terminal") {
-		t.Fatalf("confirmed stop = %+v", out)
+			p := nomadPlan(t, addr, "slow", "/bin/sleep", nil)
+			p.Workloads[0].Sites["west"].Nomad.JobFile = nomadfake.WriteJobFile(t, nomadfake.SlowStopJob("slow", 1, shutdown))
+			in := workloadInput(t, p)
+			_, err := env.ExecuteActivity(x.StartWorkload, in)
+			mustOK(t, err)
+			_, err = env.ExecuteActivity(x.WaitHealthy, activities.HealthInput{WorkloadInput: in, Timeout: time.Minute, Interval: 20 * time.Millisecond})
+			mustOK(t, err)
+			_, err = env.ExecuteActivity(x.StopWorkload, in)
+			mustOK(t, err)
+			_, err = env.ExecuteActivity(x.WaitStopped, activities.StopWaitInput{WorkloadInput: in, Deadline: 300 * time.Millisecond})
+			if final, msg := wantType(t, err, activities.ErrStillRunning); !final || !strings.Contains(msg, "slow.web[0]") || !strings.Contains(msg, "running") {
+				t.Fatalf("stop past its deadline: final=%v %q", final, msg)
+			}
+			v, err := env.ExecuteActivity(x.WaitStopped, activities.StopWaitInput{WorkloadInput: in, Deadline: time.Minute})
+			mustOK(t, err)
+			var out activities.StopOutcome
+			mustOK(t, v.Get(&out))
+			if !out.Stopped.Stopped || !strings.Contains(out.Stopped.Detail, "terminal") {
+				t.Fatalf("confirmed stop = %+v", out)
+			}
+		})
 	}
 }
 

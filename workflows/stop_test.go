@@ -111,57 +111,78 @@ func demotedAt(t *testing.T, s *simtest.Site, key string) time.Time {
 	return at
 }
 
-// TestFailbackStopsBeforeDemoting: a failback from east, whose Nomad jobs
-// take seconds to shut down, demotes no volume until Nomad itself has
-// recorded every task of every workload finished, and stops the tiers in
-// reverse priority, each confirmed down before the next is told to stop:
-// web (priority 2) has finished before pg (priority 1) is killed. Run
-// against the fake agent and, when nomad is on PATH, a real one.
-func TestFailbackStopsBeforeDemoting(t *testing.T) {
-	for _, agent := range []string{"fake", "agent"} {
-		t.Run(agent, func(t *testing.T) {
-			var addr string
-			if agent == "fake" {
-				a := nomadfake.Start(t)
-				a.StartDelay, a.HealthyAfter, a.StopDelay = 20*time.Millisecond, 20*time.Millisecond, shutdown
-				addr = a.URL
-			} else {
-				addr = nomadfake.Agent(t)
-			}
-			f := newFixture(t)
-			f.slowNomadOnEast(t, addr)
-			env, _ := f.env(t)
-			// The tasks' shutdowns take real time.
-			env.SetTestTimeout(2 * time.Minute)
-			env.ExecuteWorkflow(workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
-			mustOK(t, env.GetWorkflowError())
-			var res workflows.FailbackResult
-			mustOK(t, env.GetWorkflowResult(&res))
-			allDone(t, res.Progress)
+// TestPlannedStopsBeforeDemoting: a failback from east, or a reprotect
+// of east after a failover, where east's Nomad jobs take seconds to shut
+// down, demotes no volume on east until Nomad itself has recorded every
+// task of every workload finished, and stops the tiers in reverse
+// priority, each confirmed down before the next is told to stop: web
+// (priority 2) has finished before pg (priority 1) is killed. Run against
+// the fake agent and, when nomad is on PATH, a real one.
+func TestPlannedStopsBeforeDemoting(t *testing.T) {
+	for _, action := range []string{"failback", "reprotect"} {
+		for _, agent := range []string{"fake", "agent"} {
+			t.Run(action+"/"+agent, func(t *testing.T) {
+				var addr string
+				if agent == "fake" {
+					a := nomadfake.Start(t)
+					a.StartDelay, a.HealthyAfter, a.StopDelay = 20*time.Millisecond, 20*time.Millisecond, shutdown
+					addr = a.URL
+				} else {
+					addr = nomadfake.Agent(t)
+				}
+				f := newFixture(t)
+				var wf, in any = workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"}
+				if action == "reprotect" {
+					// West takes over; east comes back with its jobs
+					// running again.
+					f.east.Down()
+					_, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"}, nil)
+					mustOK(t, err)
+					mustOK(t, f.east.Up())
+					wf, in = workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west"}
+				}
+				f.slowNomadOnEast(t, addr)
+				env, _ := f.env(t)
+				// The tasks' shutdowns take real time.
+				env.SetTestTimeout(2 * time.Minute)
+				env.ExecuteWorkflow(wf, in)
+				mustOK(t, env.GetWorkflowError())
+				var res workflows.Progress
+				if action == "reprotect" {
+					var r workflows.ReprotectResult
+					mustOK(t, env.GetWorkflowResult(&r))
+					res = r.Progress
+				} else {
+					var r workflows.FailbackResult
+					mustOK(t, env.GetWorkflowResult(&r))
+					res = r.Progress
+				}
+				allDone(t, res)
 
-			webKilled, webDone := taskTimes(t, addr, "web")
-			pgKilled, pgDone := taskTimes(t, addr, "pg")
-			if webDone.Sub(webKilled) < shutdown-time.Second {
-				t.Fatalf("web took %v to stop; the test needs a slow stop", webDone.Sub(webKilled))
-			}
-			if !pgKilled.After(webDone) {
-				t.Fatalf("pg (priority 1) was told to stop at %v, before web (priority 2) finished at %v", pgKilled, webDone)
-			}
-			last := webDone
-			if pgDone.After(last) {
-				last = pgDone
-			}
-			for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
-				if at := demotedAt(t, f.east, key); !at.After(last) {
-					t.Fatalf("%s on east was demoted at %v, while a task still ran (the last finished at %v)", key, at, last)
+				webKilled, webDone := taskTimes(t, addr, "web")
+				pgKilled, pgDone := taskTimes(t, addr, "pg")
+				if webDone.Sub(webKilled) < shutdown-time.Second {
+					t.Fatalf("web took %v to stop; the test needs a slow stop", webDone.Sub(webKilled))
 				}
-			}
-			for _, s := range res.Steps {
-				if strings.HasPrefix(s.Name, "stop ") && (!s.Guard || !strings.Contains(s.Output, "are terminal")) {
-					t.Fatalf("step %q: guard=%v output %q; want a guard that names the terminal allocations", s.Name, s.Guard, s.Output)
+				if !pgKilled.After(webDone) {
+					t.Fatalf("pg (priority 1) was told to stop at %v, before web (priority 2) finished at %v", pgKilled, webDone)
 				}
-			}
-		})
+				last := webDone
+				if pgDone.After(last) {
+					last = pgDone
+				}
+				for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+					if at := demotedAt(t, f.east, key); !at.After(last) {
+						t.Fatalf("%s on east was demoted at %v, while a task still ran (the last finished at %v)", key, at, last)
+					}
+				}
+				for _, s := range res.Steps {
+					if strings.HasPrefix(s.Name, "stop ") && (!s.Guard || !strings.Contains(s.Output, "are terminal")) {
+						t.Fatalf("step %q: guard=%v output %q; want a guard that names the terminal allocations", s.Name, s.Guard, s.Output)
+					}
+				}
+			})
+		}
 	}
 }
 
