@@ -164,8 +164,15 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 		if in.LastSync.IsZero() && !a.json() {
 			fmt.Fprintf(a.stderr, "note: the protection of plan %q has recorded no completed sync from %s yet; the RPO will be unknown\n", p.Metadata.Name, from)
 		}
-	case !a.json():
+	case perr != nil && (isUnavailable(perr) || isNamespaceNotFound(perr)):
+		// Nothing would start either: say why rather than note a
+		// protection state that could not be asked for.
+		return temporalError("read the protection state of plan "+p.Metadata.Name, perr)
+	case a.json():
+	case perr == nil || isNotFound(perr):
 		fmt.Fprintf(a.stderr, "note: no protection state of plan %q from %s (drctl protect start); the RPO will be unknown\n", p.Metadata.Name, from)
+	default:
+		fmt.Fprintf(a.stderr, "note: the protection state of plan %q could not be read (%v); the RPO will be unknown\n", p.Metadata.Name, perr)
 	}
 	fence := p.Site(from).Fence.CIDRs
 	if len(fence) == 0 {

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
-	"github.com/drover-dr/drover/workflows"
 )
 
 // cli runs the built drctl against one Temporal address.
@@ -169,9 +167,27 @@ volumeGroups:
 	if strings.Contains(errs, "site east") {
 		t.Errorf("drctl warns of a queue for east, which has none of its own:\n%s", errs)
 	}
-	if err := srv.Client.TerminateWorkflow(context.Background(), workflows.ActionID("idle"), "", "test over"); err != nil {
+
+	// Following the action, drctl says which of the two keeps it from
+	// progress: no worker on its queue, then the server gone.
+	watch := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, c.bin, "watch", "idle")
+	noWorker := `(no worker polls task queue "drover": drover-action-idle waits until one does`
+	simtest.Eventually(t, time.Minute, "drctl watch to say no worker polls", func() bool { return strings.Contains(watch.Log.String(), noWorker) })
+	if strings.Contains(watch.Log.String(), "unreachable") {
+		t.Errorf("drctl watch calls a running server unreachable:\n%s", watch.Log)
+	}
+	// The server stops (the dev server keeps nothing): the action is gone
+	// with it, but drctl cannot know that and must say it cannot reach it.
+	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	simtest.Eventually(t, time.Minute, "drctl watch to say Temporal is unreachable", func() bool {
+		return strings.Contains(watch.Log.String(), "(Temporal is unreachable: ")
+	})
+	if ended, _ := watch.Wait(0); ended {
+		t.Errorf("drctl watch gave up while the server was away:\n%s", watch.Log)
+	}
+	t.Logf("drctl watch said:\n%s", watch.Log)
 }
 
 // TestCommandsAgainstDevServer drives the built drctl and worker against
@@ -244,6 +260,12 @@ policy:
 	c.want(2, "Temporal knows no action or protection of plan \"nosuch\"", "status", "nosuch")
 	c.want(2, "Temporal knows no action of plan \"nosuch\"", "watch", "nosuch")
 	c.want(3, "cannot reach Temporal at", "--address", simtest.FreeAddr(t), "list")
+	// A namespace the server lacks: exit 3 and how to create it, before
+	// anything else (no note on the protection state it could not read).
+	c.want(3, `has no namespace "nosuch": create it (temporal operator namespace create --namespace nosuch`, "--namespace", "nosuch", "list")
+	if code, _, errs := c.run("--namespace", "nosuch", "failover", shop, "--to", "west", "--yes"); code != 3 || strings.Contains(errs, "note:") || !strings.Contains(errs, `has no namespace "nosuch"`) {
+		t.Errorf("failover in a missing namespace: exit %d, stderr %q; want exit 3, the namespace named, no note", code, errs)
+	}
 	if code, out, _ := c.run("completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
 		t.Errorf("completion bash: exit %d", code)
 	}

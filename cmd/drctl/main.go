@@ -29,8 +29,8 @@
 //
 // Exit codes: 0 done, 1 the action failed (or a drill found problems),
 // 2 bad input (including a declined confirmation), 3 Temporal cannot be
-// reached; 130 when interrupted while following an action (the action
-// goes on).
+// reached or has no such namespace; 130 when interrupted while following
+// an action (the action goes on).
 package main
 
 import (
@@ -46,6 +46,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
@@ -150,7 +151,7 @@ TEMPORAL_API_KEY, TEMPORAL_TLS_* and TEMPORAL_PROFILE, as for the temporal
 CLI; --address and --namespace override them.
 
 Exit codes: 0 done, 1 the action failed, 2 bad input, 3 Temporal
-cannot be reached.`,
+cannot be reached or has no such namespace.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
@@ -211,7 +212,47 @@ func (a *app) dial(ctx context.Context) (client.Client, error) {
 		return nil, &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\nstart it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address", addr, err)}
 	}
 	a.client = c
+	if err := checkNamespace(dctx, c, opts); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkNamespace asks Temporal for the namespace drctl works in, so that
+// a missing one is said before anything else is tried (a real server has
+// only the namespaces an operator created). Any other answer than "no
+// such namespace" or "unreachable" lets drctl go on: the call that needs
+// the namespace tells.
+func checkNamespace(ctx context.Context, c client.Client, opts client.Options) error {
+	_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespaceOf(opts)})
+	switch {
+	case isNamespaceNotFound(err):
+		return missingNamespace(opts)
+	case err != nil && isUnavailable(err):
+		return &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\nstart it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address", hostPort(opts), err)}
+	}
+	return nil
+}
+
+// missingNamespace is the exit-3 error for a namespace the server lacks.
+func missingNamespace(opts client.Options) error {
+	ns := namespaceOf(opts)
+	return &exitError{exitUnreachable, fmt.Errorf("Temporal at %s has no namespace %q: create it (temporal operator namespace create --namespace %s --retention 30d) or point drctl at the right one with TEMPORAL_NAMESPACE or --namespace",
+		hostPort(opts), ns, ns)}
+}
+
+func namespaceOf(opts client.Options) string {
+	if opts.Namespace == "" {
+		return client.DefaultNamespace
+	}
+	return opts.Namespace
+}
+
+func hostPort(opts client.Options) string {
+	if opts.HostPort == "" {
+		return client.DefaultHostPort
+	}
+	return opts.HostPort
 }
 
 // temporalError classifies an error from a Temporal call: a lost
@@ -225,10 +266,18 @@ func temporalError(what string, err error) error {
 	if errors.As(err, &nf) {
 		return badInput("%s: %v", what, err)
 	}
+	if isNamespaceNotFound(err) {
+		return &exitError{exitUnreachable, fmt.Errorf("%s: %v: create the namespace (temporal operator namespace create) or point drctl at the right one with TEMPORAL_NAMESPACE or --namespace", what, err)}
+	}
 	if isUnavailable(err) {
 		return &exitError{exitUnreachable, fmt.Errorf("%s: Temporal stopped answering: %v", what, err)}
 	}
 	return failed("%s: %v", what, err)
+}
+
+func isNamespaceNotFound(err error) bool {
+	var nf *serviceerror.NamespaceNotFound
+	return errors.As(err, &nf)
 }
 
 func isUnavailable(err error) bool {

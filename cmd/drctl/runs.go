@@ -190,7 +190,7 @@ func (a *app) follow(ctx context.Context, c client.Client, id, run string) error
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	var err error
-	misses := 0
+	misses, said := 0, ""
 wait:
 	for {
 		select {
@@ -203,12 +203,19 @@ wait:
 			p, qerr := queryProgress(ctx, c, id, out.RunID)
 			if qerr != nil {
 				misses++
-				if misses == 3 && !a.json() {
-					fmt.Fprintf(a.stderr, "(no progress from %s yet: %v; is a worker running?)\n", id, qerr)
+				if misses >= 3 && !a.json() {
+					// Say why once, and again when the cause changes.
+					if why := noProgressCause(ctx, c, id, qerr); why != said {
+						fmt.Fprintf(a.stderr, "(%s)\n", why)
+						said = why
+					}
 				}
 				continue
 			}
-			misses = 0
+			if said != "" && !a.json() {
+				fmt.Fprintf(a.stderr, "(progress from %s again)\n", id)
+			}
+			misses, said = 0, ""
 			live.show(p, id)
 		}
 	}

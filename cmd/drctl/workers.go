@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/plans"
@@ -42,13 +43,7 @@ func (a *app) warnIdleWorkers(ctx context.Context, c client.Client, p *plans.Pla
 		if err != nil {
 			continue
 		}
-		fresh := false
-		for _, poller := range resp.GetPollers() {
-			if time.Since(poller.GetLastAccessTime().AsTime()) < pollerFresh {
-				fresh = true
-			}
-		}
-		if !fresh {
+		if !polledLately(resp.GetPollers()) {
 			fmt.Fprintf(a.stderr, "drctl: warning: no worker has polled task queue %q (%s) in the last %v: the %s will wait until one does; start one (bin/worker%s)\n",
 				q.name, q.serves, pollerFresh, what, siteFlag(q.name, p))
 		}
@@ -66,4 +61,31 @@ func siteFlag(queue string, p *plans.Plan) string {
 		}
 	}
 	return ""
+}
+
+// noProgressCause tells why an action's progress could not be read: the
+// Temporal server does not answer, no worker polls the workflows' queue
+// (the action waits for one; its state is safe in Temporal either way),
+// or something else, said as it is.
+func noProgressCause(ctx context.Context, c client.Client, id string, qerr error) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		return fmt.Sprintf("Temporal is unreachable: %v; the action's state is kept by Temporal and it goes on when the server is back; still waiting", err)
+	}
+	resp, err := c.DescribeTaskQueue(ctx, workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
+	if err == nil && !polledLately(resp.GetPollers()) {
+		return fmt.Sprintf("no worker polls task queue %q: %s waits until one does; start one (bin/worker); still waiting", workflows.TaskQueue, id)
+	}
+	return fmt.Sprintf("no progress from %s yet: %v", id, qerr)
+}
+
+// polledLately reports whether a poller was seen within pollerFresh.
+func polledLately(pollers []*taskqueuepb.PollerInfo) bool {
+	for _, p := range pollers {
+		if time.Since(p.GetLastAccessTime().AsTime()) < pollerFresh {
+			return true
+		}
+	}
+	return false
 }

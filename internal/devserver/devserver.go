@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,9 @@ type Server struct {
 	Client client.Client
 	srv    *testsuite.DevServer
 	log    *simtest.Buffer
+
+	stop    sync.Once
+	stopErr error
 }
 
 // Warnings returns the lines of the server's log that contain any of the
@@ -102,11 +106,18 @@ func Start(t testing.TB, logger log.Logger) *Server {
 	}
 	s := &Server{Client: srv.Client(), srv: srv, log: lb}
 	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
+		if err := s.Stop(); err != nil {
 			t.Logf("stop the Temporal dev server: %v", err)
 		}
 	})
 	return s
+}
+
+// Stop stops the server before the test ends, for a test of what its
+// clients do when it is gone; the test's cleanup does not stop it again.
+func (s *Server) Stop() error {
+	s.stop.Do(func() { s.stopErr = s.srv.Stop() })
+	return s.stopErr
 }
 
 // Address is the frontend host:port.
