@@ -1,6 +1,9 @@
 package workflows
 
 import (
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -53,6 +56,22 @@ func rpcCall[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 	}
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), fn, in).Get(ctx, &out)
 	return out, err
+}
+
+// changeUnlistedFence marks histories in which a storage that does not
+// implement ListClusterFence (ceph-csi's RBD driver serves only
+// FenceClusterNetwork and UnfenceClusterNetwork) is fenced on the
+// acknowledgement of FenceClusterNetwork and unfenced without a listing.
+const changeUnlistedFence = "unlisted-fence"
+
+// cannotList tells whether err is the storage's UNIMPLEMENTED answer to
+// ListClusterFence, in a run that handles it (changeUnlistedFence).
+func cannotList(ctx workflow.Context, err error) bool {
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrNotImplemented {
+		return false
+	}
+	return workflow.GetVersion(ctx, changeUnlistedFence, workflow.DefaultVersion, 1) == 1
 }
 
 // listFence returns the CIDRs the storage of site lists as fenced.

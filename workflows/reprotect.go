@@ -171,7 +171,10 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 			return "no fence CIDRs for " + site, nil
 		}
 		listed, err := listFence(ctx, p, via)
-		if err != nil {
+		if cannotList(ctx, err) {
+			// Unfencing is idempotent: lift every CIDR the site may hold.
+			listed = cidrs
+		} else if err != nil {
 			return "", err
 		}
 		var fenced []string

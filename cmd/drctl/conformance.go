@@ -122,7 +122,7 @@ func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
 		return err
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintln(a.stderr, "drctl: conformance interrupted; scratch resources put back (see clean-up)")
+		fmt.Fprintln(a.stderr, "drctl: conformance interrupted; the clean-up lines say what was put back")
 		return silent(exitInterrupted)
 	}
 	if !rep.OK() {
