@@ -11,6 +11,11 @@
 // runs), the reprotect of the returned site, and a failback that loses no
 // acknowledged write. The simulator's invariant checker runs after each.
 //
+// TestCephCSICycle runs drctl conformance and then one failover,
+// reprotect and failback on sites that answer as ceph-csi does
+// (drover-sim --driver ceph-csi): no ListClusterFence, its codes and its
+// parameter validation, with a plan of values ceph-csi accepts.
+//
 // TestChaos repeats failover, reprotect and failback under disruption
 // from a seeded random source: kill -9 of the worker at random points of
 // an action and a restart, a restart of the Temporal dev server in the

@@ -109,6 +109,8 @@ type Options struct {
 	Detach bool
 	// StorageOnly starts the sites alone: no Temporal, no worker.
 	StorageOnly bool
+	// Driver is the sites' driver profile (sim.DriverSpec when empty).
+	Driver string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -322,7 +324,7 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 		}
 	}
 	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer,
-		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups}
+		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver}
 	if len(cfg.Groups) == 0 {
 		cfg.Groups = []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}
 	}

@@ -1,0 +1,94 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/conformance"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/internal/stack"
+	"github.com/drover-dr/drover/sim"
+)
+
+// cephPlan turns the e2e plan into one a real ceph-csi accepts: a
+// clusterID in every storage call's parameters (its fence calls need it)
+// and no schedulingInterval of seconds (it takes only ^\d+[mhd]$).
+func cephPlan(text string) string {
+	text = regexp.MustCompile(`storage: \{endpoint: ("[^"]*")\}`).ReplaceAllString(text, `storage: {endpoint: $1, parameters: {clusterID: rook-ceph}}`)
+	return strings.ReplaceAll(text, "{mirroringMode: snapshot, schedulingInterval: 1s}", "{mirroringMode: snapshot}")
+}
+
+// TestCephCSICycle runs one failover, reprotect and failback on sites that
+// answer as ceph-csi does (drover-sim --driver ceph-csi): no
+// ListClusterFence, INVALID_ARGUMENT where the spec says
+// FAILED_PRECONDITION, its parameter validation. The conformance suite
+// passes against those sites first, and the invariants hold at the end.
+func TestCephCSICycle(t *testing.T) {
+	h := startWith(t, 2, 2, cephPlan, func(o *stack.Options) { o.Driver = sim.DriverCephCSI })
+	if raw, err := os.ReadFile(h.plan); err != nil || strings.Contains(string(raw), "schedulingInterval") {
+		t.Fatal("the plan still asks for a schedule ceph-csi refuses")
+	}
+
+	sites := h.st.Layout.Sites
+	out, code := h.drctl("conformance", "-o", "json", "--plan", h.plan, "--site", sites[0].Name, "--cidr", "192.0.2.44/32", "--timeout", "10s")
+	var rep conformance.Report
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Driver != sim.CephCSIDriverName {
+		t.Fatalf("conformance against the ceph-csi sites: exit %d\n%s", code, out)
+	}
+
+	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
+	h.startWriters()
+	h.waitWrites("east", "acknowledged", acked, 20)
+
+	h.siteDown("east")
+	h.must("failover", h.plan, "--to", "west", "--yes", "--wait")
+	pr, err := h.progress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified := false
+	for _, s := range pr.Steps {
+		if s.Name == "verify fence of east" && strings.Contains(s.Output, "not read back") {
+			verified = true
+		}
+	}
+	if !verified {
+		t.Errorf("the failover's fence verification does not say the fence was not read back: %+v", pr.Steps)
+	}
+	h.waitWrites("west", "acknowledged", acked, 20)
+
+	h.siteUp("east")
+	h.waitWrites("east", "refused by the fence", fenced, 3)
+	h.must("reprotect", h.plan, "--yes", "--wait")
+	simtest.Eventually(t, 60*time.Second, "east's copies in-sync secondaries and nothing fenced", func() bool {
+		for _, s := range h.states() {
+			for _, f := range s.Fences {
+				if f.Fenced {
+					return false
+				}
+			}
+			for _, u := range s.Units {
+				if (s.Site == "east") != (u.Role == sim.RoleSecondary) || (u.Role == sim.RoleSecondary && !u.InSync) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	before := lostOn(h.check(), "west")
+	h.must("failback", h.plan, "--to", "east", "--yes", "--wait")
+	h.waitWrites("east", "acknowledged", acked, 20)
+	h.stopWriters()
+	r := h.check()
+	if lost := lostOn(r, "west") - before; lost != 0 {
+		t.Fatalf("the failback lost %d acknowledged writes: %v", lost, r.Lost)
+	}
+	if !h.runningOn("east") || h.runningOn("west") {
+		t.Fatalf("the application runs on east %v, on west %v; want east only", h.runningOn("east"), h.runningOn("west"))
+	}
+}
