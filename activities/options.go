@@ -112,7 +112,7 @@ func EndpointFor(p *plans.Plan, site, rpc string) (Endpoint, error) {
 		if params == nil {
 			params = map[string]string{}
 		}
-		maps.Copy(params, extra)
+		maps.Copy(params, extra) //workflowcheck:ignore a map filled from a map: order-free
 	}
 	return Endpoint{Site: site, Address: addr, TLS: st.TLS, Secret: st.Secret, Parameters: params, Deadline: p.Deadline(rpc)}, nil
 }
@@ -151,7 +151,7 @@ func ReplicationInputs(p *plans.Plan, site, group, rpc string, force bool) ([]Re
 		if params == nil {
 			params = map[string]string{}
 		}
-		maps.Copy(params, g.Parameters)
+		maps.Copy(params, g.Parameters) //workflowcheck:ignore a map filled from a map: order-free
 		e.Parameters = params
 	}
 	if ref.GroupID != "" {

@@ -28,7 +28,6 @@ const (
 
 var (
 	freeAddr   = simtest.FreeAddr
-	sockDir    = simtest.SockDir
 	quietLog   = simtest.QuietLog
 	eventually = simtest.Eventually
 )

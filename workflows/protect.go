@@ -335,6 +335,8 @@ func health(h, prev GroupHealth, now time.Time, p *plans.Plan) GroupHealth {
 func (s *ProtectState) record(next map[string]GroupHealth) {
 	s.Groups = next
 	s.OutOfRPO = false
+	// An OR over every group: the order of the map does not matter.
+	//workflowcheck:ignore
 	for _, h := range s.Groups {
 		s.OutOfRPO = s.OutOfRPO || h.OutOfRPO
 	}
@@ -343,6 +345,8 @@ func (s *ProtectState) record(next map[string]GroupHealth) {
 // report sets the replication metrics from a complete round.
 func (s *ProtectState) report(ctx workflow.Context, plan string) {
 	m := workflow.GetMetricsHandler(ctx)
+	// Sorted keys: the metrics are set in one order on every replay.
+	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
 		m.WithTags(map[string]string{"plan": plan, "group": g}).Gauge(MetricReplicationLag).Update(s.Groups[g].Lag.Seconds())
 	}

@@ -29,12 +29,11 @@ func (t *table) flush() error        { return t.tw.Flush() }
 // redraws the whole table in place; elsewhere (a log, a pipe) it prints
 // one line per step that changed state, so the output reads as a log.
 type liveTable struct {
-	w       io.Writer
-	on      bool // text output at all
-	tty     bool
-	drawn   int // lines of the last redraw
-	states  map[string]string
-	started bool
+	w      io.Writer
+	on     bool // text output at all
+	tty    bool
+	drawn  int // lines of the last redraw
+	states map[string]string
 }
 
 func newLiveTable(w io.Writer, on bool) *liveTable {

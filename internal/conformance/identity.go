@@ -131,7 +131,7 @@ func (r *runner) identity(ctx context.Context, s *Site) {
 			return "", ok("Probe", err)
 		}
 		if resp.GetReady() != nil && !resp.GetReady().GetValue() {
-			return "", errors.New("Probe answered ready=false: the driver is not ready to test")
+			return "", errors.New("the driver's Probe answered ready=false: the driver is not ready to test")
 		}
 		if resp.GetReady() == nil {
 			return "ready unset (read as ready)", nil

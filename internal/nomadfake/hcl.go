@@ -202,7 +202,7 @@ func parseHCL(src string) (*api.Job, error) {
 	l := &hclLexer{src: []rune(src), line: 1}
 	root := &hclBlock{attrs: map[string]any{}}
 	if err := l.body(root, true); err != nil {
-		return nil, fmt.Errorf("Failed to parse job: %v", err)
+		return nil, fmt.Errorf("Failed to parse job: %v", err) //lint:ignore ST1005 Nomad's own wording, which clients match
 	}
 	var jb *hclBlock
 	for _, b := range root.blocks {
@@ -211,15 +211,13 @@ func parseHCL(src string) (*api.Job, error) {
 		}
 	}
 	if jb == nil || len(jb.labels) != 1 {
-		return nil, fmt.Errorf("Failed to parse job: a job file needs one job \"name\" block")
+		return nil, fmt.Errorf("Failed to parse job: a job file needs one job \"name\" block") //lint:ignore ST1005 Nomad's own wording, which clients match
 	}
 	job := &api.Job{ID: ptr(jb.labels[0]), Name: ptr(jb.labels[0]), Type: ptr(str(jb.attrs["type"], "service"))}
 	if ns, ok := jb.attrs["namespace"].(string); ok {
 		job.Namespace = ptr(ns)
 	}
-	for _, dc := range list(jb.attrs["datacenters"]) {
-		job.Datacenters = append(job.Datacenters, dc)
-	}
+	job.Datacenters = append(job.Datacenters, list(jb.attrs["datacenters"])...)
 	for _, g := range jb.blocks {
 		if g.kind != "group" || len(g.labels) != 1 {
 			continue
