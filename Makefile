@@ -9,7 +9,7 @@ E2E_FLAGS  ?= -count=1 -timeout 20m
 
 TEMPORAL_CLI ?= v1.5.1
 
-.PHONY: help build test e2e bench lint generate schema fuzz demo up down sim temporal clean
+.PHONY: help build test e2e bench lint generate schema fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -76,6 +76,19 @@ schema: ## regenerate plans/plan.schema.json from the plan types
 FUZZTIME ?= 30s
 fuzz: ## fuzz the plan loader for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./plans
+
+# Mutation testing of the safety-critical code (workflows/, the retry
+# classification, the simulator's checker, fence and data path, plan
+# validation) with gremlins, built at a pinned version into bin/. Slow and
+# CPU-heavy, so not part of make test; MUTATE_WORKERS, MUTATE_TIMEOUT and
+# MUTATE_ONLY tune it (see scripts/mutate.sh). Results: TESTING.md.
+GREMLINS ?= v0.6.0
+mutate: $(BIN)/gremlins ## mutation testing of the safety-critical code, kill rate per package (slow)
+	GREMLINS=$(BIN)/gremlins ./scripts/mutate.sh
+
+$(BIN)/gremlins:
+	@mkdir -p $(BIN)
+	GOBIN=$(abspath $(BIN)) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS)
 
 demo: build $(BIN)/temporal ## the demo: failover, reprotect and failback on the local embedded stack
 	$(BIN)/drover-stack demo
