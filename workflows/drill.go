@@ -13,6 +13,7 @@ import (
 
 // DrillInput rehearses an action: "failover" or "failback" from From to To.
 type DrillInput struct {
+	Origin
 	Plan   *plans.Plan `json:"plan"`
 	Action string      `json:"action"`
 	From   string      `json:"from"`
@@ -38,7 +39,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	if in.Action != "failover" && in.Action != "failback" {
 		return nil, fmt.Errorf("drill: action %q is not failover or failback", in.Action)
 	}
-	r, err := begin(ctx, "drill "+in.Action, p, in.From, in.To)
+	r, err := begin(ctx, "drill "+in.Action, p, in.From, in.To, in.Origin)
 	if err != nil {
 		return nil, err
 	}

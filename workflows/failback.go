@@ -14,6 +14,7 @@ import (
 // FailbackInput starts a planned move of the plan from site From (the
 // current primary) to site To, with no data loss.
 type FailbackInput struct {
+	Origin
 	Plan *plans.Plan `json:"plan"`
 	From string      `json:"from"`
 	To   string      `json:"to"`
@@ -55,7 +56,7 @@ const finalSyncPoll = 5 * time.Second
 // are demoted, From's are promoted again, From's workloads restarted, and
 // the action ends with ErrRolledBack.
 func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
-	r, err := begin(ctx, "failback", in.Plan, in.From, in.To)
+	r, err := begin(ctx, "failback", in.Plan, in.From, in.To, in.Origin)
 	if err != nil {
 		return nil, err
 	}

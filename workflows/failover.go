@@ -16,6 +16,7 @@ import (
 // FailoverInput starts an unplanned failover: site From is lost, site To
 // takes over.
 type FailoverInput struct {
+	Origin
 	Plan *plans.Plan `json:"plan"`
 	From string      `json:"from"`
 	To   string      `json:"to"`
@@ -60,7 +61,7 @@ type FailoverResult struct {
 // fence steps succeeded, were confirmed away, or were skipped with an
 // explicit override.
 func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
-	r, err := begin(ctx, "failover", in.Plan, in.From, in.To)
+	r, err := begin(ctx, "failover", in.Plan, in.From, in.To, in.Origin)
 	if err != nil {
 		return nil, err
 	}

@@ -107,6 +107,9 @@ type GroupBatchResult struct {
 // policy.parallelism at a time. A group's failure is reported in the
 // result, not as the child's error: the parent decides (pause, roll back).
 func GroupBatch(ctx workflow.Context, in GroupBatchInput) (*GroupBatchResult, error) {
+	if err := trustParent(ctx); err != nil {
+		return nil, err
+	}
 	p := in.Plan
 	names := make([]string, len(p.VolumeGroups))
 	for i, g := range p.VolumeGroups {

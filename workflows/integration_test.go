@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
@@ -40,6 +41,7 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 	f := newFixtureN(t, extra) // extra groups at priorities 2 and 3
 	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
 	workflows.Register(w)
+	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
 	w.RegisterActivity(f.storage)
 	w.RegisterActivity(f.workloads)
 	mustOK(t, w.Start())
@@ -50,7 +52,7 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 	// Protect records the groups' syncs and east's clients; the failover
 	// fences the recorded clients (the plan lists none for east).
 	f.plan.Sites[0].Fence.CIDRs = nil
-	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 100*time.Millisecond)
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 100*time.Millisecond, workflows.Origin{})
 	mustOK(t, err)
 	var ps *workflows.ProtectState
 	deadline := time.Now().Add(time.Minute)
@@ -84,6 +86,9 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 	mustOK(t, run.Get(ctx, &fo))
 	record(t, ctx, srv.Client, run, "failover"+suffix)
 	allDone(t, fo.Progress)
+	if fo.Trust != activities.UnsignedWarning {
+		t.Errorf("failover on a worker that does not check plans: trust %q, want the warning %q", fo.Trust, activities.UnsignedWarning)
+	}
 	if !fo.RPOKnown || !slices.Equal(fo.Fenced, []string{"127.0.0.2/32"}) {
 		t.Fatalf("failover fenced %v, RPO known %v; want the clients Protect recorded and an RPO", fo.Fenced, fo.RPOKnown)
 	}

@@ -47,6 +47,7 @@ func ProtectID(plan string) string { return ProtectIDPrefix + plan }
 // ProtectInput starts or continues protection of a plan with Primary as
 // the replication source.
 type ProtectInput struct {
+	Origin
 	Plan     *plans.Plan   `json:"plan"`
 	Primary  string        `json:"primary"`
 	Interval time.Duration `json:"interval,omitempty"`
@@ -76,6 +77,10 @@ type ProtectState struct {
 	Clients map[string][]string `json:"clients,omitempty"`
 	Polls   int                 `json:"polls"`
 	Runs    int                 `json:"runs"`
+	// By is who started the protection; Trust why the worker acts on its
+	// plan (the signer, or the unsigned-plans warning).
+	By    string `json:"by,omitempty"`
+	Trust string `json:"trust,omitempty"`
 }
 
 // LastSync is the oldest last sync over the groups: what a failover now
@@ -107,6 +112,10 @@ type StopProtect struct {
 // update, disabling replication only when asked.
 func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	p := in.Plan
+	note, err := trust(ctx, p, in.Origin)
+	if err != nil {
+		return nil, err
+	}
 	if p == nil || p.Site(in.Primary) == nil {
 		return nil, fmt.Errorf("protect: the plan has no site %q", in.Primary)
 	}
@@ -115,6 +124,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
 	}
 	s.Runs++
+	if note != "" {
+		s.Trust, s.By = note, in.By
+	}
 	// Protect runs for days and must answer a stop or a query at once;
 	// a local activity on a dead site would hold its workflow task for
 	// the call's deadline.
@@ -158,7 +170,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	})
 	moved := func() bool { return retarget != "" && stop == nil }
 	again := func() error {
-		return workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Plan: p, Primary: retarget, Interval: interval})
+		return workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval})
 	}
 
 	if !s.Enabled {
@@ -180,7 +192,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return nil, again()
 		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
-			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Plan: p, Primary: in.Primary, Interval: interval, State: s})
+			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: in.Primary, Interval: interval, State: s})
 		}
 		wasOut := s.OutOfRPO
 		round, cancel := workflow.WithCancel(ctx)
@@ -234,7 +246,7 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
 			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON})
 		var exec workflow.Execution
-		err := workflow.ExecuteChildWorkflow(cctx, Protect, ProtectInput{Plan: p, Primary: primary}).GetChildWorkflowExecution().Get(ctx, &exec)
+		err := workflow.ExecuteChildWorkflow(cctx, Protect, ProtectInput{Origin: r.origin, Plan: p, Primary: primary}).GetChildWorkflowExecution().Get(ctx, &exec)
 		if err == nil {
 			return fmt.Sprintf("protection started from %s (workflow %s)", primary, id), nil
 		}

@@ -16,6 +16,7 @@ import (
 // ReprotectInput starts a reprotect: site From, lost in a failover to
 // site To, is back; its copies become To's secondaries again.
 type ReprotectInput struct {
+	Origin
 	Plan *plans.Plan `json:"plan"`
 	From string      `json:"from"`
 	To   string      `json:"to"`
@@ -44,7 +45,7 @@ type ReprotectResult struct {
 //
 // After it, Failback can move the plan back to From without data loss.
 func Reprotect(ctx workflow.Context, in ReprotectInput) (*ReprotectResult, error) {
-	r, err := begin(ctx, "reprotect", in.Plan, in.From, in.To)
+	r, err := begin(ctx, "reprotect", in.Plan, in.From, in.To, in.Origin)
 	if err != nil {
 		return nil, err
 	}

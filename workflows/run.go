@@ -47,6 +47,8 @@ type Step struct {
 	// Guard marks a step that later steps rely on for safety (a fence a
 	// forced promotion needs): skipping it needs an explicit override.
 	Guard bool `json:"guard,omitempty"`
+	// By is who approved the gate, or who decided on the paused step.
+	By string `json:"by,omitempty"`
 }
 
 // Progress is what the progress query answers and what the result holds.
@@ -57,6 +59,11 @@ type Progress struct {
 	Start  time.Time `json:"start"`
 	End    time.Time `json:"end,omitzero"`
 	Steps  []*Step   `json:"steps"`
+	// By is who started the action (drctl's identity, or its --by).
+	By string `json:"by,omitempty"`
+	// Trust says why the worker acts on the plan: the key that signed
+	// it, or the warning of a worker that does not check.
+	Trust string `json:"trust,omitempty"`
 }
 
 // Decision is the operator's answer to a paused step (drctl resolve).
@@ -65,6 +72,8 @@ type Decision struct {
 	Action string `json:"action"` // retry, skip or abort
 	// Override allows skipping a guard step.
 	Override bool `json:"override,omitempty"`
+	// By is who decided.
+	By string `json:"by,omitempty"`
 }
 
 // Approval opens an approval gate (drctl approve).
@@ -81,20 +90,31 @@ type run struct {
 	progress  *Progress
 	decisions map[string]Decision
 	approved  map[string]bool
+	approver  map[string]string
+	origin    Origin
 	aborted   bool
 	children  int // GroupBatch children started, for their ids
 }
 
-// begin checks an action's sites and starts its bookkeeping.
-func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string) (*run, error) {
+// begin checks that the worker trusts the plan (before anything else),
+// checks the action's sites and starts its bookkeeping.
+func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, o Origin) (*run, error) {
+	note, err := trust(ctx, p, o)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkSites(p, from, to); err != nil {
 		return nil, err
 	}
-	return newRun(ctx, action, p)
+	r, err := newRun(ctx, action, p)
+	if r != nil {
+		r.origin, r.progress.By, r.progress.Trust = o, o.By, note
+	}
+	return r, err
 }
 
 func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
-	r := &run{ctx: ctx, plan: p, decisions: map[string]Decision{}, approved: map[string]bool{},
+	r := &run{ctx: ctx, plan: p, decisions: map[string]Decision{}, approved: map[string]bool{}, approver: map[string]string{},
 		progress: &Progress{Action: action, Plan: p.Metadata.Name, State: StateRunning, Start: workflow.Now(ctx)}}
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (*Progress, error) { return r.progress, nil }); err != nil {
 		return nil, err
@@ -107,7 +127,7 @@ func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
 		return nil, err
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove, func(ctx workflow.Context, a Approval) (string, error) {
-		r.approved[a.Gate] = true
+		r.approved[a.Gate], r.approver[a.Gate] = true, a.By
 		return fmt.Sprintf("gate %s approved", a.Gate), nil
 	}, workflow.UpdateHandlerOptions{Validator: func(a Approval) error {
 		if st := r.find("approve " + a.Gate); st == nil || st.State != StateWaiting {
@@ -187,6 +207,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 		}
 		d := r.decisions[name]
 		delete(r.decisions, name)
+		st.By = d.By
 		switch {
 		case r.aborted || d.Action == DecisionAbort:
 			r.aborted = true
@@ -231,7 +252,7 @@ func (r *run) gate(ctx workflow.Context, gate string) error {
 	if err := workflow.Await(ctx, func() bool { return r.approved[gate] }); err != nil {
 		return err
 	}
-	st.State, st.End, st.Attempts = StateDone, workflow.Now(ctx), 1
+	st.State, st.End, st.Attempts, st.By = StateDone, workflow.Now(ctx), 1, r.approver[gate]
 	return nil
 }
 

@@ -71,13 +71,14 @@ func Start(ctx context.Context, c client.Client, plan string, wf, in any) (clien
 }
 
 // StartProtect starts a plan's Protect polling every interval (zero: the
-// default), or leaves the running one be.
-func StartProtect(ctx context.Context, c client.Client, p *plans.Plan, primary string, interval time.Duration) (client.WorkflowRun, error) {
+// default), or leaves the running one be. o carries the plan's signature
+// and who asked.
+func StartProtect(ctx context.Context, c client.Client, p *plans.Plan, primary string, interval time.Duration, o Origin) (client.WorkflowRun, error) {
 	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       ProtectID(p.Metadata.Name),
 		TaskQueue:                TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, Protect, ProtectInput{Plan: p, Primary: primary, Interval: interval})
+	}, Protect, ProtectInput{Origin: o, Plan: p, Primary: primary, Interval: interval})
 }
 
 // ReadProtect returns what a plan's Protect last recorded, for a failover

@@ -400,7 +400,7 @@ func (a *app) protectCommand() *cobra.Command {
 				return err
 			}
 			a.warnIdleWorkers(cmd.Context(), c, p, "protection")
-			run, err := workflows.StartProtect(cmd.Context(), c, p, primary, interval)
+			run, err := workflows.StartProtect(cmd.Context(), c, p, primary, interval, workflows.Origin{})
 			if err != nil {
 				return temporalError("start protection", err)
 			}

@@ -22,6 +22,12 @@
 // connections a moment before its namespaces can be used, and a worker
 // started then would stop at once.
 //
+// The workflow worker acts only on plans signed by a key it trusts
+// (--trusted-plan-key, PEM public keys): every action and Protect check
+// their plan before any storage call or hook, and refuse an unsigned,
+// changed or foreign one. --allow-unsigned-plans is for development, and
+// says so in the log at start and in every action's result.
+//
 // Exit codes: 0 after a clean stop, 2 for bad flags, 3 when Temporal or
 // its namespace cannot be reached within --connect-timeout.
 package main
@@ -38,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -75,6 +82,11 @@ type config struct {
 	stopAfter time.Duration
 	cors      string
 	version   bool
+	// planKeys are the files of the public keys whose plan signatures
+	// the worker trusts; allowUnsigned runs unsigned plans (development).
+	planKeys      multi
+	allowUnsigned bool
+	trust         *activities.PlanTrust
 }
 
 // longestCall is the longest default deadline of one storage call, with
@@ -87,6 +99,12 @@ func longestCall() time.Duration {
 	}
 	return d + activities.CallGrace
 }
+
+// multi is a repeatable flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -102,6 +120,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.stopAfter, "stop-timeout", longestCall(), "on SIGINT or SIGTERM, how long running activities may go on before they are cancelled; by default the longest default call deadline and its grace")
 	fs.StringVar(&c.cors, "codec-cors-origin", "", "origin allowed to call the /codec endpoint from a browser (the Temporal UI's, e.g. http://localhost:8233); empty sends no CORS headers")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	fs.Var(&c.planKeys, "trusted-plan-key", "PEM file of ed25519 public keys whose plan signatures this worker trusts (repeatable; also DROVER_TRUSTED_PLAN_KEYS, comma-separated)")
+	fs.BoolVar(&c.allowUnsigned, "allow-unsigned-plans", false, "development only: run plans without a signature (a signature that is there is still checked)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: worker [flags]\n\nConnects with TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,\nTEMPORAL_TLS_* and TEMPORAL_PROFILE, like the temporal CLI.\n\n")
 		fs.PrintDefaults()
@@ -129,6 +149,24 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.stopAfter < 0 {
 		return c, fmt.Errorf("--stop-timeout %v: want zero or a positive duration", c.stopAfter)
+	}
+	if len(c.planKeys) == 0 {
+		for _, f := range strings.Split(os.Getenv("DROVER_TRUSTED_PLAN_KEYS"), ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				c.planKeys = append(c.planKeys, f)
+			}
+		}
+	}
+	c.trust = &activities.PlanTrust{AllowUnsigned: c.allowUnsigned}
+	for _, f := range c.planKeys {
+		keys, err := plans.ReadPublicKeys(f)
+		if err != nil {
+			return c, fmt.Errorf("--trusted-plan-key: %w", err)
+		}
+		c.trust.Keys = append(c.trust.Keys, keys...)
+	}
+	if c.site == "" && len(c.trust.Keys) == 0 && !c.allowUnsigned && !c.version {
+		return c, errors.New("the worker runs only signed plans: give the public keys it trusts with --trusted-plan-key FILE (drctl plan keygen makes a pair), or --allow-unsigned-plans for development")
 	}
 	return c, nil
 }
@@ -224,6 +262,16 @@ func run(args []string, stderr io.Writer) int {
 	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter})
 	if c.site == "" {
 		workflows.Register(w)
+		w.RegisterActivity(c.trust)
+		ids := make([]string, len(c.trust.Keys))
+		for i, k := range c.trust.Keys {
+			ids[i] = plans.KeyID(k)
+		}
+		if c.allowUnsigned {
+			logger.Warn("--allow-unsigned-plans: this worker runs plans without a signature; anyone who can start a workflow in the namespace can run commands here and change storage. Development only", "trustedKeys", ids)
+		} else {
+			logger.Info("plans must be signed", "trustedKeys", ids)
+		}
 	}
 	storage := activities.NewStorage()
 	defer storage.Close()

@@ -40,7 +40,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--no-such-flag"}, "", 2, "flag provided but not defined"},
 		{[]string{"stray"}, "", 2, "unexpected arguments"},
 		{[]string{"--connect-timeout", "0s"}, "", 2, "want a positive duration"},
-		{[]string{"--metrics", "", "--connect-timeout", "2s"}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
+		{[]string{"--metrics", ""}, "", 2, "the worker runs only signed plans: give the public keys it trusts with --trusted-plan-key"},
+		{[]string{"--trusted-plan-key", "/nonexistent.pub"}, "", 2, "no such file"},
+		{[]string{"--trusted-plan-key", privateKeyFile(t)}, "", 2, "a private key does not belong on the worker"},
+		{[]string{"--metrics", "", "--connect-timeout", "2s", "--allow-unsigned-plans"}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
+		{[]string{"--metrics", "", "--connect-timeout", "2s", "--site", "east"}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
 	} {
 		cmd := exec.Command(bin, c.args...)
 		cmd.Env = append(os.Environ(), c.env)
@@ -51,6 +55,24 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// privateKeyFile writes a plan signing key, which the worker must not
+// take for a trusted public key.
+func privateKeyFile(t *testing.T) string {
+	_, k, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plans.EncodePrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "plan.key")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestWorkerWaitsForItsNamespace: a worker started before its namespace
 // exists waits, saying so, and starts once the namespace is there; one
 // whose namespace never comes exits 3 and says to create it.
@@ -59,14 +81,14 @@ func TestWorkerWaitsForItsNamespace(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	env := []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=later"}
 
-	cmd := exec.Command(bin, "--metrics", "", "--connect-timeout", "1s")
+	cmd := exec.Command(bin, "--metrics", "", "--connect-timeout", "1s", "--allow-unsigned-plans")
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if code := bintest.ExitCode(err); code != 3 || !strings.Contains(string(out), "the namespace does not exist") {
 		t.Fatalf("worker without its namespace: exit %d, output:\n%s\nwant exit 3 and a hint to create it", code, out)
 	}
 
-	w := bintest.Start(t, env, bin, "--metrics", "", "--connect-timeout", "2m")
+	w := bintest.Start(t, env, bin, "--metrics", "", "--connect-timeout", "2m", "--allow-unsigned-plans")
 	simtest.Eventually(t, 30*time.Second, "the worker to say it waits", func() bool {
 		return strings.Contains(w.Log.String(), "Temporal is not ready; retrying")
 	})
@@ -82,6 +104,9 @@ func TestWorkerWaitsForItsNamespace(t *testing.T) {
 	simtest.Eventually(t, time.Minute, "the worker to start once its namespace exists", func() bool {
 		return strings.Contains(w.Log.String(), "worker started")
 	})
+	if !strings.Contains(w.Log.String(), "level=WARN msg=\"--allow-unsigned-plans: this worker runs plans without a signature") {
+		t.Errorf("the worker runs unsigned plans without a warning at start:\n%s", w.Log)
+	}
 	if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +133,28 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	}
 	p.ApplyDefaults()
 
+	// The worker trusts one key, and the plan is signed with it.
+	pub, key, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPEM, err := plans.EncodePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubFile := filepath.Join(t.TempDir(), "plans.pub")
+	if err := os.WriteFile(pubFile, pubPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := plans.Sign(p, key, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := workflows.Origin{Signature: sig, By: "test"}
+
 	metrics := simtest.FreeAddr(t)
 	logs := &simtest.Buffer{}
-	cmd := exec.Command(bin, "--metrics", metrics, "--log-format", "json")
+	cmd := exec.Command(bin, "--metrics", metrics, "--log-format", "json", "--trusted-plan-key", pubFile)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+srv.Address(), "TEMPORAL_NAMESPACE=default")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -128,7 +172,7 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	prot, err := workflows.StartProtect(ctx, srv.Client, p, "east", 50*time.Millisecond)
+	prot, err := workflows.StartProtect(ctx, srv.Client, p, "east", 50*time.Millisecond, origin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +188,7 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 		return u != nil && u.Enabled
 	})
 	east.Down()
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: p, From: "east", To: "west"})
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Origin: origin, Plan: p, From: "east", To: "west"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +198,9 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	}
 	if u := west.Snapshot().Unit("vg/vg-1"); u == nil || u.Role != sim.RolePrimary {
 		t.Fatalf("west's vg-1 after the failover: %+v", u)
+	}
+	if !strings.HasPrefix(res.Trust, "plan signed by key "+plans.KeyID(pub)) || res.By != "test" {
+		t.Fatalf("failover result: trust %q, by %q; want the signer and test", res.Trust, res.By)
 	}
 
 	var body string

@@ -1,0 +1,67 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// Origin is where an action's request came from: the signature of its
+// plan, and who asked. Every action's and Protect's input carries it.
+type Origin struct {
+	// Signature is the plan's signature (plans.Sign); the worker refuses
+	// a plan without a valid one from a key it trusts.
+	Signature *plans.Signature `json:"signature,omitempty"`
+	// By is who started the action: drctl's identity (user@host), or its
+	// --by.
+	By string `json:"by,omitempty"`
+}
+
+// changeTrustedPlan marks the histories that check their plan's
+// signature first; those recorded before it replay without the check.
+const changeTrustedPlan = "trusted-plan"
+
+// trust is the first thing every action and Protect do (invariant 9): the
+// worker checks the plan's signature against the keys it trusts, in the
+// VerifyPlan local activity, before any storage call or hook. A refusal
+// ends the workflow with a non-retryable UntrustedPlan error naming the
+// reason. It returns the note the result shows: the signer, or the
+// warning of a worker that does not check.
+func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
+	if workflow.GetVersion(ctx, changeTrustedPlan, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return "", nil
+	}
+	var t *activities.PlanTrust
+	var res activities.PlanTrustResult
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, activities.VerifyPlanOptions()), t.VerifyPlan,
+		activities.VerifyPlanInput{Plan: p, Signature: o.Signature, Workflow: workflow.GetInfo(ctx).WorkflowType.Name}).Get(ctx, &res)
+	if err != nil {
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && ae.Type() == activities.ErrUntrustedPlan {
+			return "", temporal.NewNonRetryableApplicationError(ae.Error(), activities.ErrUntrustedPlan, nil)
+		}
+		return "", err
+	}
+	return res.Note, nil
+}
+
+// trustParent is GroupBatch's check: it acts only as the child of an
+// action or Protect, which checked the whole plan before starting it. A
+// client cannot start a workflow as another's child, so a GroupBatch
+// started from outside (with a forged sub-plan) is refused.
+func trustParent(ctx workflow.Context) error {
+	if workflow.GetVersion(ctx, changeTrustedPlan, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	if workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"GroupBatch refused: it runs only as the child of a DR action or of Protect, which check the plan's signature; it was started on its own"),
+			activities.ErrUntrustedPlan, nil)
+	}
+	return nil
+}
