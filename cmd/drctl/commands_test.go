@@ -243,7 +243,7 @@ policy:
 
 	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
 	metrics := simtest.FreeAddr(t)
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics)
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics, "--allow-unsigned-plans")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
 
 	// Bad input: exit 2 and a message naming what to do.

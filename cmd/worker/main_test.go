@@ -258,7 +258,7 @@ func TestStopLetsRunningCallsFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"TEMPORAL_ADDRESS=" + srv.Address()}
-	bintest.Start(t, env, bin, "--metrics", "")
+	bintest.Start(t, env, bin, "--metrics", "", "--allow-unsigned-plans")
 	site := bintest.Start(t, env, bin, "--metrics", "", "--site", "west")
 	simtest.Eventually(t, 30*time.Second, "the site worker to start", func() bool { return strings.Contains(site.Log.String(), "worker started") })
 
@@ -318,7 +318,7 @@ func TestHealthReadinessAndCodec(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	addr := simtest.FreeAddr(t)
 	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=notyet"}, bin,
-		"--metrics", addr, "--connect-timeout", "2m", "--codec-cors-origin", "http://localhost:8233")
+		"--metrics", addr, "--connect-timeout", "2m", "--codec-cors-origin", "http://localhost:8233", "--allow-unsigned-plans")
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
