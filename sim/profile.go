@@ -52,8 +52,10 @@ type profile struct {
 	// capabilities adds the driver's advertised capabilities besides the
 	// fence and replication ones the site derives from what it serves.
 	capabilities func(add func(*identity.Capability))
-	driverName   string
-	manifest     bool
+	// authCode answers a call whose secrets are missing or wrong.
+	authCode   func(method string) codes.Code
+	driverName string
+	manifest   bool
 }
 
 func profileFor(name string) (*profile, error) {
@@ -79,6 +81,7 @@ func specProfile() *profile {
 			add(volumeGroupCap(identity.Capability_VolumeGroup_VOLUME_GROUP))
 			add(volumeGroupCap(identity.Capability_VolumeGroup_LIMIT_VOLUME_TO_ONE_VOLUME_GROUP))
 		},
+		authCode: func(string) codes.Code { return codes.Unauthenticated },
 		manifest: true,
 	}
 }
@@ -142,6 +145,18 @@ func cephCSIProfile() *profile {
 			} {
 				add(volumeGroupCap(t))
 			}
+		},
+		// util.NewUserCredentials (internal/util/credentials.go) fails on
+		// missing userID/userKey secrets, and every fence and replication
+		// handler answers that failure as INTERNAL, except
+		// FenceControllerServer.UnfenceClusterNetwork, which answers
+		// INVALID_ARGUMENT; a wrong key fails the cluster connection, also
+		// INTERNAL. ceph-csi never answers UNAUTHENTICATED.
+		authCode: func(method string) codes.Code {
+			if method == "UnfenceClusterNetwork" {
+				return codes.InvalidArgument
+			}
+			return codes.Internal
 		},
 		driverName: CephCSIDriverName,
 		// IdentityServer.GetIdentity reports name and version, no manifest.

@@ -82,6 +82,16 @@ func TestCephCSIProfileAnswers(t *testing.T) {
 	_, err = a.rc.DisableVolumeReplication(ctx, &replication.DisableVolumeReplicationRequest{ReplicationSource: group("vg-1"), Parameters: map[string]string{"force": "maybe"}})
 	wantCode(t, err, codes.Internal)
 
+	// Secrets missing: INTERNAL (INVALID_ARGUMENT on unfence), never
+	// UNAUTHENTICATED.
+	sa, _ := startPair(t, pairOpts{Secrets: map[string]string{"userID": "csi-rbd", "userKey": "k"}, TweakA: func(c *sim.Config) { c.Driver = sim.DriverCephCSI }})
+	_, err = sa.rc.EnableVolumeReplication(ctx, &replication.EnableVolumeReplicationRequest{ReplicationSource: group("vg-1")})
+	wantCode(t, err, codes.Internal)
+	_, err = sa.fc.UnfenceClusterNetwork(ctx, &fence.UnfenceClusterNetworkRequest{Cidrs: []*fence.CIDR{{Cidr: "192.0.2.7/32"}}, Parameters: map[string]string{"clusterID": "c"}})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = sa.id.Probe(ctx, &identity.ProbeRequest{})
+	mustOK(t, err)
+
 	// Fence: clusterID required, a bad CIDR is INTERNAL, no listing.
 	cidrs := []*fence.CIDR{{Cidr: "192.0.2.7/32"}}
 	_, err = a.fc.FenceClusterNetwork(ctx, &fence.FenceClusterNetworkRequest{Cidrs: cidrs})

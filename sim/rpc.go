@@ -29,7 +29,7 @@ func (s *Site) begin(method string, secrets map[string]string) error {
 	for k, want := range s.cfg.Secrets {
 		if got, ok := secrets[k]; !ok || got != want {
 			// Never echo a secret value, wanted or given.
-			return status.Errorf(codes.Unauthenticated, "%s: secrets missing or not valid (key %q)", method, k)
+			return status.Errorf(s.profile.authCode(method), "%s: secrets missing or not valid (key %q)", method, k)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/conformance"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/internal/testpki"
 	"github.com/drover-dr/drover/sim"
 )
 
@@ -31,11 +33,15 @@ type simPair struct {
 func startSimPair(t *testing.T, bins, driver string, extra ...string) simPair {
 	t.Helper()
 	dir := simtest.SockDir(t)
+	return startSimPairAt(t, bins, driver, "unix://"+filepath.Join(dir, "east.sock"), "unix://"+filepath.Join(dir, "west.sock"), extra...)
+}
+
+// startSimPairAt serves the pair's CSI-Addons endpoints at the given
+// addresses (unix:// or host:port).
+func startSimPairAt(t *testing.T, bins, driver, eastGRPC, westGRPC string, extra ...string) simPair {
+	t.Helper()
 	eastData, westData := simtest.FreeAddr(t), simtest.FreeAddr(t)
-	p := simPair{
-		east: "unix://" + filepath.Join(dir, "east.sock"), west: "unix://" + filepath.Join(dir, "west.sock"),
-		eastCtl: simtest.FreeAddr(t), westCtl: simtest.FreeAddr(t),
-	}
+	p := simPair{east: eastGRPC, west: westGRPC, eastCtl: simtest.FreeAddr(t), westCtl: simtest.FreeAddr(t)}
 	start := func(name, grpcAddr, data, peer, ctl string, primary bool) {
 		args := []string{"--driver", driver, "--name", name, "--grpc", grpcAddr, "--data", data, "--peer", peer,
 			"--control", ctl, "--groups", "1", "--volume", "vol-1", "--interval", "100ms", "--log-level", "warn"}
@@ -48,9 +54,15 @@ func startSimPair(t *testing.T, bins, driver string, extra ...string) simPair {
 	start("east", p.east, eastData, westData, p.eastCtl, true)
 	start("west", p.west, westData, eastData, p.westCtl, false)
 	for _, s := range []string{p.east, p.west} {
-		path := strings.TrimPrefix(s, "unix://")
-		simtest.Eventually(t, 20*time.Second, "socket "+path, func() bool {
-			_, err := os.Stat(path)
+		simtest.Eventually(t, 20*time.Second, "endpoint "+s, func() bool {
+			if path, ok := strings.CutPrefix(s, "unix://"); ok {
+				_, err := os.Stat(path)
+				return err == nil
+			}
+			c, err := net.DialTimeout("tcp", s, time.Second)
+			if err == nil {
+				c.Close()
+			}
 			return err == nil
 		})
 	}
@@ -249,6 +261,33 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		}
 		if strings.Contains(string(out), "k3y") {
 			t.Error("a secret value is in the report")
+		}
+	})
+
+	t.Run("TCP with mutual TLS", func(t *testing.T) {
+		ca, err := testpki.NewCA("storage-ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		server, err := ca.WriteFiles(dir, "sim")
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, err := ca.WriteFiles(dir, "drctl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startSimPairAt(t, bins, sim.DriverSpec, simtest.FreeAddr(t), simtest.FreeAddr(t),
+			"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-client-ca", server.CA)
+		r := runConformance(t, bins, p, "--tls-ca", server.CA, "--tls-cert", client.Cert, "--tls-key", client.Key)
+		if r.code != 0 {
+			t.Fatalf("exit %d, failed %v\n%s", r.code, r.with(conformance.Fail), r.stderr)
+		}
+		// Without a client certificate the endpoint refuses the suite.
+		r = runConformance(t, bins, p, "--tls-ca", server.CA)
+		if r.code != 1 || r.result("identity/endpoint/probe").Status != conformance.Fail {
+			t.Fatalf("without a client certificate: exit %d, probe %+v; want the probe failed", r.code, r.result("identity/endpoint/probe"))
 		}
 	})
 
