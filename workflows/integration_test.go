@@ -63,10 +63,20 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 		time.Sleep(100 * time.Millisecond)
 		ps, _ = workflows.ReadProtect(ctx, srv.Client, "shop")
 	}
+	// A drill of the healthy plan: every check passes and nothing changes.
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"})
+	mustOK(t, err)
+	var dr workflows.DrillResult
+	mustOK(t, run.Get(ctx, &dr))
+	record(t, ctx, srv.Client, run, "drill"+suffix)
+	if !dr.OK {
+		t.Fatalf("the drill of a healthy plan failed: %+v", dr.Steps)
+	}
+
 	f.east.Down()
 	gated := *f.plan
 	gated.Policy.Approvals = []string{"beforePromote"}
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: &gated, From: "east", To: "west",
+	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: &gated, From: "east", To: "west",
 		LastSync: ps.LastSync(), Clients: ps.Clients["east"]})
 	mustOK(t, err)
 
