@@ -131,6 +131,18 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:30:7: workloads[0].sites.west: unknown site "west" (sites are east and east)`}},
 		{"duplicate volume group", "volumeGroups:\n  - name: db\n", "volumeGroups:\n  - name: db\n    sites:\n      east: {groupID: vg-other}\n      west: {groupID: vg-other}\n  - name: db\n", []string{
 			`plan.yaml:25:11: volumeGroups[1].name: volume group "db" is already defined at volumeGroups[0]`}},
+		{"invalid group name", "  - name: db\n    sites:", "  - name: DB_1\n    sites:", []string{
+			`plan.yaml:21:11: volumeGroups[0].name: "DB_1" is not a valid name`,
+			`plan.yaml:27:20: workloads[0].volumeGroups[0]: no volume group is named "db"`}},
+		{"bad stop mode", "east: {nomad: {job: pg}}", "east: {nomad: {job: pg, stop: drain}}", []string{
+			`plan.yaml:29:37: workloads[0].sites.east.nomad.stop: "drain" is not deregister or scale`}},
+		{"exit code bounds", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b, retryExitCodes: [1, 255, 256, 0]}}", []string{
+			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`,
+			`plan.yaml:29:65: workloads[0].sites.east.exec.retryExitCodes[2]: exit code 256 is not in 1..255`,
+			`plan.yaml:29:70: workloads[0].sites.east.exec.retryExitCodes[3]: exit code 0 is not in 1..255`}},
+		{"retry intervals", "workloads:", "policy:\n  retry: {initialInterval: 10s, maximumInterval: 5s, backoffCoefficient: 0.5}\nworkloads:", []string{
+			`plan.yaml:26:50: policy.retry.maximumInterval: 5s is below initialInterval 10s`,
+			`plan.yaml:26:74: policy.retry.backoffCoefficient: 0.5 is below 1`}},
 		{"group missing on a site", "      west: {groupID: vg-db}\n", "", []string{
 			`plan.yaml:22:5: volumeGroups[0].sites: site "west" is missing`}},
 		{"dangling reference", "volumeGroups: [db]", "volumeGroups: [db, logs]", []string{
@@ -192,6 +204,25 @@ func TestInvalidPlans(t *testing.T) {
 				t.Fatalf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
+	}
+}
+
+// TestValidBoundaries: the values at the edge of each range are valid:
+// exit codes 1 and 255, a back-off coefficient of 1, a maximum interval
+// equal to the initial one, a task-group count of 0 to scale from.
+func TestValidBoundaries(t *testing.T) {
+	src := strings.Replace(base, "workloads:", "policy:\n  retry: {initialInterval: 5s, maximumInterval: 5s, backoffCoefficient: 1}\nworkloads:", 1)
+	src = strings.Replace(src, "east: {nomad: {job: pg}}", "east: {nomad: {job: pg, stop: scale, groups: {db: 0}}}", 1)
+	if _, err := Parse("plan.yaml", []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	exec := strings.Replace(base, "      nomad: {address: \"http://127.0.0.1:4646\"}", "      exec: {}", 1)
+	exec = strings.Replace(exec, "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b, retryExitCodes: [1, 255]}}", 1)
+	if exec == base {
+		t.Fatal("the exec variant did not apply")
+	}
+	if _, err := Parse("plan.yaml", []byte(exec)); err != nil {
+		t.Fatal(err)
 	}
 }
 
