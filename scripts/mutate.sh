@@ -11,6 +11,10 @@
 #                   each target's own, below)
 #   MUTATE_ONLY     run only the targets whose name matches this regexp
 #   MUTATE_DRY      set to 1 to list the mutants without testing them
+#   MUTATE_FILES    mutate only these files of the (one) target chosen, e.g.
+#                   to split workflows over two runs; the reports are then
+#                   named after the target and MUTATE_PART
+#   MUTATE_PART     a suffix for the report names of such a part
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GREMLINS=${GREMLINS:-bin/gremlins}
@@ -42,6 +46,8 @@ summary=()
 for t in "${targets[@]}"; do
   IFS='|' read -r name dir files coef skip <<<"$t"
   [[ $name =~ $ONLY ]] || continue
+  files=${MUTATE_FILES:-$files}
+  name=$name${MUTATE_PART:+-$MUTATE_PART}
   # Exclude every non-test file of the package that is not mutated.
   excl=()
   if [[ $files != "*" ]]; then
@@ -61,20 +67,23 @@ for t in "${targets[@]}"; do
 done
 
 echo
-echo "== kill rate (killed / killed + lived; timed out counts as killed, not viable and not covered apart)"
+echo "== kill rate (killed / killed + lived; timed out counts as killed; not covered and not viable apart)"
 for name in "${summary[@]}"; do
-  python3 - "$OUT/$name.json" "$name" <<'PY'
-import json, sys, collections
+  # From the log, so that the figures of a run cut short are still there.
+  python3 - "$OUT/$name.log" "$name" <<'PY'
+import collections, re, sys
 path, name = sys.argv[1:3]
-data = json.load(open(path))
 c = collections.Counter()
-for f in data.get("files", []):
-    for m in f.get("mutations", []):
-        c[m["status"]] += 1
+seen = set()
+for line in open(path):
+    m = re.match(r"^\s*(KILLED|LIVED|TIMED OUT|NOT COVERED|NOT VIABLE|SKIPPED)\s+(\S+) at (\S+)\s*$", line)
+    if m and (m[2], m[3]) not in seen:
+        seen.add((m[2], m[3]))
+        c[m[1]] += 1
 killed = c["KILLED"] + c["TIMED OUT"]
 lived = c["LIVED"]
 rate = 100.0 * killed / (killed + lived) if killed + lived else 0.0
-print(f"{name:10s} {rate:5.1f}%  killed {c['KILLED']}, timed out {c['TIMED OUT']}, lived {lived}, "
+print(f"{name:12s} {rate:5.1f}%  killed {c['KILLED']}, timed out {c['TIMED OUT']}, lived {lived}, "
       f"not covered {c['NOT COVERED']}, not viable {c['NOT VIABLE']}")
 PY
 done
