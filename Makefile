@@ -8,8 +8,11 @@ TEST_FLAGS ?= -race -count=1 -timeout 15m
 E2E_FLAGS  ?= -count=1 -timeout 20m
 
 TEMPORAL_CLI ?= v1.5.1
+# The Temporal server the CLI above embeds (its go.mod pins
+# go.temporal.io/server): make e2e-sql builds it with its SQL tool.
+TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e bench lint generate schema fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql temporal-server bench lint generate schema fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,7 +35,33 @@ e2e: $(BIN)/temporal ## the end-to-end scenarios and the chaos run (log in .run/
 	  | grep --line-buffered -E '^(chaos:|=== RUN|--- |ok|FAIL|PASS)|^ +--- ' \
 	  || { echo "== the end of .run/e2e.log"; tail -n 150 .run/e2e.log; exit 1; }
 
+# The end-to-end scenarios (not the chaos run) on the production path:
+# the Temporal server built from its Go module on a throwaway PostgreSQL
+# cluster (Debian's postgresql package), with both schemas, the namespace
+# and Drover's search attributes set up as the README's "Running it for
+# real" says. It stops all it started; the log goes to .run/e2e-sql.log.
+e2e-sql: $(BIN)/temporal $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## the e2e scenarios on the Temporal server on PostgreSQL (log in .run/e2e-sql.log)
+	@mkdir -p .run
+	@set -o pipefail; DROVER_E2E_SQL=$(abspath $(BIN)) $(GO) test $(E2E_FLAGS) -v -run 'TestScenarios' ./e2e 2>&1 | tee .run/e2e-sql.log \
+	  | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |stack: (starting|setting|creating|initialising)' \
+	  || { echo "== the end of .run/e2e-sql.log"; tail -n 150 .run/e2e-sql.log; exit 1; }
+
 temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
+
+temporal-server: $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## build the Temporal server and its SQL tool into bin/
+
+# The Temporal server and its SQL tool, built from the server's Go module
+# at the pinned version. Several minutes the first time.
+$(BIN)/temporal-server:
+	@mkdir -p $(BIN)/.server
+	@echo "building the Temporal server $(TEMPORAL_SERVER) into $(BIN)/ (first time only)"
+	GOBIN=$(abspath $(BIN))/.server $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER)
+	mv $(BIN)/.server/server $@
+
+$(BIN)/temporal-sql-tool:
+	@mkdir -p $(BIN)/.server
+	GOBIN=$(abspath $(BIN))/.server $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER)
+	mv $(BIN)/.server/sql $@
 
 # The Temporal CLI, built from its Go module at a pinned version; it holds
 # the dev server (`temporal server start-dev`). A few minutes the first time.

@@ -27,4 +27,9 @@
 // DROVER_CHAOS_KILLS sets how many kills land inside actions (default 20).
 //
 // The tests need the Temporal CLI (make temporal); make test builds it.
+// make e2e-sql runs TestScenarios on the production path instead: the
+// Temporal server built from its Go module on PostgreSQL, its schemas,
+// namespace and search attributes set up as the README's "Running it for
+// real" says (DROVER_E2E_SQL names the directory of the server and its
+// SQL tool).
 package e2e

@@ -32,6 +32,11 @@ var (
 	buildErr error
 )
 
+// sqlBin, from DROVER_E2E_SQL (make e2e-sql), is the directory of the
+// Temporal server and its SQL tool: the stacks then run Temporal on
+// PostgreSQL, set up as in production, instead of the dev server.
+var sqlBin = os.Getenv("DROVER_E2E_SQL")
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "drover-e2e-bin-")
 	if err != nil {
@@ -42,6 +47,11 @@ func TestMain(m *testing.M) {
 	buildErr = bintest.BuildInto(dir, "worker", "drover-sim", "drctl")
 	if buildErr == nil {
 		buildErr = bintest.LinkTemporal(dir)
+	}
+	for _, name := range []string{"temporal-server", "temporal-sql-tool"} {
+		if buildErr == nil && sqlBin != "" {
+			buildErr = os.Symlink(filepath.Join(sqlBin, name), filepath.Join(dir, name))
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -140,7 +150,7 @@ func startWith(t *testing.T, n, parallelism int, edit func(string) string, opts 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	o := stack.Options{Dir: filepath.Join(dir, "run"), Bin: bin, Plan: planFile, Groups: groups, Layout: layout, Out: logTo{t}}
+	o := stack.Options{Dir: filepath.Join(dir, "run"), Bin: bin, Plan: planFile, Groups: groups, Layout: layout, Out: logTo{t}, SQL: sqlBin != ""}
 	if opts != nil {
 		opts(&o)
 	}

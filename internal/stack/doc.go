@@ -12,6 +12,16 @@
 // is reported with its exit status and the end of its log (Ended), and
 // every wait of the stack and the demo gives up at once when it happens.
 //
+// With Options.SQL the stack runs Temporal as production does instead of
+// the dev server: the Temporal server built from its Go module
+// (bin/temporal-server) on a throwaway PostgreSQL cluster of the
+// machine's PostgreSQL (Debian's postgresql package; run as the postgres
+// user when the stack runs as root), both schemas set up with the
+// server's SQL tool (bin/temporal-sql-tool), then the namespace and
+// Drover's search attributes created with the temporal CLI. Stop stops
+// PostgreSQL after the server and removes its cluster. make e2e-sql runs
+// the e2e scenarios on it.
+//
 // The end-to-end tests (e2e/) and the benchmark (cmd/drover-bench) run
 // the same stack with their own plan and inventory (Options.Groups), crash
 // and restart its processes (Kill, Restart: the worker with kill -9, the

@@ -111,6 +111,11 @@ type Options struct {
 	StorageOnly bool
 	// Driver is the sites' driver profile (sim.DriverSpec when empty).
 	Driver string
+	// SQL runs the Temporal server built from its Go module on a
+	// throwaway PostgreSQL cluster, set up as in production (schemas,
+	// namespace, search attributes), instead of the dev server. Bin then
+	// also holds temporal-server and temporal-sql-tool.
+	SQL bool
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -122,6 +127,8 @@ type Stack struct {
 	PlanFile string
 	procs    []*proc
 	temporal client.Client
+	// pgDir is the PostgreSQL cluster of a SQL stack, removed by Stop.
+	pgDir string
 }
 
 // proc is one process of the stack.
@@ -131,6 +138,7 @@ type proc struct {
 	Bin  string `yaml:"bin"`
 	env  []string
 	args []string
+	cred *syscall.Credential
 	cmd  *exec.Cmd
 	done chan struct{}
 	// started is when this process was spawned; killed, that the stack
@@ -165,7 +173,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := s.writePlan(); err != nil {
 		return s, err
 	}
-	if !o.StorageOnly {
+	if o.SQL && !o.StorageOnly {
+		if err := s.startSQL(ctx); err != nil {
+			return s, err
+		}
+	} else if !o.StorageOnly {
 		s.say("starting the Temporal dev server on %s (UI http://%s, database %s)", o.Layout.Temporal, o.Layout.UI, filepath.Join(o.Dir, "temporal.db"))
 		host, port, _ := net.SplitHostPort(o.Layout.Temporal)
 		_, uiPort, _ := net.SplitHostPort(o.Layout.UI)
@@ -340,6 +352,11 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 // records it in the pid file. A process of the same name that has ended
 // is replaced, and its log goes on in the same file.
 func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
+	return s.spawn(name, bin, nil, env, args...)
+}
+
+// spawn is Spawn as the user of cred (nil: this process's).
+func (s *Stack) spawn(name, bin string, cred *syscall.Credential, env []string, args ...string) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%s is not built (%v): run make build temporal", bin, err)
 	}
@@ -367,14 +384,14 @@ func (s *Stack) Spawn(name, bin string, env []string, args ...string) error {
 	// Its own process group: a Ctrl-C in the terminal reaches this
 	// program, which stops the stack in order. Without Detach the
 	// processes also die with this one if it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if !s.Detach {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %v", name, err)
 	}
-	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, env: env, args: args, cmd: cmd, done: make(chan struct{}), started: time.Now()}
+	p := &proc{Name: name, PID: cmd.Process.Pid, Bin: bin, env: env, args: args, cred: cred, cmd: cmd, done: make(chan struct{}), started: time.Now()}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	if at < 0 {
 		s.procs = append(s.procs, p)
@@ -428,7 +445,7 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	if err := s.Spawn(name, p.Bin, p.env, p.args...); err != nil {
+	if err := s.spawn(name, p.Bin, p.cred, p.env, p.args...); err != nil {
 		return err
 	}
 	return s.waitReady(ctx, name)
@@ -440,6 +457,8 @@ func (s *Stack) waitReady(ctx context.Context, name string) error {
 	l := s.Layout
 	var err error
 	switch {
+	case name == "temporal" && s.SQL:
+		err = s.waitFor(ctx, 2*time.Minute, "the Temporal server", func() bool { return s.serverAnswers(ctx) })
 	case name == "temporal":
 		err = s.waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(l.Temporal) && answers("http://"+l.UI) })
 	case name == "worker":
@@ -569,6 +588,9 @@ func (s *Stack) Stop() error {
 	err := stopAll(s.procs, s.Out)
 	if err == nil {
 		_ = os.Remove(filepath.Join(s.Dir, pidFile))
+		if s.pgDir != "" {
+			err = os.RemoveAll(s.pgDir)
+		}
 	}
 	return err
 }
