@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"gopkg.in/yaml.v3"
 
+	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 )
@@ -29,7 +31,7 @@ func TestComposeConfig(t *testing.T) {
 		t.Fatalf("docker-compose.yaml: %v", err)
 	}
 	names := p.ServiceNames()
-	for _, want := range []string{"postgresql", "temporal", "temporal-ui", "worker", "sim-east", "sim-west", "app-east", "app-west"} {
+	for _, want := range []string{"postgresql", "temporal-schema", "temporal", "temporal-namespace", "temporal-ui", "worker", "sim-east", "sim-west", "app-east", "app-west"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("docker-compose.yaml has no service %q (it has %v)", want, names)
 		}
@@ -83,6 +85,74 @@ func TestComposeFiles(t *testing.T) {
 		for _, cidr := range p.Site(site).Fence.CIDRs {
 			if ip := strings.TrimSuffix(cidr, "/32"); !strings.Contains(string(compose), "--from\", \""+ip+"\"") {
 				t.Errorf("no application of docker-compose.yaml writes from %s, which the plan fences for %s", ip, site)
+			}
+		}
+	}
+}
+
+// TestComposeTemporal: the Temporal services are the ones Temporal
+// maintains, at the server version the Makefile builds (the one the
+// pinned CLI and SDK go with); the schemas, then the namespace and
+// Drover's search attributes, are set up by one-shot services; the
+// server counts as healthy only once the namespace answers, and the
+// worker starts only then.
+func TestComposeTemporal(t *testing.T) {
+	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yaml"}, cli.WithWorkingDirectory(".."), cli.WithEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^TEMPORAL_SERVER \?= v(\S+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile pins no TEMPORAL_SERVER")
+	}
+	version := string(m[1])
+	if img := p.Services["temporal"].Image; img != "temporalio/server:"+version {
+		t.Errorf("temporal runs %s; want temporalio/server:%s, the server make temporal-server builds", img, version)
+	}
+	for _, name := range []string{"temporal-schema", "temporal-namespace"} {
+		s := p.Services[name]
+		if !strings.HasPrefix(s.Image, "temporalio/admin-tools:"+version+"-") {
+			t.Errorf("%s runs %s; want temporalio/admin-tools:%s-…", name, s.Image, version)
+		}
+		if s.Restart != "no" {
+			t.Errorf("%s is a one-shot setup but restarts %q", name, s.Restart)
+		}
+	}
+	script := func(name string) string { return strings.Join(p.Services[name].Command, " ") }
+	for _, want := range []string{"create-database", "setup-schema -v 0.0", "update-schema --schema-name", "postgresql/v12/", "temporal:temporal", "temporal_visibility:visibility"} {
+		if !strings.Contains(script("temporal-schema"), want) {
+			t.Errorf("temporal-schema does not run %q:\n%s", want, script("temporal-schema"))
+		}
+	}
+	ns := script("temporal-namespace")
+	if !strings.Contains(ns, "namespace create --namespace default --retention ") {
+		t.Errorf("temporal-namespace creates no namespace with a retention:\n%s", ns)
+	}
+	for _, attr := range stack.SearchAttributes {
+		if !strings.Contains(ns, "--name "+attr+" --type Keyword") {
+			t.Errorf("temporal-namespace does not register search attribute %s:\n%s", attr, ns)
+		}
+	}
+	if hc := p.Services["temporal"].HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "operator namespace describe --namespace default") {
+		t.Errorf("temporal's health check does not ask for the namespace: %+v", hc)
+	}
+	deps := map[string]map[string]string{
+		"temporal":           {"temporal-schema": "service_completed_successfully"},
+		"temporal-namespace": {"temporal": "service_started"},
+		"worker":             {"temporal": "service_healthy", "temporal-namespace": "service_completed_successfully"},
+	}
+	for svc, want := range deps {
+		for on, cond := range want {
+			if got := p.Services[svc].DependsOn[on].Condition; got != cond {
+				t.Errorf("%s waits for %s with %q; want %q", svc, on, got, cond)
 			}
 		}
 	}
