@@ -75,55 +75,70 @@ func TestBadInputExitsTwo(t *testing.T) {
 
 // writePadded writes the minimal example plan with a label of random
 // letters long enough that its action input encodes to at least size
-// bytes, and no more than a few bytes past it.
+// bytes, and no more than a few bytes past it. The search runs on the
+// plan in memory (the encoded size is near linear in the label's length),
+// so it compresses a few megabytes a dozen times, not forty: under -race
+// on a busy machine each compression takes seconds.
 func writePadded(t *testing.T, size int) string {
 	t.Helper()
-	base, err := os.ReadFile("../../plans/examples/minimal.yaml")
+	const example = "../../plans/examples/minimal.yaml"
+	base, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plans.Load(example)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 	pad := make([]byte, 4*size)
 	for i := range pad {
 		pad[i] = letters[rng.IntN(len(letters))]
 	}
-	file := filepath.Join(t.TempDir(), fmt.Sprintf("padded-%d.yaml", size))
 	sizeOf := func(n int) int {
-		doc := strings.Replace(string(base), "  name: minimal\n", "  name: minimal\n  labels: {pad: "+string(pad[:n])+"}\n", 1)
-		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p, err := plans.Load(file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p.Metadata.Labels = map[string]string{"pad": string(pad[:n])}
 		got, err := workflows.InputSize(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
+	// Secant steps to near the length, then bisection over what is left.
 	lo, hi := 0, len(pad)
-	for lo < hi {
+	sLo, sHi := sizeOf(lo), sizeOf(hi)
+	for i := 0; i < 6 && hi-lo > 64; i++ {
+		guess := lo + int(float64(hi-lo)*float64(size-sLo)/float64(sHi-sLo))
+		guess = min(max(guess, lo+1), hi-1)
+		if sg := sizeOf(guess); sg < size {
+			lo, sLo = guess, sg
+		} else {
+			hi, sHi = guess, sg
+		}
+	}
+	for hi-lo > 1 {
 		mid := (lo + hi) / 2
 		if sizeOf(mid) < size {
-			lo = mid + 1
+			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	if got := sizeOf(lo); got < size || got > size+8 {
-		t.Fatalf("padded plan encodes to %d bytes, want %d", got, size)
+	doc := strings.Replace(string(base), "  name: minimal\n", "  name: minimal\n  labels: {pad: "+string(pad[:hi])+"}\n", 1)
+	file := filepath.Join(t.TempDir(), fmt.Sprintf("padded-%d.yaml", size))
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	written, err := plans.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := workflows.InputSize(written); err != nil || got < size || got > size+8 {
+		t.Fatalf("padded plan encodes to %d bytes (%v), want %d", got, err, size)
 	}
 	return file
 }
 
-// TestPlanValidateRefusesWhatCannotStart: a plan whose action input would
-// pass Temporal's limit fails validation with exit 2, its size and the
-// limit, and an action on it is refused before anything starts; a plan
-// just within the limit is valid. (workflows.TestInputSizeLine starts
-// such plans on a real server.)
 func TestPlanValidateRefusesWhatCannotStart(t *testing.T) {
 	limit := workflows.MaxInputBytes - workflows.InputReserve
 	within := writePadded(t, limit-16)
