@@ -114,6 +114,12 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		if err := fenceCIDRs(ctx, p, to, activities.RPCFenceClusterNetwork, cidrs); err != nil {
 			return "", err
 		}
+		if r.recording {
+			// What is fenced must outlive this history: reprotect lifts it.
+			if err := note(ctx, p.Metadata.Name, RecordChange{Fenced: &FenceEntry{Site: from, CIDRs: cidrs, Via: to, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
+				return "", err
+			}
+		}
 		res.Fenced = cidrs
 		return "fenced " + strings.Join(cidrs, ", ") + " through " + to, nil
 	}); err != nil {
@@ -152,6 +158,9 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		return err
 	}
 	if err := promoteAll(ctx, r, p, to, true); err != nil {
+		return err
+	}
+	if err := r.notePrimary(ctx, to); err != nil {
 		return err
 	}
 

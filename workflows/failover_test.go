@@ -40,6 +40,8 @@ type fixture struct {
 	// onCall, when set, sees each activity call as it starts, before it
 	// runs: a test looks at the storage at that moment.
 	onCall func(call)
+	// record holds the changes the actions sent to the plan's record.
+	record []workflows.RecordChange
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
@@ -182,6 +184,13 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 		}
 		add(info, in)
 	})
+	// The plan's record is a workflow of its own, elsewhere: the
+	// environment keeps the changes sent to it.
+	env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(f.plan.Metadata.Name), "", workflows.SignalRecord, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error {
+			f.record = append(f.record, arg.(workflows.RecordChange))
+			return nil
+		})
 	// Single storage calls run as local activities; their arguments come
 	// unencoded.
 	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, args []any) {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -12,13 +13,14 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 )
 
 // Names of Protect's query and update.
 const (
-	QueryProtect      = "protect"
-	UpdateStopProtect = "stop"
+	QueryProtect      = names.QueryProtect
+	UpdateStopProtect = names.UpdateStopProtect
 )
 
 // DefaultProtectInterval is how often Protect polls replication.
@@ -29,9 +31,9 @@ const DefaultProtectInterval = 30 * time.Second
 const (
 	protectRunLength  = 100
 	protectHistoryCap = 4000
-	ProtectIDPrefix   = "drover-protect-"
+	ProtectIDPrefix   = names.ProtectIDPrefix
 	// SignalRetarget moves a running Protect to a new primary.
-	SignalRetarget = "retarget"
+	SignalRetarget = names.SignalRetarget
 	// changeProtectAfter marks histories of Reprotect and Failback that
 	// end by protecting the plan from its new primary.
 	changeProtectAfter = "protect-after"
@@ -39,10 +41,13 @@ const (
 	surveyBatch = 100
 	// changeSurvey marks histories whose polls are batched surveys.
 	changeSurvey = "survey-polls"
+	// changeStopWaits marks histories in which a stop with disable
+	// answers once replication is off (or names where it is not).
+	changeStopWaits = "stop-waits-for-disable"
 )
 
 // ProtectID is the workflow id of a plan's Protect.
-func ProtectID(plan string) string { return ProtectIDPrefix + plan }
+func ProtectID(plan string) string { return names.ProtectID(plan) }
 
 // ProtectInput starts or continues protection of a plan with Primary as
 // the replication source.
@@ -81,6 +86,8 @@ type ProtectState struct {
 	// plan (the signer, or the unsigned-plans warning).
 	By    string `json:"by,omitempty"`
 	Trust string `json:"trust,omitempty"`
+	// noted is what this run last sent to the plan's record.
+	noted *ProtectionEntry
 }
 
 // LastSync is the oldest last sync over the groups: what a failover now
@@ -140,12 +147,24 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryProtect, func() (*ProtectState, error) { return s, nil }); err != nil {
 		return nil, err
 	}
+	var disabled *disableOutcome
 	if err := workflow.SetUpdateHandler(ctx, UpdateStopProtect, func(ctx workflow.Context, req StopProtect) (string, error) {
+		// Histories from before answered at once, even with disable.
+		waits := workflow.GetVersion(ctx, changeStopWaits, workflow.DefaultVersion, 1) == 1
 		stop = &req
 		if cancelRound != nil {
 			cancelRound() // a poll of a dead site can hang until its deadline
 		}
-		return "protection stops", nil
+		if !waits {
+			return "protection stops", nil
+		}
+		// Answer once protection has ended: replication off on every
+		// group when asked (or the groups it is not off on named), the
+		// record told. A protect start after the answer starts anew.
+		if err := workflow.Await(ctx, func() bool { return disabled != nil }); err != nil {
+			return "", err
+		}
+		return disabled.message, disabled.err
 	}); err != nil {
 		return nil, err
 	}
@@ -209,12 +228,31 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		s.Polls++
 		s.report(ctx, p.Metadata.Name)
+		noteProtection(ctx, p.Metadata.Name, s, true)
 		if s.OutOfRPO && !wasOut {
 			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D())
 		}
 		if _, err := workflow.AwaitWithTimeout(ctx, interval, func() bool { return stop != nil || moved() }); err != nil {
 			return s, err
 		}
+	}
+	if workflow.GetVersion(ctx, changeStopWaits, workflow.DefaultVersion, 1) == 1 {
+		out := &disableOutcome{message: "protection stopped; replication left enabled"}
+		if stop.Disable {
+			r, err := newRun(ctx, "unprotect", p)
+			if err != nil {
+				return s, err
+			}
+			out = disableAll(ctx, r, p, in.Primary)
+			s.Enabled = out.err != nil // some groups may still replicate
+		}
+		noteProtection(ctx, p.Metadata.Name, s, false)
+		disabled = out
+		// The stop's answer goes out with the end of the workflow.
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return s, err
+		}
+		return s, nil
 	}
 	if stop.Disable {
 		r, err := newRun(ctx, "unprotect", p)
@@ -226,7 +264,70 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		s.Enabled = false
 	}
+	noteProtection(ctx, p.Metadata.Name, s, false)
 	return s, nil
+}
+
+// disableOutcome is what a stop with disable answers.
+type disableOutcome struct {
+	message string
+	err     error
+}
+
+// disableAll disables replication of every group on site, every group
+// tried however many fail (no pause: the operator waits for the answer),
+// in GroupBatch children for a plan that fans out.
+func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disableOutcome {
+	op := GroupOp{Kind: OpDisable, Site: site}
+	var failed []GroupFailure
+	done := 0
+	if fansOut(ctx, p) {
+		for _, b := range batches(p) {
+			res, err := r.inChild(ctx, p, op, b)
+			if err != nil {
+				for _, g := range b {
+					failed = append(failed, GroupFailure{Group: g, Error: errorText(err)})
+				}
+				continue
+			}
+			done += len(res.Done)
+			failed = append(failed, res.Failed...)
+		}
+	} else {
+		names := groupNames(p)
+		errs := make(map[string]error, len(names))
+		_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, g string) error {
+			if _, err := op.do(ctx, p, g); err != nil {
+				errs[g] = err
+			}
+			return nil
+		})
+		for _, g := range names {
+			if err, ok := errs[g]; ok {
+				failed = append(failed, GroupFailure{Group: g, Error: errorText(err)})
+			} else {
+				done++
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return &disableOutcome{message: fmt.Sprintf("protection stopped; replication disabled on every group (%d) on %s", done, site)}
+	}
+	lines := make([]string, 0, len(failed))
+	groups := make([]string, 0, len(failed))
+	for _, f := range failed {
+		if len(groups) < 20 {
+			groups = append(groups, f.Group)
+		} else if len(groups) == 20 {
+			groups = append(groups, fmt.Sprintf("and %d more", len(failed)-20))
+		}
+		if len(lines) < 5 {
+			lines = append(lines, f.Group+": "+f.Error)
+		}
+	}
+	return &disableOutcome{err: temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"protection stopped, but replication could not be disabled on %d of %d groups on %s: %s (%s); they still replicate",
+		len(failed), len(failed)+done, site, strings.Join(groups, ", "), strings.Join(lines, "; ")), ErrGroupsFail, nil)}
 }
 
 // Retarget is the retarget signal's payload.

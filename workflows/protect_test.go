@@ -3,12 +3,15 @@ package workflows_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -76,5 +79,54 @@ func TestProtectStops(t *testing.T) {
 		if u := state.Unit(key); u == nil || u.Enabled {
 			t.Fatalf("%s on east still replicates: %+v", key, u)
 		}
+	}
+}
+
+// TestProtectStopAnswersOnceDisabled: the stop update with disable is
+// answered only after replication is off on every group; when some
+// group cannot be disabled, the answer is an error naming it.
+func TestProtectStopAnswersOnceDisabled(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault []sim.FaultRule
+	}{{"every group", nil}, {"a group refuses", []sim.FaultRule{{Method: "DisableVolumeReplication", Code: "INVALID_ARGUMENT", Count: 100, Message: "injected"}}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			env, _ := f.testEnv(t)
+			var answer string
+			var answerErr error
+			var enabledAtAnswer []string
+			answered := false
+			env.RegisterDelayedCallback(func() {
+				mustOK(t, f.east.SetFaults(tc.fault))
+				env.UpdateWorkflow(workflows.UpdateStopProtect, "", &testsuite.TestUpdateCallback{
+					OnAccept: func() {}, OnReject: func(err error) { t.Errorf("stop rejected: %v", err) },
+					OnComplete: func(v any, err error) {
+						answered, answerErr = true, err
+						answer, _ = v.(string)
+						state := f.east.Snapshot()
+						for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+							if u := state.Unit(key); u == nil || u.Enabled {
+								enabledAtAnswer = append(enabledAtAnswer, key)
+							}
+						}
+					}}, workflows.StopProtect{Disable: true})
+			}, 15*time.Second)
+			env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+			mustOK(t, env.GetWorkflowError())
+			if !answered {
+				t.Fatal("the stop was never answered")
+			}
+			if tc.fault == nil {
+				if answerErr != nil || len(enabledAtAnswer) > 0 || !strings.Contains(answer, "replication disabled on every group (3) on east") {
+					t.Fatalf("answer %q, %v; still replicating when answered: %v", answer, answerErr, enabledAtAnswer)
+				}
+				return
+			}
+			if answerErr == nil || !strings.Contains(answerErr.Error(), "could not be disabled on 3 of 3 groups on east: db, logs, loose") ||
+				!strings.Contains(answerErr.Error(), "injected") {
+				t.Fatalf("answer %q, %v; want an error naming every group", answer, answerErr)
+			}
+		})
 	}
 }

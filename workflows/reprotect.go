@@ -168,30 +168,78 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 				cidrs = append(cidrs, c)
 			}
 		}
-		if len(cidrs) == 0 {
-			return "no fence CIDRs for " + site, nil
+		if !r.recording {
+			return unfenceBefore(ctx, p, via, cidrs)
 		}
+		// Every outcome says what the storage of via lists, so that the
+		// step never reports an unfence it did not make.
 		listed, err := listFence(ctx, p, via)
-		if cannotList(ctx, err) {
+		unlisted := cannotList(ctx, err)
+		if unlisted {
 			// Unfencing is idempotent: lift every CIDR the site may hold.
 			listed = cidrs
 		} else if err != nil {
 			return "", err
 		}
-		var fenced []string
-		for _, c := range cidrs {
-			if slices.Contains(listed, c) {
+		var fenced, others []string
+		for _, c := range listed {
+			if slices.Contains(cidrs, c) {
 				fenced = append(fenced, c)
+			} else {
+				others = append(others, c)
 			}
 		}
-		if len(fenced) == 0 {
-			return "not fenced", nil
+		still := ""
+		if len(others) > 0 {
+			still = fmt.Sprintf("; %s still lists %s as fenced (not %s's, as recorded or planned)", via, strings.Join(others, ", "), site)
 		}
-		if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
+		if len(cidrs) == 0 {
+			return fmt.Sprintf("nothing recorded or planned as fenced for %s: nothing unfenced%s", site, still), nil
+		}
+		if len(fenced) > 0 {
+			if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
+				return "", err
+			}
+		}
+		// The record drops what is no longer fenced, lifted now or before.
+		if err := note(ctx, p.Metadata.Name, RecordChange{Unfenced: &FenceEntry{Site: site, CIDRs: cidrs, Via: via, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
 			return "", err
 		}
-		return "unfenced " + strings.Join(fenced, ", "), nil
+		if len(fenced) == 0 {
+			return fmt.Sprintf("%s lists none of %s as fenced: nothing unfenced%s", via, strings.Join(cidrs, ", "), still), nil
+		}
+		if unlisted {
+			still = fmt.Sprintf(" (%s cannot list its fences: every CIDR recorded or planned was lifted)", via)
+		}
+		return fmt.Sprintf("unfenced %s through %s%s", strings.Join(fenced, ", "), via, still), nil
 	})
+}
+
+// unfenceBefore is the unfence of histories from before the record.
+func unfenceBefore(ctx workflow.Context, p *plans.Plan, via string, cidrs []string) (string, error) {
+	if len(cidrs) == 0 {
+		return "no fence CIDRs", nil
+	}
+	listed, err := listFence(ctx, p, via)
+	if cannotList(ctx, err) {
+		// Unfencing is idempotent: lift every CIDR the site may hold.
+		listed = cidrs
+	} else if err != nil {
+		return "", err
+	}
+	var fenced []string
+	for _, c := range cidrs {
+		if slices.Contains(listed, c) {
+			fenced = append(fenced, c)
+		}
+	}
+	if len(fenced) == 0 {
+		return "not fenced", nil
+	}
+	if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
+		return "", err
+	}
+	return "unfenced " + strings.Join(fenced, ", "), nil
 }
 
 // changeStopConfirmed marks histories in which a planned stop waits until

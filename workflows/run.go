@@ -10,14 +10,15 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 )
 
 // Names of the queries and updates every action answers.
 const (
-	QueryProgress  = "progress"
-	UpdateResolve  = "resolve"
-	UpdateApprove  = "approve"
+	QueryProgress  = names.QueryProgress
+	UpdateResolve  = names.UpdateResolve
+	UpdateApprove  = names.UpdateApprove
 	ErrAborted     = "ActionAborted"
 	ErrPreflight   = "PreflightFailed"
 	ErrNotFenced   = "NotFenced"
@@ -94,6 +95,10 @@ type run struct {
 	origin    Origin
 	aborted   bool
 	children  int // GroupBatch children started, for their ids
+	// from and to are the action's sites; recording: it sends what it
+	// changes to the plan's record (histories from before it do not).
+	from, to  string
+	recording bool
 }
 
 // begin checks that the worker trusts the plan (before anything else),
@@ -107,10 +112,13 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 		return nil, err
 	}
 	r, err := newRun(ctx, action, p)
-	if r != nil {
-		r.origin, r.progress.By, r.progress.Trust = o, o.By, note
+	if err != nil {
+		return nil, err
 	}
-	return r, err
+	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
+	r.from, r.to, r.recording = from, to, recording(ctx)
+	r.noteAction(ctx, StateRunning, "")
+	return r, nil
 }
 
 func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
@@ -266,6 +274,11 @@ func (r *run) finish(ctx workflow.Context, err error) {
 	tags := r.tags()
 	tags["outcome"] = r.progress.State
 	workflow.GetMetricsHandler(ctx).WithTags(tags).Timer(MetricActionDuration).Record(r.progress.End.Sub(r.progress.Start))
+	errText := ""
+	if err != nil {
+		errText = errorText(err)
+	}
+	r.noteAction(ctx, r.progress.State, errText)
 }
 
 // errorText is the most specific message of an activity error chain.

@@ -10,16 +10,17 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 )
 
 // TaskQueue is the main worker's task queue.
-const TaskQueue = "drover"
+const TaskQueue = names.TaskQueue
 
 // ActionID is the workflow id of a plan's DR action. Every action of a
 // plan (failover, reprotect, failback, drill) shares it, so that only one
 // runs at a time.
-func ActionID(plan string) string { return "drover-action-" + plan }
+func ActionID(plan string) string { return names.ActionID(plan) }
 
 // Register registers every action on a worker (or a replayer, or a test
 // environment).
@@ -30,6 +31,8 @@ func Register(w interface{ RegisterWorkflow(any) }) {
 	w.RegisterWorkflow(Drill)
 	w.RegisterWorkflow(Protect)
 	w.RegisterWorkflow(GroupBatch)
+	w.RegisterWorkflow(PlanRecorder)
+	w.RegisterWorkflow(Verify)
 }
 
 // BusyError refuses an action because another one of the plan runs.

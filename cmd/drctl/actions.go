@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/internal/codec"
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -199,6 +200,10 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if from != "" && p.Site(from) == nil {
 		return badInput("plan %q has no site %q", p.Metadata.Name, from)
 	}
+	rec, err := readRecord(ctx, c, p.Metadata.Name)
+	if err != nil {
+		return err
+	}
 	last, err := lastAction(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
@@ -207,10 +212,16 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if err != nil {
 		return err
 	}
+	// Which site came back: the last failover's (from its history, or
+	// from the record once that history is past retention), an
+	// unfinished reprotect's, or --from.
+	recFailover := rec != nil && rec.LastAction != nil && rec.LastAction.Action == "failover" && rec.LastAction.Outcome == workflows.StateCompleted
 	switch {
 	case fo != nil:
 		// The usual case: the site the failover left is back.
 		in.From, in.To, in.Fenced = fo.From, fo.To, res.Fenced
+	case last.typ == "" && recFailover:
+		in.From, in.To = rec.LastAction.From, rec.LastAction.To
 	case last.is("Reprotect", enums.WORKFLOW_EXECUTION_STATUS_FAILED, enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_TERMINATED, enums.WORKFLOW_EXECUTION_STATUS_TIMED_OUT):
 		// A reprotect that did not finish: run it again.
 		if err := last.read(ctx, c, &in, nil); err != nil {
@@ -224,7 +235,23 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 		if in.From != "" {
 			return badInput("--from %s: the last failover of plan %q left %s, not %s", from, p.Metadata.Name, in.From, from)
 		}
-		in.From, in.To = from, otherSite(p, from)
+		in.From, in.To, in.Fenced = from, otherSite(p, from), nil
+	}
+	// What to unfence: the record's fences of the returned site; without
+	// a record (actions from before it), the failover's result; else the
+	// plan's own CIDRs. When none can say, reprotect refuses rather than
+	// report an unfence it did not make.
+	known := fo != nil && in.From == fo.From
+	if rec != nil {
+		cidrs, via := rec.FencedOf(in.From)
+		if via != "" && via != in.To {
+			return badInput("plan %q: the record holds %s's clients %v as fenced through %s's own storage; lift that fence by hand (UnfenceClusterNetwork), then reprotect", p.Metadata.Name, in.From, cidrs, via)
+		}
+		in.Fenced, known = cidrs, true
+	}
+	if site := p.Site(in.From); !known && len(site.Fence.CIDRs) == 0 && !site.Fence.Unavailable {
+		return badInput("plan %q: cannot know which of %s's clients are fenced: the plan has no record of it, no failover's result tells, and the plan lists no fence.cidrs for %s. "+
+			"Nothing was done. Check what %s's storage lists (ListClusterFence), lift the fence by hand, or add the CIDRs to the plan", p.Metadata.Name, in.From, in.From, in.To)
 	}
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
 		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
@@ -240,6 +267,14 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 		return err
 	}
 	in := workflows.FailbackInput{Plan: p, From: from, To: to}
+	rec, err := readRecord(ctx, c, p.Metadata.Name)
+	if err != nil {
+		return err
+	}
+	if cidrs, via := rec.FencedOf(to); via == from {
+		// What a failover fenced of To and no reprotect lifted since.
+		in.Fenced = cidrs
+	}
 	last, err := lastAction(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
@@ -248,7 +283,7 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 	if err != nil {
 		return err
 	}
-	if fo != nil && fo.From == to {
+	if fo != nil && fo.From == to && rec == nil {
 		// No reprotect since: lift what the failover fenced on To.
 		in.Fenced = res.Fenced
 	}
@@ -294,6 +329,18 @@ func (a *app) start(ctx context.Context, c client.Client, p *plans.Plan, action 
 		fmt.Fprintf(a.stdout, "%s of plan %q started: workflow %s, run %s\n", action, p.Metadata.Name, run.GetID(), run.GetRunID())
 	}
 	return a.follow(ctx, c, run.GetID(), run.GetRunID())
+}
+
+// readRecord reads the plan's record: nil when the plan has none (no
+// action since the record came), an error when it cannot be read.
+func readRecord(ctx context.Context, c client.Client, plan string) (*workflows.PlanRecord, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rec, err := workflows.ReadRecord(qctx, c, plan)
+	if err != nil {
+		return nil, temporalError("read the record of plan "+plan+" (is a worker running?)", err)
+	}
+	return rec, nil
 }
 
 // last is the latest run of a plan's action workflow.
@@ -429,7 +476,7 @@ func (a *app) protectCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			msg, err := a.update(cmd.Context(), c, workflows.ProtectID(name), workflows.UpdateStopProtect, workflows.StopProtect{Disable: disable})
+			msg, err := a.stopProtect(cmd.Context(), c, name, disable)
 			if err != nil {
 				return err
 			}
@@ -447,6 +494,29 @@ func (a *app) protectCommand() *cobra.Command {
 	return protect
 }
 
+// stopProtect asks the plan's Protect to stop and waits for its answer,
+// which comes once it has ended: with disable, after replication is off
+// on every group, or as an error naming the groups it is not off on.
+func (a *app) stopProtect(ctx context.Context, c client.Client, plan string, disable bool) (string, error) {
+	id := workflows.ProtectID(plan)
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.UpdateStopProtect,
+		Args: []any{workflows.StopProtect{Disable: disable}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil && strings.Contains(err.Error(), "already completed") {
+		return "", badInput("the protection of plan %q is not running; nothing to stop (drctl status %s)", plan, plan)
+	}
+	if err != nil {
+		return "", temporalError("stop "+id, err)
+	}
+	var msg string
+	if err := h.Get(ctx, &msg); err != nil {
+		if ctx.Err() != nil {
+			return "", &exitError{exitInterrupted, fmt.Errorf("stopped waiting for %s; it goes on stopping (drctl status %s)", id, plan)}
+		}
+		return "", failed("%s", errorText(err))
+	}
+	return msg, nil
+}
+
 // planName is the plan name an argument stands for: a plan file's name,
 // or the argument itself.
 func planName(arg string) string {
@@ -455,7 +525,7 @@ func planName(arg string) string {
 			return p.Metadata.Name
 		}
 	}
-	for _, prefix := range []string{workflows.ProtectIDPrefix, "drover-action-"} {
+	for _, prefix := range names.IDPrefixes {
 		if n, ok := strings.CutPrefix(arg, prefix); ok {
 			return n
 		}

@@ -14,10 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // cli runs the built drctl against one Temporal address.
@@ -461,5 +467,162 @@ policy:
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// recordOut is the record in drctl status -o json.
+type recordOut struct {
+	Record *struct {
+		Primary string
+		Fences  []struct {
+			Site, Via, By string
+			CIDRs         []string
+		}
+		LastAction *struct{ Action, Outcome, From, To string }
+	}
+	Verify *struct{ Checked, Drift []string }
+}
+
+// TestRecordOutlivesHistories: a plan's record keeps what a failover
+// fenced after the failover's history is gone (as after the namespace's
+// retention); reprotect is aimed by it and lifts exactly that fence;
+// status --verify names drift between the record and storage; and
+// without a record, a failover's result or the plan's CIDRs, reprotect
+// refuses with exit 2 instead of reporting an unfence it did not make.
+func TestRecordOutlivesHistories(t *testing.T) {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	dir := t.TempDir()
+	plan := func(name, eastFence string) string {
+		path := filepath.Join(dir, name+".yaml")
+		body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: %s}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: %s
+    orchestrator: {exec: {}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+volumeGroups:
+  - name: db
+    sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
+policy:
+  retry: {initialInterval: 50ms, maximumInterval: 200ms}
+`, name, east.Endpoint(), eastFence, west.Endpoint(), simtest.NodeB)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	shop := plan("shop", fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA))
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+
+	var o outcome
+	c.ok(&o, "protect", "start", shop, "--primary", "east", "--interval", "100ms")
+	c.eventually("protection to record a sync", "shop", func(s statusOut) bool {
+		return s.Protection != nil && len(s.Protection.Groups) == 1 && !s.Protection.Groups["db"].LastSync.IsZero()
+	})
+	east.Down()
+	c.ok(&o, "failover", shop, "--to", "west", "--yes", "--wait")
+	if o.Status != "completed" {
+		t.Fatalf("failover: %+v", o)
+	}
+	var st recordOut
+	c.ok(&st, "status", shop)
+	fenced := simtest.NodeA + "/32"
+	if st.Record == nil || st.Record.Primary != "west" || len(st.Record.Fences) != 1 || st.Record.Fences[0].Site != "east" ||
+		st.Record.Fences[0].Via != "west" || !slices.Equal(st.Record.Fences[0].CIDRs, []string{fenced}) ||
+		!strings.HasPrefix(st.Record.Fences[0].By, "drover-action-shop run ") || st.Record.LastAction == nil ||
+		st.Record.LastAction.Action != "failover" || st.Record.LastAction.Outcome != "completed" {
+		t.Fatalf("record after the failover: %+v", st.Record)
+	}
+	code, out, errs := c.run("status", "shop")
+	if code != 0 || !strings.Contains(out, "primary: west") || !strings.Contains(out, "fenced: east's clients "+fenced+" through west's storage") {
+		t.Fatalf("status text: exit %d\n%s%s", code, out, errs)
+	}
+
+	// Storage agrees with the record; then someone lifts the fence by
+	// hand, and --verify names it.
+	if err := east.Up(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = c.run("status", shop, "--verify")
+	if code != 0 || !strings.Contains(out, "no drift") {
+		t.Fatalf("verify after the failover: exit %d\n%s%s", code, out, errs)
+	}
+	conn, err := grpc.NewClient(west.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fc := fence.NewFenceControllerClient(conn)
+	cidr := []*fence.CIDR{{Cidr: fenced}}
+	if _, err := fc.UnfenceClusterNetwork(t.Context(), &fence.UnfenceClusterNetworkRequest{Cidrs: cidr}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = c.run("-o", "json", "status", shop, "--verify")
+	if err := json.Unmarshal([]byte(out), &st); code != 1 || err != nil || st.Verify == nil || len(st.Verify.Drift) != 1 ||
+		!strings.Contains(st.Verify.Drift[0], "west does not list "+fenced) {
+		t.Fatalf("verify after a hand unfence: exit %d %+v\n%s%s", code, st.Verify, out, errs)
+	}
+	if _, err := fc.FenceClusterNetwork(t.Context(), &fence.FenceClusterNetworkRequest{Cidrs: cidr}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The failover's history goes, as retention would take it.
+	d, err := srv.Client.DescribeWorkflowExecution(t.Context(), workflows.ActionID("shop"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Client.WorkflowService().DeleteWorkflowExecution(t.Context(), &workflowservice.DeleteWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: d.GetWorkflowExecutionInfo().GetExecution()}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, time.Minute, "the failover's history to be gone", func() bool {
+		_, err := srv.Client.DescribeWorkflowExecution(t.Context(), workflows.ActionID("shop"), "")
+		return err != nil && strings.Contains(err.Error(), "not found")
+	})
+	// Reprotect, aimed by the record alone, lifts the recorded fence.
+	c.ok(&o, "reprotect", shop, "--yes", "--wait")
+	var rp struct {
+		Steps []struct{ Name, State, Output string }
+	}
+	if o.Status != "completed" || json.Unmarshal(o.Result, &rp) != nil {
+		t.Fatalf("reprotect: %+v", o)
+	}
+	unfenced := ""
+	for _, s := range rp.Steps {
+		if s.Name == "unfence east" {
+			unfenced = s.Output
+		}
+	}
+	if !strings.HasPrefix(unfenced, "unfenced "+fenced+" through west") {
+		t.Fatalf("reprotect's unfence step said %q", unfenced)
+	}
+	if got := west.FencedCIDRs(); len(got) != 0 {
+		t.Fatalf("west still fences %v after the reprotect", got)
+	}
+	c.ok(&st, "status", shop)
+	if st.Record == nil || len(st.Record.Fences) != 0 || st.Record.LastAction.Action != "reprotect" {
+		t.Fatalf("record after the reprotect: %+v", st.Record)
+	}
+
+	// A plan with no fence CIDRs of its own, no record and no failover:
+	// reprotect cannot know what is fenced, and says so.
+	bare := plan("bare", "{}")
+	code, _, errs = c.run("reprotect", bare, "--from", "east", "--yes")
+	if code != 2 || !strings.Contains(errs, "cannot know which of east's clients are fenced") {
+		t.Fatalf("reprotect without knowledge of the fence: exit %d\n%s", code, errs)
+	}
+	if _, err := srv.Client.DescribeWorkflowExecution(t.Context(), workflows.ActionID("bare"), ""); err == nil {
+		t.Fatal("the refused reprotect started anyway")
 	}
 }

@@ -18,9 +18,13 @@
 // watch…) the name works too. RUN is a plan name, a plan file or a
 // workflow id (drover-action-NAME, drover-protect-NAME).
 //
-// drctl connects like the temporal CLI: TEMPORAL_ADDRESS,
-// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and profiles
-// (TEMPORAL_PROFILE), or --address and --namespace.
+// drctl connects like the temporal CLI, with its flag names: --address,
+// --namespace, --api-key, --tls, --tls-cert-path, --tls-key-path,
+// --tls-ca-path, --tls-server-name, --profile (of the environment
+// configuration file) and --env (of the CLI's env file); unset flags fall
+// back to TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
+// TEMPORAL_TLS_* and TEMPORAL_PROFILE. drctl version prints the module
+// version and VCS revision.
 //
 // Before it starts an action or protection it warns, on stderr, of each
 // task queue the plan needs that no worker has polled in the last two
@@ -48,10 +52,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
 
 	"github.com/drover-dr/drover/internal/codec"
+	"github.com/drover-dr/drover/internal/version"
 )
 
 // Exit codes.
@@ -131,8 +135,7 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	output         string
-	address        string
-	namespace      string
+	conn           connFlags
 	client         client.Client
 }
 
@@ -146,9 +149,11 @@ PLAN is a plan file. RUN is a plan name, a plan file or a workflow id
 (drover-action-NAME for failover, reprotect, failback and drill;
 drover-protect-NAME for protection).
 
-Connection: TEMPORAL_ADDRESS (default localhost:7233), TEMPORAL_NAMESPACE,
-TEMPORAL_API_KEY, TEMPORAL_TLS_* and TEMPORAL_PROFILE, as for the temporal
-CLI; --address and --namespace override them.
+Connection: as the temporal CLI, with its flags (--address, --namespace,
+--api-key, --tls-cert-path, --tls-key-path, --tls-ca-path,
+--tls-server-name, --profile, --env) over TEMPORAL_ADDRESS (default
+localhost:7233), TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
+TEMPORAL_PROFILE.
 
 Exit codes: 0 done, 1 the action failed, 2 bad input, 3 Temporal
 cannot be reached or has no such namespace.`,
@@ -162,15 +167,14 @@ cannot be reached or has no such namespace.`,
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			switch a.output {
-			case "text", "json", "yaml":
+			case "text", "json":
 				return nil
 			}
 			return badInput("-o %q: want text or json", a.output)
 		},
 	}
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
-	root.PersistentFlags().StringVar(&a.address, "address", "", "Temporal frontend host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
-	root.PersistentFlags().StringVar(&a.namespace, "namespace", "", "Temporal namespace (default: TEMPORAL_NAMESPACE or default)")
+	a.conn.add(root)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return badInput("%v (see %s --help)", err, cmd.CommandPath())
 	})
@@ -178,6 +182,19 @@ cannot be reached or has no such namespace.`,
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
 	root.AddCommand(a.conformanceCommand())
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "The module version and VCS revision drctl was built from",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.json() {
+				writeJSON(a.stdout, map[string]string{"version": version.String()})
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "drctl %s\n", version.String())
+			return nil
+		},
+	})
 	return root
 }
 
@@ -189,15 +206,9 @@ func (a *app) dial(ctx context.Context) (client.Client, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	opts, err := envconfig.LoadDefaultClientOptions()
+	opts, err := a.conn.options()
 	if err != nil {
-		return nil, badInput("read the Temporal client configuration: %v", err)
-	}
-	if a.address != "" {
-		opts.HostPort = a.address
-	}
-	if a.namespace != "" {
-		opts.Namespace = a.namespace
+		return nil, err
 	}
 	opts.Logger = log.NewStructuredLogger(discardLogger())
 	opts.DataConverter = codec.Converter()

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +117,59 @@ func TestInterruptedWatchExits130(t *testing.T) {
 	code := runContext(context.Background(), []string{"--address", srv.Address(), "watch", "nosuchplan"}, strings.NewReader(""), &out, &errb)
 	if code != exitBadInput || !strings.Contains(errb.String(), `Temporal knows no action of plan "nosuchplan"`) || strings.Contains(errb.String(), "step table") {
 		t.Errorf("watch nosuchplan: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// TestConnectionFlags: drctl takes the temporal CLI's connection flags:
+// an environment of its env file (--env), a profile of the environment
+// configuration file (--profile), TLS files (bad ones are bad input
+// naming the flag); -o takes text or json only; version prints the
+// module version.
+func TestConnectionFlags(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "temporal.yaml")
+	if err := os.WriteFile(envFile, []byte("env:\n  lab:\n    address: "+srv.Address()+"\n    namespace: default\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	toml := filepath.Join(dir, "temporal.toml")
+	if err := os.WriteFile(toml, []byte("[profile.lab]\naddress = \""+srv.Address()+"\"\nnamespace = \"default\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEMPORAL_CONFIG_FILE", toml)
+	for _, v := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_ENV"} {
+		t.Setenv(v, "") // restored after the test
+		os.Unsetenv(v)
+	}
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := runContext(context.Background(), args, strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--env", "lab", "--env-file", envFile, "list"}, 0, "no Drover actions yet"},
+		{[]string{"--profile", "lab", "list"}, 0, "no Drover actions yet"},
+		{[]string{"--env", "nosuch", "--env-file", envFile, "list"}, 2, "the env file " + envFile + " has no such environment"},
+		{[]string{"--profile", "nosuch", "list"}, 2, "nosuch"},
+		{[]string{"--tls-cert-path", filepath.Join(dir, "no.pem"), "--tls-key-path", filepath.Join(dir, "no.key"), "list"}, 2, "--tls-cert-path"},
+		{[]string{"--tls-cert-path", toml, "list"}, 2, "give both --tls-cert-path and --tls-key-path"},
+		{[]string{"--tls-ca-path", toml, "list"}, 2, "no PEM certificate"},
+		{[]string{"-o", "yaml", "list"}, 2, `-o "yaml": want text or json`},
+		{[]string{"version"}, 0, "drctl (devel)"},
+	} {
+		code, out, errs := run(tc.args...)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("drctl %v: exit %d\n%s%s\nwant exit %d and %q", tc.args, code, out, errs, tc.code, tc.want)
+		}
+	}
+	// --api-key and --tls-server-name go on the connection: TLS to a
+	// server that speaks plain gRPC fails, as it would with the CLI.
+	code, _, errs := run("--address", srv.Address(), "--api-key", "k", "--tls-server-name", "temporal.example", "list")
+	if code != 3 {
+		t.Errorf("--api-key against a plain server: exit %d, want 3 (TLS attempted)\n%s", code, errs)
 	}
 }

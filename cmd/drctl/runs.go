@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -27,24 +30,29 @@ var actionTypes = []string{"Failover", "Reprotect", "Failback", "Drill", "Protec
 
 // runID is the workflow id a RUN argument stands for.
 func runID(arg string) string {
-	if strings.HasPrefix(arg, "drover-action-") || strings.HasPrefix(arg, workflows.ProtectIDPrefix) {
+	if strings.HasPrefix(arg, names.ActionIDPrefix) || strings.HasPrefix(arg, names.ProtectIDPrefix) {
 		return arg
 	}
 	return workflows.ActionID(planName(arg))
 }
 
 func (a *app) runCommands() []*cobra.Command {
+	var verify bool
 	status := &cobra.Command{
 		Use:   "status [PLAN|RUN]",
-		Short: "Where a plan stands: its last action and its protection (all plans without an argument)",
+		Short: "Where a plan stands: its record, its last action and its protection (all plans without an argument)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
+				if verify {
+					return badInput("--verify needs a plan file: drctl status PLAN.yaml --verify")
+				}
 				return a.list(cmd.Context(), 0, true)
 			}
-			return a.status(cmd.Context(), args[0])
+			return a.status(cmd.Context(), args[0], verify)
 		},
 	}
+	status.Flags().BoolVar(&verify, "verify", false, "compare the plan's record with what its storage reports (fences, replication) and name any drift; exit 1 when there is some")
 	watch := &cobra.Command{
 		Use:   "watch RUN",
 		Short: "Follow an action: a live step table, then its result",
@@ -468,7 +476,9 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 	if err != nil {
 		return err
 	}
-	q := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "')"
+	// A Protect that continued as new goes on in its next run: only
+	// that one is listed.
+	q := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "') AND ExecutionStatus != 'ContinuedAsNew'"
 	var all []execution
 	var token []byte
 	for {
@@ -525,6 +535,8 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 // planStatus is status's answer for one plan.
 type planStatus struct {
 	Plan       string                  `json:"plan"`
+	Record     *workflows.PlanRecord   `json:"record"`
+	Verify     *workflows.VerifyResult `json:"verify,omitempty"`
 	Action     *actionStatus           `json:"action"`
 	Protection *workflows.ProtectState `json:"protection"`
 	ProtectRun *execution              `json:"protectRun,omitempty"`
@@ -535,7 +547,18 @@ type actionStatus struct {
 	Progress *workflows.Progress `json:"progress,omitempty"`
 }
 
-func (a *app) status(ctx context.Context, arg string) error {
+func (a *app) status(ctx context.Context, arg string, verify bool) error {
+	var plan *plans.Plan
+	if verify {
+		if !isPlanFile(arg) {
+			return badInput("--verify needs the plan file (its storage endpoints), not %q", arg)
+		}
+		p, err := loadPlan(arg)
+		if err != nil {
+			return err
+		}
+		plan = p
+	}
 	c, err := a.dial(ctx)
 	if err != nil {
 		return err
@@ -543,8 +566,15 @@ func (a *app) status(ctx context.Context, arg string) error {
 	id := runID(arg)
 	name := planName(arg)
 	st := planStatus{Plan: name}
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	rec, rerr := workflows.ReadRecord(rctx, c, name)
+	rcancel()
+	if rerr != nil && !a.json() {
+		fmt.Fprintf(a.stderr, "drctl: %v\n", rerr)
+	}
+	st.Record = rec
 	onlyProtect := strings.HasPrefix(id, workflows.ProtectIDPrefix)
-	onlyAction := strings.HasPrefix(arg, "drover-action-")
+	onlyAction := strings.HasPrefix(arg, names.ActionIDPrefix)
 	if !onlyProtect {
 		d, err := c.DescribeWorkflowExecution(ctx, workflows.ActionID(name), "")
 		if err == nil {
@@ -570,14 +600,40 @@ func (a *app) status(ctx context.Context, arg string) error {
 			return temporalError("describe the protection of plan "+name, err)
 		}
 	}
-	if st.Action == nil && st.ProtectRun == nil {
+	if st.Action == nil && st.ProtectRun == nil && st.Record == nil {
 		return badInput("Temporal knows no action or protection of plan %q; drctl list shows the plans it knows", name)
 	}
+	if verify {
+		if st.Record == nil {
+			return badInput("plan %q has no record to verify yet (no action or protection since the record came)", name)
+		}
+		v, err := verifyRecord(ctx, c, plan, st.Record)
+		if err != nil {
+			return err
+		}
+		st.Verify = v
+	}
+	drift := st.Verify != nil && len(st.Verify.Drift) > 0
 	if a.json() {
 		writeJSON(a.stdout, st)
+		if drift {
+			return silent(exitFailed)
+		}
 		return nil
 	}
 	fmt.Fprintf(a.stdout, "plan %s\n", name)
+	if r := st.Record; r != nil {
+		renderRecord(a.stdout, r)
+	}
+	if v := st.Verify; v != nil {
+		fmt.Fprintf(a.stdout, "\nverified against storage: %s\n", strings.Join(v.Checked, "; "))
+		if !drift {
+			fmt.Fprintf(a.stdout, "  no drift: storage agrees with the record\n")
+		}
+		for _, d := range v.Drift {
+			fmt.Fprintf(a.stdout, "  DRIFT: %s\n", d)
+		}
+	}
 	if x := st.Action; x != nil {
 		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s (workflow %s, run %s)\n", x.Type, x.Status, x.Start.Local().Format(time.DateTime), x.WorkflowID, x.RunID)
 		if x.Progress != nil {
@@ -612,10 +668,71 @@ func (a *app) status(ctx context.Context, arg string) error {
 				}
 				tw.row("  "+g, last, h.Lag.Round(time.Millisecond).String(), h.Status, note)
 			}
-			return tw.flush()
+			if err := tw.flush(); err != nil {
+				return err
+			}
 		}
 	}
+	if drift {
+		return silent(exitFailed)
+	}
 	return nil
+}
+
+// renderRecord writes what the plan's record holds.
+func renderRecord(w io.Writer, r *workflows.PlanRecord) {
+	primary := r.Primary
+	if primary == "" {
+		primary = "not known yet"
+	}
+	fmt.Fprintf(w, "\nrecord (workflow %s, updated %s):\n  primary: %s\n", workflows.RecordID(r.Plan), r.Updated.Local().Format(time.DateTime), primary)
+	if len(r.Fences) == 0 {
+		fmt.Fprintf(w, "  fenced: nothing\n")
+	}
+	for _, f := range r.Fences {
+		fmt.Fprintf(w, "  fenced: %s's clients %s through %s's storage (by %s at %s)\n", f.Site, strings.Join(f.CIDRs, ", "), f.Via, f.By, f.At.Local().Format(time.DateTime))
+	}
+	if x := r.LastAction; x != nil {
+		end := ""
+		if !x.End.IsZero() {
+			end = ", ended " + x.End.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(w, "  last action: %s %s → %s, %s%s (workflow %s, run %s)\n", x.Action, x.From, x.To, x.Outcome, end, x.WorkflowID, x.RunID)
+		if x.Error != "" {
+			fmt.Fprintf(w, "    error: %s\n", x.Error)
+		}
+	}
+	if pr := r.Protection; pr != nil {
+		state := "stopped"
+		if pr.Running {
+			state = "running"
+		}
+		rpo := "within the RPO target"
+		if pr.OutOfRPO {
+			rpo = "OUT OF RPO"
+		}
+		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %v, %s (as of %s)\n", state, pr.Primary, pr.Enabled,
+			pr.Lag.Round(time.Millisecond), rpo, pr.Checked.Local().Format(time.DateTime))
+	}
+}
+
+// verifyRecord runs the plan's Verify workflow and waits for its answer.
+func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *workflows.PlanRecord) (*workflows.VerifyResult, error) {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	run, err := c.ExecuteWorkflow(vctx, client.StartWorkflowOptions{ID: workflows.VerifyID(p.Metadata.Name), TaskQueue: workflows.TaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, workflows.Verify, workflows.VerifyInput{Plan: p, Record: rec})
+	if err != nil {
+		return nil, temporalError("start the verification of plan "+p.Metadata.Name, err)
+	}
+	var v workflows.VerifyResult
+	if err := run.Get(vctx, &v); err != nil {
+		if ctx.Err() != nil {
+			return nil, &exitError{exitInterrupted, fmt.Errorf("stopped waiting for %s", run.GetID())}
+		}
+		return nil, temporalError("verify plan "+p.Metadata.Name+" (workflow "+run.GetID()+")", err)
+	}
+	return &v, nil
 }
 
 func isNotFound(err error) bool {

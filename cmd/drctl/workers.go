@@ -9,6 +9,7 @@ import (
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -54,7 +55,7 @@ func (a *app) warnIdleWorkers(ctx context.Context, c client.Client, p *plans.Pla
 func siteFlag(queue string, p *plans.Plan) string {
 	for _, s := range p.Sites {
 		if s.TaskQueue == queue {
-			if queue == "drover-site-"+s.Name {
+			if queue == names.SiteTaskQueue(s.Name) {
 				return " --site " + s.Name
 			}
 			return " --site " + s.Name + " --task-queue " + queue

@@ -64,6 +64,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/codec"
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/internal/version"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
@@ -135,7 +136,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if c.taskQueue == "" {
 		c.taskQueue = workflows.TaskQueue
 		if c.site != "" {
-			c.taskQueue = SiteTaskQueue(c.site)
+			c.taskQueue = names.SiteTaskQueue(c.site)
 		}
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
@@ -170,10 +171,6 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	return c, nil
 }
-
-// SiteTaskQueue is the default task queue of a site's own worker; a plan
-// routes a site's calls there with sites[].taskQueue.
-func SiteTaskQueue(site string) string { return "drover-site-" + site }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))

@@ -1,0 +1,318 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/internal/names"
+)
+
+// A plan's record is its DR state as Drover's actions left it, kept by
+// Temporal in one long-lived workflow per plan (PlanRecord, RecordID):
+// which site is primary, what is fenced (which CIDRs of which site,
+// through which site's storage, by which run), the last action and its
+// outcome, and protection with its lag. The actions send it what they
+// change as they change it; it continues as new to keep its history
+// small, so it outlives the retention of the actions' own histories.
+// Reprotect and failback are aimed by it, and drctl status shows it and,
+// with --verify, compares it with what storage reports.
+
+// Names of the record's query and signal, and the marker of histories
+// whose actions send their changes to it.
+const (
+	QueryRecord  = names.QueryRecord
+	SignalRecord = names.SignalRecord
+	changeRecord = "plan-record"
+	// recordRunLength bounds one run of PlanRecord: after this many
+	// changes it continues as new with its state.
+	recordRunLength = 500
+)
+
+// RecordID is the workflow id of a plan's record.
+func RecordID(plan string) string { return names.RecordID(plan) }
+
+// VerifyID is the workflow id of a plan's verification.
+func VerifyID(plan string) string { return names.VerifyID(plan) }
+
+// FenceEntry is one set of CIDRs fenced: Site's clients, fenced through
+// the storage of Via (the fence domain the two sites share), by a run.
+type FenceEntry struct {
+	Site  string    `json:"site"`
+	CIDRs []string  `json:"cidrs"`
+	Via   string    `json:"via"`
+	By    string    `json:"by,omitempty"` // workflow id and run id
+	At    time.Time `json:"at,omitzero"`
+}
+
+// ActionEntry is an action as the record knows it.
+type ActionEntry struct {
+	Action     string    `json:"action"`
+	WorkflowID string    `json:"workflowId"`
+	RunID      string    `json:"runId"`
+	From       string    `json:"from,omitempty"`
+	To         string    `json:"to,omitempty"`
+	Outcome    string    `json:"outcome"` // running, completed, aborted
+	Error      string    `json:"error,omitempty"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end,omitzero"`
+}
+
+// ProtectionEntry is protection as last reported to the record.
+type ProtectionEntry struct {
+	Primary  string        `json:"primary"`
+	Running  bool          `json:"running"`
+	Enabled  bool          `json:"enabled"`
+	OutOfRPO bool          `json:"outOfRPO"`
+	LastSync time.Time     `json:"lastSync,omitzero"`
+	Lag      time.Duration `json:"lag"`
+	Checked  time.Time     `json:"checked,omitzero"`
+}
+
+// PlanRecord is a plan's recorded DR state.
+type PlanRecord struct {
+	Plan string `json:"plan"`
+	// Primary is the site whose copies are primary ("" until an action
+	// or protection says).
+	Primary    string           `json:"primary,omitempty"`
+	Fences     []FenceEntry     `json:"fences"`
+	LastAction *ActionEntry     `json:"lastAction,omitempty"`
+	Protection *ProtectionEntry `json:"protection,omitempty"`
+	Updated    time.Time        `json:"updated,omitzero"`
+	Changes    int              `json:"changes"`
+}
+
+// FencedOf is what the record holds as fenced of site's clients, and
+// through which site's storage.
+func (r *PlanRecord) FencedOf(site string) (cidrs []string, via string) {
+	if r == nil {
+		return nil, ""
+	}
+	for _, f := range r.Fences {
+		if f.Site == site {
+			for _, c := range f.CIDRs {
+				if !slices.Contains(cidrs, c) {
+					cidrs = append(cidrs, c)
+				}
+			}
+			via = f.Via
+		}
+	}
+	return cidrs, via
+}
+
+// RecordChange is one change an action sends to the record.
+type RecordChange struct {
+	At         time.Time        `json:"at"`
+	Primary    string           `json:"primary,omitempty"`
+	Fenced     *FenceEntry      `json:"fenced,omitempty"`
+	Unfenced   *FenceEntry      `json:"unfenced,omitempty"`
+	Action     *ActionEntry     `json:"action,omitempty"`
+	Protection *ProtectionEntry `json:"protection,omitempty"`
+}
+
+// apply folds a change into the record.
+func (r *PlanRecord) apply(c RecordChange) {
+	r.Changes++
+	r.Updated = c.At
+	if c.Primary != "" {
+		r.Primary = c.Primary
+	}
+	if f := c.Fenced; f != nil {
+		i := slices.IndexFunc(r.Fences, func(e FenceEntry) bool { return e.Site == f.Site && e.Via == f.Via })
+		if i < 0 {
+			r.Fences = append(r.Fences, FenceEntry{Site: f.Site, Via: f.Via})
+			i = len(r.Fences) - 1
+		}
+		e := &r.Fences[i]
+		for _, cidr := range f.CIDRs {
+			if !slices.Contains(e.CIDRs, cidr) {
+				e.CIDRs = append(e.CIDRs, cidr)
+			}
+		}
+		sort.Strings(e.CIDRs)
+		e.By, e.At = f.By, f.At
+	}
+	if u := c.Unfenced; u != nil {
+		keep := r.Fences[:0]
+		for _, e := range r.Fences {
+			if e.Site == u.Site && e.Via == u.Via {
+				e.CIDRs = slices.DeleteFunc(e.CIDRs, func(cidr string) bool { return slices.Contains(u.CIDRs, cidr) })
+			}
+			if len(e.CIDRs) > 0 {
+				keep = append(keep, e)
+			}
+		}
+		r.Fences = keep
+	}
+	if a := c.Action; a != nil {
+		r.LastAction = a
+	}
+	if p := c.Protection; p != nil {
+		r.Protection = p
+		if p.Primary != "" && p.Enabled {
+			r.Primary = p.Primary
+		}
+	}
+}
+
+// PlanRecordInput starts or continues a plan's record.
+type PlanRecordInput struct {
+	Record PlanRecord `json:"record"`
+}
+
+// PlanRecorder keeps a plan's record: it applies the changes the actions
+// signal, answers the "record" query, and continues as new after
+// recordRunLength changes (or a long history). It never ends by itself.
+func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
+	r := in.Record
+	if r.Fences == nil {
+		r.Fences = []FenceEntry{}
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryRecord, func() (*PlanRecord, error) { return &r, nil }); err != nil {
+		return err
+	}
+	ch := workflow.GetSignalChannel(ctx, SignalRecord)
+	for n := 0; ; n++ {
+		if n >= recordRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
+			// Take every change already delivered before moving on.
+			for {
+				var c RecordChange
+				if !ch.ReceiveAsync(&c) {
+					break
+				}
+				r.apply(c)
+			}
+			return workflow.NewContinueAsNewError(ctx, PlanRecorder, PlanRecordInput{Record: r})
+		}
+		var c RecordChange
+		ch.Receive(ctx, &c)
+		r.apply(c)
+	}
+}
+
+// recording tells whether this run sends its changes to the plan's
+// record (histories from before the record do not).
+func recording(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, changeRecord, workflow.DefaultVersion, 1) == 1
+}
+
+// note sends a change to the plan's record, starting the record when the
+// plan has none yet. It waits until Temporal has taken the change.
+func note(ctx workflow.Context, plan string, c RecordChange) error {
+	c.At = workflow.Now(ctx)
+	id := RecordID(plan)
+	ctx = workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{})
+	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err == nil {
+		return nil
+	}
+	// No record yet: start it, holding this change.
+	first := PlanRecord{Plan: plan, Fences: []FenceEntry{}}
+	first.apply(c)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON})
+	err := workflow.ExecuteChildWorkflow(cctx, PlanRecorder, PlanRecordInput{Record: first}).GetChildWorkflowExecution().Get(ctx, nil)
+	if err == nil {
+		return nil
+	}
+	if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
+	}
+	// Started meanwhile by another action: send the change to it.
+	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err != nil {
+		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
+	}
+	return nil
+}
+
+// noteAction records the action's start or end (best effort: the
+// action's own history holds it too; a failure is logged).
+func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
+	if !r.recording {
+		return
+	}
+	info := workflow.GetInfo(ctx)
+	a := &ActionEntry{Action: r.progress.Action, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
+		From: r.from, To: r.to, Outcome: outcome, Error: errText, Start: r.progress.Start, End: r.progress.End}
+	if err := note(ctx, r.plan.Metadata.Name, RecordChange{Action: a}); err != nil {
+		workflow.GetLogger(ctx).Warn("the plan's record did not take the action", "error", err)
+	}
+}
+
+// notePrimary records that site's copies are now primary, as a step (a
+// record that cannot be written pauses the action like any step).
+func (r *run) notePrimary(ctx workflow.Context, site string) error {
+	if !r.recording {
+		return nil
+	}
+	return r.step(ctx, "record "+site+" as primary", false, func(ctx workflow.Context) (string, error) {
+		if err := note(ctx, r.plan.Metadata.Name, RecordChange{Primary: site}); err != nil {
+			return "", err
+		}
+		return "recorded in " + RecordID(r.plan.Metadata.Name), nil
+	})
+}
+
+// protectNoteEvery is how many polls may pass without protection's
+// summary going to the record when nothing but the lag changed.
+const protectNoteEvery = 10
+
+// noteProtection sends protection's summary to the plan's record when it
+// changed (primary, replication on or off, out of RPO, running or not),
+// and otherwise every protectNoteEvery polls for the lag: the record keeps
+// what protection knew, without a signal per poll. Best effort: a failure
+// is logged, and the next poll tries again.
+func noteProtection(ctx workflow.Context, plan string, s *ProtectState, running bool) {
+	if !recording(ctx) {
+		return
+	}
+	e := &ProtectionEntry{Primary: s.Primary, Running: running, Enabled: s.Enabled, OutOfRPO: s.OutOfRPO, LastSync: s.LastSync(), Checked: workflow.Now(ctx)}
+	for _, g := range s.Groups {
+		e.Lag = max(e.Lag, g.Lag)
+	}
+	if n := s.noted; n != nil && n.Primary == e.Primary && n.Running == e.Running && n.Enabled == e.Enabled && n.OutOfRPO == e.OutOfRPO &&
+		s.Polls%protectNoteEvery != 0 {
+		return
+	}
+	if err := note(ctx, plan, RecordChange{Protection: e}); err != nil {
+		workflow.GetLogger(ctx).Warn("the plan's record did not take protection's state", "error", err)
+		return
+	}
+	s.noted = e
+}
+
+// by names the run for a fence entry.
+func by(ctx workflow.Context) string {
+	info := workflow.GetInfo(ctx)
+	return info.WorkflowExecution.ID + " run " + info.WorkflowExecution.RunID
+}
+
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
+
+// ReadRecord returns a plan's record, or nil when the plan has none.
+func ReadRecord(ctx context.Context, c client.Client, plan string) (*PlanRecord, error) {
+	v, err := c.QueryWorkflow(ctx, RecordID(plan), "", QueryRecord)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the record of plan %q: %w", plan, err)
+	}
+	var r PlanRecord
+	if err := v.Get(&r); err != nil {
+		return nil, fmt.Errorf("decode the record of plan %q: %w", plan, err)
+	}
+	return &r, nil
+}
