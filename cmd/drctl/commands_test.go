@@ -522,7 +522,7 @@ policy:
 	}
 	shop := plan("shop", fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA))
 	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "")
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
 
 	var o outcome

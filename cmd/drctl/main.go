@@ -121,6 +121,11 @@ func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if errors.As(err, &xe) {
 		code = xe.code
 	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Interrupted while waiting on Temporal: whatever was started
+		// goes on there.
+		code = exitInterrupted
+	}
 	if !errors.Is(err, errSilent) {
 		fmt.Fprintf(stderr, "drctl: %v\n", err)
 		if code == exitBadInput && xe == nil {

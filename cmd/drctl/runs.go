@@ -176,8 +176,14 @@ type outcome struct {
 // follow shows an action's progress until it ends, then its result; the
 // exit code says how it ended.
 func (a *app) follow(ctx context.Context, c client.Client, id, run string) error {
+	interrupted := func() error {
+		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, planName(id))}
+	}
 	if run == "" {
 		d, err := c.DescribeWorkflowExecution(ctx, id, "")
+		if ctx.Err() != nil {
+			return interrupted()
+		}
 		if isNotFound(err) {
 			return badInput("Temporal knows no action of plan %q (workflow %s); drctl list shows the actions it knows", planName(id), id)
 		}
@@ -185,9 +191,6 @@ func (a *app) follow(ctx context.Context, c client.Client, id, run string) error
 			return temporalError("find "+id, err)
 		}
 		run = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	}
-	interrupted := func() error {
-		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, planName(id))}
 	}
 	wr := c.GetWorkflow(ctx, id, run)
 	out := outcome{WorkflowID: id, RunID: wr.GetRunID()}
