@@ -287,8 +287,10 @@ func run(args []string, stderr io.Writer) int {
 	polled := make(chan struct{})
 	go func() {
 		if waitPolling(cl, c.taskQueue, c.site == "", opts.Identity, polled) {
-			ready.Store(true)
+			// Said before /readyz turns 200, so that whoever sees ready
+			// finds the line in the log.
 			logger.Info("worker ready: Temporal lists it among the pollers of its task queues", "taskQueue", c.taskQueue)
+			ready.Store(true)
 		}
 	}()
 	s := <-stop
