@@ -24,7 +24,9 @@ import (
 //
 //	nonidempotent:RPC      a repeat of a call that succeeded answers
 //	                       FAILED_PRECONDITION (the change is applied anyway)
-//	wrongcode:RPC:CODE     every refusal of RPC carries CODE instead
+//	wrongcode:RPC:CODE     every final refusal of RPC carries CODE instead
+//	                       (ABORTED, UNAVAILABLE and DEADLINE_EXCEEDED,
+//	                       which tell the caller to retry, stay as they are)
 //	ignoreforce:RPC        PromoteVolume, DemoteVolume or ResyncVolume acts
 //	                       as if force were false
 //	keepfence              UnfenceClusterNetwork answers success and leaves
@@ -42,6 +44,10 @@ const (
 	BreakIgnoreForce   = "ignoreforce"
 	BreakKeepFence     = "keepfence"
 )
+
+// transient codes are not rewritten by wrongcode: they are no row of a
+// spec's error table but the driver asking to be called again.
+var transient = []codes.Code{codes.OK, codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted}
 
 var forceRPCs = []string{"PromoteVolume", "DemoteVolume", "ResyncVolume"}
 
@@ -135,7 +141,7 @@ func (b *breaks) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	resp, err := handler(ctx, req)
 	if wc := b.find(BreakWrongCode, method); wc != nil && err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
+		if st, ok := status.FromError(err); ok && !slices.Contains(transient, st.Code()) {
 			return nil, status.Error(wc.Code, st.Message())
 		}
 	}

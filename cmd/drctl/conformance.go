@@ -51,7 +51,8 @@ The fence checks fence and unfence one documentation address
 (Ctrl-C, a failed step) puts the scratch resources back before it exits.
 
 Exit codes: 0 every check passed (or skipped), 1 a check failed, 2 bad
-input. --dry-run lists the calls without making any.`,
+input, 130 interrupted (after the clean-up). --dry-run lists the calls
+without making any.`,
 		Example: `  drctl conformance --plan plans/examples/demo.yaml --site east --peer west \
     --volume scratch-vol --group scratch-vg --junit conformance.xml
   drctl conformance --endpoint unix:///run/csi-addons.sock --cidr 192.0.2.10/32`,

@@ -218,6 +218,9 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 				t.Fatalf("exit %d, want 1 (a check failed)\n%s", r.code, r.stderr)
 			}
 			if got := r.with(conformance.Fail); !slices.Equal(got, b.want) {
+				for _, id := range got {
+					t.Logf("%s: %s", id, r.result(id).Detail)
+				}
 				t.Fatalf("failed %v, want exactly %v", got, b.want)
 			}
 		})
