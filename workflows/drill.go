@@ -144,7 +144,10 @@ func would(p *plans.Plan, in DrillInput) []string {
 		}
 	} else {
 		add("check both sites and that replication on %s is healthy and within %v", in.From, p.Policy.RPOTarget)
-		add("stop the workloads of %s", in.From)
+		stops := byPriority(workloadsOn(p, in.From), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+		for i := len(stops) - 1; i >= 0; i-- {
+			add("stop on %s and wait until nothing of it runs (within %v, else pause): %s", in.From, p.Policy.StopDeadline, strings.Join(stops[i], ", "))
+		}
 		for _, b := range groups {
 			add("demote on %s without force: %s", in.From, strings.Join(b, ", "))
 		}

@@ -60,3 +60,22 @@ func TestDrill(t *testing.T) {
 	roles(t, f.east, sim.RolePrimary)
 	roles(t, f.west, sim.RoleSecondary)
 }
+
+// TestDrillOfFailbackSaysTheStopOrder: a failback's drill lists the stop
+// of the old primary's workloads tier by tier, highest priority number
+// first, each waited for within the stop deadline, before any demotion.
+func TestDrillOfFailbackSaysTheStopOrder(t *testing.T) {
+	f := newFixture(t)
+	var res workflows.DrillResult
+	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failback", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	at := func(prefix string) int {
+		return slices.IndexFunc(res.Would, func(s string) bool { return strings.HasPrefix(s, prefix) })
+	}
+	web := at("stop on east and wait until nothing of it runs (within 30s, else pause): web")
+	pg := at("stop on east and wait until nothing of it runs (within 30s, else pause): pg")
+	demote := at("demote on east without force")
+	if web < 0 || pg < web || demote < pg {
+		t.Fatalf("the failback's plan stops web (%d), then pg (%d), then demotes (%d)?\n%s", web, pg, demote, strings.Join(res.Would, "\n"))
+	}
+}
