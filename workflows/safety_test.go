@@ -357,3 +357,40 @@ func TestCycleActsOnObservedState(t *testing.T) {
 	}
 	f.homeAgain(t, "v1", 5, "written on west")
 }
+
+// TestProtectCarriesItsOwnStateOnly: a run continued from the same
+// primary keeps what the previous run recorded (no new enabling, the poll
+// and run counts go on); state recorded for another primary is dropped,
+// and replication is enabled on the new one.
+func TestProtectCarriesItsOwnStateOnly(t *testing.T) {
+	f := newFixture(t)
+	prev := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 7, Runs: 3,
+		Groups:  map[string]workflows.GroupHealth{"db": {LastSync: time.Now().Add(-time.Minute)}},
+		Clients: map[string][]string{"east": {simtest.NodeA + "/32"}}}
+	run := func(primary string) (workflows.ProtectState, []call) {
+		env, calls := f.testEnv(t)
+		env.RegisterDelayedCallback(func() {
+			send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+		}, 15*time.Second)
+		env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: primary, Interval: 10 * time.Second, State: prev})
+		mustOK(t, env.GetWorkflowError())
+		var s workflows.ProtectState
+		mustOK(t, env.GetWorkflowResult(&s))
+		return s, *calls
+	}
+	same, calls := run("east")
+	if same.Runs != 4 || same.Polls < 8 || same.Primary != "east" {
+		t.Fatalf("continued from the same primary: runs %d polls %d, want the counts carried on (4, 8 or more)", same.Runs, same.Polls)
+	}
+	if i := indexOf(calls, "EnableVolumeReplication", "", ""); i >= 0 {
+		t.Fatalf("replication enabled again though the carried state says it is: %v", calls[i])
+	}
+
+	other, calls := run("west")
+	if other.Runs != 1 || other.Polls >= 7 || other.Primary != "west" {
+		t.Fatalf("state of east carried to a protection from west: runs %d polls %d", other.Runs, other.Polls)
+	}
+	if indexOf(calls, "EnableVolumeReplication", "west", "") < 0 {
+		t.Fatalf("replication was not enabled on the new primary: %v", calls)
+	}
+}
