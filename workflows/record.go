@@ -276,6 +276,8 @@ func noteProtection(ctx workflow.Context, plan string, s *ProtectState, running 
 		return
 	}
 	e := &ProtectionEntry{Primary: s.Primary, Running: running, Enabled: s.Enabled, OutOfRPO: s.OutOfRPO, LastSync: s.LastSync(), Checked: workflow.Now(ctx)}
+	// A maximum over every group: the order of the map does not matter.
+	//workflowcheck:ignore
 	for _, g := range s.Groups {
 		e.Lag = max(e.Lag, g.Lag)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -144,17 +143,4 @@ func (f *connFlags) applyEnv() error {
 		f.tls = true
 	}
 	return nil
-}
-
-// describe names where drctl connects, for messages.
-func describe(opts client.Options) string {
-	addr := opts.HostPort
-	if addr == "" {
-		addr = client.DefaultHostPort
-	}
-	ns := opts.Namespace
-	if ns == "" {
-		ns = client.DefaultNamespace
-	}
-	return fmt.Sprintf("%s (namespace %s)", addr, ns)
 }
