@@ -1,0 +1,138 @@
+# A site's own Drover worker, as a Nomad service job in that site: it
+# runs only the calls to the site's storage and orchestrator (task queue
+# "drover-site-SITE"), for plans whose site says `taskQueue:
+# drover-site-SITE`. Run it in each site's own Nomad (a DR site has its
+# own cluster: the other site's may be what is lost), when the central
+# worker cannot reach the site's storage or orchestrator:
+#
+#   nomad var put nomad/jobs/drover-site-worker TEMPORAL_ADDRESS=temporal.example:7233 \
+#     TEMPORAL_NAMESPACE=drover TEMPORAL_API_KEY=... DROVER_STORAGE_EAST_userID=...
+#   nomad job run -var site=east drover-site-worker.nomad.hcl
+#
+# Every item of the Nomad Variable nomad/jobs/drover-site-worker becomes
+# an environment variable of the worker: the TEMPORAL_* connection
+# settings and the site's storage secrets. A site worker runs no
+# workflow, so it needs no plan keys.
+
+variable "site" {
+  type        = string
+  description = "the plan's name of this site"
+}
+
+variable "datacenters" {
+  type        = list(string)
+  default     = ["*"]
+  description = "the site's datacenters"
+}
+
+variable "driver" {
+  type        = string
+  default     = "exec"
+  description = "task driver: exec isolates the worker binary; raw_exec where exec is not available"
+}
+
+variable "worker_binary" {
+  type        = string
+  default     = "/usr/local/bin/worker"
+  description = "path of Drover's worker binary on the clients"
+}
+
+variable "count" {
+  type        = number
+  default     = 2
+  description = "how many workers of this site"
+}
+
+job "drover-site-worker" {
+  type        = "service"
+  datacenters = var.datacenters
+
+  meta {
+    site = var.site
+  }
+
+  group "worker" {
+    count = var.count
+
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
+    network {
+      port "http" {}
+    }
+
+    update {
+      max_parallel     = 1
+      health_check     = "checks"
+      min_healthy_time = "10s"
+      healthy_deadline = "3m"
+      auto_revert      = true
+    }
+
+    restart {
+      attempts = 10
+      interval = "5m"
+      delay    = "5s"
+      mode     = "delay"
+    }
+
+    service {
+      name     = "drover-site-worker"
+      provider = "nomad"
+      port     = "http"
+      tags     = ["metrics", "site-${var.site}"]
+
+      check {
+        name     = "alive"
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+      }
+
+      check {
+        name     = "ready"
+        type     = "http"
+        path     = "/readyz"
+        interval = "10s"
+        timeout  = "5s"
+      }
+    }
+
+    task "worker" {
+      driver = var.driver
+
+      config {
+        command = var.worker_binary
+        args = [
+          "--site", var.site,
+          "--metrics", "${NOMAD_ADDR_http}",
+          "--log-format", "json",
+          "--identity", "${NOMAD_JOB_NAME}/${NOMAD_ALLOC_ID}",
+          "--connect-timeout", "2m",
+        ]
+      }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "5m"
+
+      template {
+        destination = "secrets/worker.env"
+        env         = true
+        change_mode = "restart"
+        data        = <<-EOT
+        {{- with nomadVar "nomad/jobs/drover-site-worker" }}{{ range $k, $v := . }}
+        {{ $k }}={{ $v | toJSON }}
+        {{- end }}{{ end }}
+        EOT
+      }
+
+      resources {
+        cpu        = 100
+        memory     = 96
+        memory_max = 192
+      }
+    }
+  }
+}

@@ -1,0 +1,208 @@
+package deploy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/nomadfake"
+	"github.com/drover-dr/drover/plans"
+)
+
+// nomadJob is one job file of deploy/nomad and what it must be.
+type nomadJob struct {
+	file, vars string
+	id         string // the job's id with vars
+	queue      string // the task queue its worker polls
+	args       []string
+	planKeys   bool // the central worker trusts plan keys
+}
+
+var nomadJobs = []nomadJob{
+	{file: "nomad/drover-worker.nomad.hcl", id: "drover-worker", queue: "drover", planKeys: true},
+	{file: "nomad/drover-site-worker.nomad.hcl", vars: "site = \"east\"\n", id: "drover-site-worker", queue: "drover-site-east", args: []string{"--site", "east"}},
+}
+
+// nomadClient starts a real `nomad agent -dev` (skipping without one on
+// PATH) and returns a client of it.
+func nomadClient(t *testing.T) *api.Client {
+	t.Helper()
+	// The agent takes AWS_CA_BUNDLE for its own and fails when the
+	// bundle is not what it expects.
+	t.Setenv("AWS_CA_BUNDLE", "")
+	os.Unsetenv("AWS_CA_BUNDLE")
+	addr := nomadfake.Agent(t)
+	c, err := api.NewClient(&api.Config{Address: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// parseJob parses a job file the way the Nomad orchestrator adapter
+// does: through the agent's /v1/jobs/parse, canonicalized.
+func parseJob(t *testing.T, c *api.Client, j nomadJob, extraVars string) *api.Job {
+	t.Helper()
+	hcl, err := os.ReadFile(j.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(hcl), Variables: j.vars + extraVars, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("%s: %v", j.file, err)
+	}
+	return job
+}
+
+// TestNomadJobSpecs parses each job file with a real Nomad agent and
+// checks what the README promises of it: a service job, two workers
+// spread over nodes, health checks on /healthz and /readyz that gate
+// deployments, the TEMPORAL_* settings and storage secrets from the
+// job's Nomad Variable through an env template, the central worker's
+// plan keys from it, a stop that lets running calls finish, and memory
+// limits.
+func TestNomadJobSpecs(t *testing.T) {
+	c := nomadClient(t)
+	for _, j := range nomadJobs {
+		job := parseJob(t, c, j, "")
+		if *job.ID != j.id || *job.Type != "service" {
+			t.Errorf("%s: job %q of type %q; want service job %q", j.file, *job.ID, *job.Type, j.id)
+		}
+		if len(job.TaskGroups) != 1 {
+			t.Fatalf("%s: %d groups, want 1", j.file, len(job.TaskGroups))
+		}
+		g := job.TaskGroups[0]
+		if *g.Count < 2 || len(g.Spreads) == 0 {
+			t.Errorf("%s: %d worker(s), spread %v; want 2 or more spread over nodes", j.file, *g.Count, g.Spreads)
+		}
+		if g.Update == nil || *g.Update.HealthCheck != "checks" {
+			t.Errorf("%s: deployments are not gated by the health checks: %+v", j.file, g.Update)
+		}
+		var paths []string
+		for _, s := range g.Services {
+			for _, ch := range s.Checks {
+				if ch.Type == "http" && s.PortLabel == "http" {
+					paths = append(paths, ch.Path)
+				}
+			}
+		}
+		if !slices.Contains(paths, "/healthz") || !slices.Contains(paths, "/readyz") {
+			t.Errorf("%s: HTTP checks on %v; want /healthz and /readyz on the worker's port", j.file, paths)
+		}
+		task := g.Tasks[0]
+		args, _ := task.Config["args"].([]any)
+		joined := fmt.Sprint(args...)
+		if !strings.Contains(fmt.Sprint(args), "--metrics ${NOMAD_ADDR_http}") {
+			t.Errorf("%s: the worker's HTTP endpoint is not on the checked port: %v", j.file, args)
+		}
+		for _, a := range j.args {
+			if !strings.Contains(joined, a) {
+				t.Errorf("%s: the worker lacks argument %q: %v", j.file, a, args)
+			}
+		}
+		var env *api.Template
+		for _, tp := range task.Templates {
+			if tp.Envvars != nil && *tp.Envvars {
+				env = tp
+			}
+		}
+		if env == nil || !strings.Contains(*env.EmbeddedTmpl, `nomadVar "nomad/jobs/`+j.id+`"`) || !strings.HasPrefix(*env.DestPath, "secrets/") {
+			t.Errorf("%s: no env template from the job's variable nomad/jobs/%s into secrets/: %+v", j.file, j.id, env)
+		}
+		if j.planKeys && (task.Env["DROVER_TRUSTED_PLAN_KEYS"] != "${NOMAD_SECRETS_DIR}/plan-keys.pub" || len(task.Templates) != 2) {
+			t.Errorf("%s: the central worker does not trust plan keys from its variable: env %v", j.file, task.Env)
+		}
+		if task.KillTimeout == nil || *task.KillTimeout < 2*time.Minute {
+			t.Errorf("%s: kill_timeout %v leaves running calls no time to finish", j.file, task.KillTimeout)
+		}
+		if r := task.Resources; r.MemoryMB == nil || r.MemoryMaxMB == nil || *r.MemoryMaxMB <= *r.MemoryMB {
+			t.Errorf("%s: memory %v, memory_max %v; want both, the ceiling above", j.file, r.MemoryMB, r.MemoryMaxMB)
+		}
+	}
+}
+
+// TestNomadJobsRun runs both job files on a real `nomad agent -dev`
+// against the Temporal dev server, their settings in Nomad Variables as
+// the README says: each worker comes up, its /healthz and /readyz checks
+// pass, and Temporal lists it polling its queue. It logs each worker's
+// resident memory, the figure the job files' limits come from.
+func TestNomadJobsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Nomad agent and the Temporal dev server")
+	}
+	c := nomadClient(t)
+	bins := bintest.Build(t, "worker")
+	srv := devserver.Start(t, nil)
+	pub, _, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := plans.EncodePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := api.VariableItems{"TEMPORAL_ADDRESS": srv.Address(), "TEMPORAL_NAMESPACE": "default", "DROVER_STORAGE_EAST_userID": "drover"}
+	for _, j := range nomadJobs {
+		v := &api.Variable{Path: "nomad/jobs/" + j.id, Items: items}
+		if j.planKeys {
+			v.Items = api.VariableItems{"plan_keys": string(pem)}
+			for k, val := range items {
+				v.Items[k] = val
+			}
+		}
+		if _, _, err := c.Variables().Create(v, nil); err != nil {
+			t.Fatal(err)
+		}
+		job := parseJob(t, c, j, fmt.Sprintf("driver = \"raw_exec\"\nworker_binary = %q\ncount = 1\n", filepath.Join(bins, "worker")))
+		job.TaskGroups[0].Spreads = nil // one node
+		if _, _, err := c.Jobs().Register(job, nil); err != nil {
+			t.Fatalf("register %s: %v", j.id, err)
+		}
+		id := j.id
+		t.Cleanup(func() { c.Jobs().Deregister(id, true, nil) })
+	}
+	for _, j := range nomadJobs {
+		var alloc *api.Allocation
+		var checks api.AllocCheckStatuses
+		deadline := time.Now().Add(2 * time.Minute)
+		for ok := false; !ok; time.Sleep(500 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no running allocation with passing checks within 2 minutes: %+v %+v", j.id, alloc, checks)
+			}
+			allocs, _, err := c.Jobs().Allocations(j.id, false, nil)
+			if err != nil || len(allocs) == 0 || allocs[0].ClientStatus != "running" {
+				continue
+			}
+			if alloc, _, err = c.Allocations().Info(allocs[0].ID, nil); err != nil {
+				continue
+			}
+			if checks, err = c.Allocations().Checks(alloc.ID, nil); err != nil || len(checks) != 2 {
+				continue
+			}
+			ok = true
+			for _, ch := range checks {
+				ok = ok && ch.Status == "success"
+			}
+		}
+		resp, err := srv.Client.DescribeTaskQueue(t.Context(), j.queue, enums.TASK_QUEUE_TYPE_ACTIVITY)
+		if err != nil || !slices.ContainsFunc(resp.GetPollers(), func(p *taskqueuepb.PollerInfo) bool { return strings.HasPrefix(p.GetIdentity(), j.id+"/") }) {
+			t.Errorf("%s: Temporal lists no worker of the job polling %s: %v %v", j.id, j.queue, resp.GetPollers(), err)
+		}
+		stats, err := c.Allocations().Stats(alloc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := stats.ResourceUsage.MemoryStats
+		t.Logf("%s: running, checks %d/2 passing; resident memory %.1f MiB (peak %.1f MiB)", j.id, len(checks), float64(ms.RSS)/(1<<20), float64(ms.MaxUsage)/(1<<20))
+	}
+}
