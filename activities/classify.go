@@ -219,7 +219,7 @@ func classify(rpc string, e Endpoint, subject string, err error, secrets map[str
 	f := Failure{RPC: rpc, Site: e.Site, Subject: subject, Code: code.String(), Message: redact(st.Message(), secrets)}
 	if code == codes.Unavailable && isTLSFailure(st.Message()) {
 		f.Code = "TLS handshake failed"
-		f.Message += " (check storage.tls of site " + e.Site + ": ca, cert, key and serverName)"
+		f.Message += tlsAdvice(f.Message, e)
 		return temporal.NewNonRetryableApplicationError(f.String(), ErrTLS, nil, f)
 	}
 	switch Classify(rpc, code) {

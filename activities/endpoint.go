@@ -82,11 +82,21 @@ func keyOf(e Endpoint) connKey {
 // first call, and a site that is down costs a failed call, not a hang.
 type Dialer struct {
 	mu    sync.Mutex
-	conns map[connKey]*grpc.ClientConn
+	conns map[connKey]*cached
+}
+
+// cached is one connection and the calls using it. A forgotten
+// connection leaves the cache at once but is closed only when its last
+// call has ended: closing it under a running call would fail that call
+// with "the client connection is closing" instead of its own answer.
+type cached struct {
+	conn      *grpc.ClientConn
+	users     int
+	forgotten bool
 }
 
 // NewDialer returns an empty connection cache.
-func NewDialer() *Dialer { return &Dialer{conns: map[connKey]*grpc.ClientConn{}} }
+func NewDialer() *Dialer { return &Dialer{conns: map[connKey]*cached{}} }
 
 // reconnect keeps a cached connection to a site that comes back from being
 // down usable within seconds, not the two minutes of gRPC's default.
@@ -95,44 +105,52 @@ var reconnect = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
-// Conn returns the connection for e, creating it on first use.
-func (d *Dialer) Conn(e Endpoint) (*grpc.ClientConn, error) {
+// Conn returns the connection for e, creating it on first use, and the
+// function to call when the call using it ends. release(true) forgets the
+// connection, so that the next call dials again and rereads its TLS files
+// (after a handshake failure, say): it leaves the cache at once, and
+// closes when the last call using it has ended.
+func (d *Dialer) Conn(e Endpoint) (conn *grpc.ClientConn, release func(forget bool), err error) {
 	k := keyOf(e)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if c, ok := d.conns[k]; ok {
-		return c, nil
-	}
-	tgt, err := target(e.Address)
-	if err != nil {
-		return nil, err
-	}
-	creds := insecure.NewCredentials()
-	if e.TLS != nil {
-		cfg, err := clientTLS(e.TLS)
+	c, ok := d.conns[k]
+	if !ok {
+		tgt, err := target(e.Address)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		creds = credentials.NewTLS(cfg)
+		creds := insecure.NewCredentials()
+		if e.TLS != nil {
+			cfg, err := clientTLS(e.TLS)
+			if err != nil {
+				return nil, nil, err
+			}
+			creds = credentials.NewTLS(cfg)
+		}
+		conn, err := grpc.NewClient(tgt, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect))
+		if err != nil {
+			return nil, nil, fmt.Errorf("endpoint %q: %w", e.Address, err)
+		}
+		c = &cached{conn: conn}
+		d.conns[k] = c
 	}
-	c, err := grpc.NewClient(tgt, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect))
-	if err != nil {
-		return nil, fmt.Errorf("endpoint %q: %w", e.Address, err)
-	}
-	d.conns[k] = c
-	return c, nil
+	c.users++
+	var once sync.Once
+	return c.conn, func(forget bool) { once.Do(func() { d.release(k, c, forget) }) }, nil
 }
 
-// Forget closes and drops the connection for e, so that the next call
-// dials again and rereads its TLS files (after a handshake failure, say).
-func (d *Dialer) Forget(e Endpoint) {
-	k := keyOf(e)
+func (d *Dialer) release(k connKey, c *cached, forget bool) {
 	d.mu.Lock()
-	c, ok := d.conns[k]
-	delete(d.conns, k)
+	c.users--
+	if forget && d.conns[k] == c {
+		delete(d.conns, k)
+		c.forgotten = true
+	}
+	closeNow := c.forgotten && c.users == 0
 	d.mu.Unlock()
-	if ok {
-		c.Close()
+	if closeNow {
+		c.conn.Close()
 	}
 }
 
@@ -142,7 +160,7 @@ func (d *Dialer) Close() error {
 	defer d.mu.Unlock()
 	var errs []error
 	for k, c := range d.conns {
-		errs = append(errs, c.Close())
+		errs = append(errs, c.conn.Close())
 		delete(d.conns, k)
 	}
 	return errors.Join(errs...)

@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -32,7 +33,7 @@ func (s *Storage) Close() error { return s.Dialer.Close() }
 // worker, only when the RPC carries them.
 func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject string, withSecrets bool,
 	fn func(ctx context.Context, conn *grpc.ClientConn, secrets map[string]string) error) error {
-	conn, err := s.Dialer.Conn(e)
+	conn, release, err := s.Dialer.Conn(e)
 	if err != nil {
 		typ := ErrBadEndpoint
 		if errors.Is(err, errTLSConfig) {
@@ -40,6 +41,8 @@ func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject stri
 		}
 		return setupError(rpc, e, subject, typ, err)
 	}
+	forget := false
+	defer func() { release(forget) }()
 	var secrets map[string]string
 	if withSecrets && e.Secret != nil {
 		if secrets, err = s.Secrets.Resolve(e.Secret); err != nil {
@@ -61,9 +64,16 @@ func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject stri
 		// the call's view of it.
 		return ctx.Err()
 	}
+	if status.Code(err) == codes.Unavailable && !isTLSFailure(status.Convert(err).Message()) && mayBeTLSMistake(err) {
+		// A broken pipe or an EOF before the server's preface can be a
+		// TLS mistake the connection does not name: ask the endpoint.
+		if why := diagnoseTLS(ctx, e); why != "" {
+			err = status.Error(codes.Unavailable, status.Convert(err).Message()+": tls: "+why)
+		}
+	}
 	out := classify(rpc, e, subject, err, secrets)
 	if typ, _, ok := FailureOf(out); ok && typ == ErrTLS {
-		s.Dialer.Forget(e) // reread the TLS files on the next attempt
+		forget = true // reread the TLS files on the next attempt
 	}
 	log.Info("storage call failed", "rpc", rpc, "site", e.Site, "subject", subject,
 		"code", status.Code(err).String(), "outcome", Classify(rpc, status.Code(err)).String(), "took", took)

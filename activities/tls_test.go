@@ -15,9 +15,8 @@ import (
 // TestTLS: a site serving mutual TLS over TCP. The right CA and client
 // certificate connect; a wrong CA, an unreadable CA file and a certificate
 // without its key each fail at once with a clear, final TLSFailure (no
-// retry can fix them). A missing client certificate is not among them:
-// under TLS 1.3 the server refuses it after the client's side of the
-// handshake is done, so the client may see only a broken connection.
+// retry can fix them). TestTLSMistakesAreFinal covers the rest: server
+// name, client certificate, and plaintext against TLS either way.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := testpki.NewCA("storage-ca")
