@@ -105,12 +105,22 @@ var reconnect = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
-// Conn returns the connection for e, creating it on first use, and the
+// Conn returns the connection for e, creating it on first use.
+func (d *Dialer) Conn(e Endpoint) (*grpc.ClientConn, error) {
+	c, release, err := d.Lease(e)
+	if err != nil {
+		return nil, err
+	}
+	release(false)
+	return c, nil
+}
+
+// Lease returns the connection for e, creating it on first use, and the
 // function to call when the call using it ends. release(true) forgets the
 // connection, so that the next call dials again and rereads its TLS files
 // (after a handshake failure, say): it leaves the cache at once, and
-// closes when the last call using it has ended.
-func (d *Dialer) Conn(e Endpoint) (conn *grpc.ClientConn, release func(forget bool), err error) {
+// closes when the last call leasing it has ended.
+func (d *Dialer) Lease(e Endpoint) (conn *grpc.ClientConn, release func(forget bool), err error) {
 	k := keyOf(e)
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -33,7 +33,7 @@ func (s *Storage) Close() error { return s.Dialer.Close() }
 // worker, only when the RPC carries them.
 func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject string, withSecrets bool,
 	fn func(ctx context.Context, conn *grpc.ClientConn, secrets map[string]string) error) error {
-	conn, release, err := s.Dialer.Conn(e)
+	conn, release, err := s.Dialer.Lease(e)
 	if err != nil {
 		typ := ErrBadEndpoint
 		if errors.Is(err, errTLSConfig) {
