@@ -24,6 +24,9 @@ type FailoverInput struct {
 	// without a fence, for a From site whose plan says fencing is
 	// unavailable. Without it such a failover stops before promoting.
 	ConfirmUnfenced bool `json:"confirmUnfenced,omitempty"`
+	// OverrideState is the operator's word that the failover goes on
+	// although To's storage reports its copies as primary already.
+	OverrideState bool `json:"overrideState,omitempty"`
 	// LastSync is the last completed sync known before the loss (from
 	// Protect); zero when unknown.
 	LastSync time.Time `json:"lastSync,omitzero"`
@@ -46,7 +49,9 @@ type FailoverResult struct {
 
 // Failover moves the plan to site To after the loss of site From:
 //
-//  1. preflight To: its storage answers Probe and can replicate;
+//  1. preflight To: its storage answers Probe and can replicate, and its
+//     copies are not all primary already (a failover to the primary ends
+//     there, unless the operator overrides);
 //  2. stop From's workloads, best effort within the plan's stopDeadline;
 //  3. fence From's client CIDRs through To's storage and verify the fence
 //     with ListClusterFence (or, when the plan says From cannot be fenced,
@@ -78,7 +83,12 @@ func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
 
 func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
 	p, from, to := in.Plan, in.From, in.To
-	for _, name := range []string{"preflight " + to, "stop workloads on " + from, "fence " + from, "verify fence of " + from} {
+	checkRoles := roleCheck(ctx, in)
+	names := []string{"preflight " + to}
+	if checkRoles {
+		names = append(names, "check roles on "+to)
+	}
+	for _, name := range append(names, "stop workloads on "+from, "fence "+from, "verify fence of "+from) {
 		r.add(name, strings.HasPrefix(name, "fence") || strings.HasPrefix(name, "verify"))
 	}
 
@@ -86,6 +96,18 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		return preflight(ctx, p, to)
 	}); err != nil {
 		return err
+	}
+	if checkRoles {
+		// A contradiction ends the action at once, before any side effect.
+		s := r.find("check roles on " + to)
+		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+		out, err := notPrimaryYet(ctx, p, from, to)
+		s.Output, s.End = out, workflow.Now(ctx)
+		if err != nil {
+			s.State, s.LastError = StateFailed, errorText(err)
+			return err
+		}
+		s.State = StateDone
 	}
 
 	_ = r.step(ctx, "stop workloads on "+from, false, func(ctx workflow.Context) (string, error) {

@@ -22,9 +22,10 @@ import (
 
 // actionFlags are the flags every DR action takes.
 type actionFlags struct {
-	to   string
-	yes  bool
-	wait bool
+	to       string
+	yes      bool
+	wait     bool
+	override bool
 }
 
 func (f *actionFlags) add(cmd *cobra.Command, needTo bool, destructive bool) {
@@ -35,6 +36,7 @@ func (f *actionFlags) add(cmd *cobra.Command, needTo bool, destructive bool) {
 		cmd.Flags().BoolVarP(&f.yes, "yes", "y", false, "do not ask for confirmation")
 	}
 	cmd.Flags().BoolVarP(&f.wait, "wait", "w", false, "wait for the action to end, showing its progress")
+	cmd.Flags().BoolVar(&f.override, "override-state", false, "go on although the plan's recorded state or its storage says the action goes the wrong way")
 }
 
 func (a *app) actionCommands() []*cobra.Command {
@@ -155,7 +157,10 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if err != nil {
 		return err
 	}
-	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced}
+	if err := a.checkDirection(ctx, c, p, "failover", from, to, f.override); err != nil {
+		return err
+	}
+	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
 	cancel()
@@ -253,6 +258,9 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 		return badInput("plan %q: cannot know which of %s's clients are fenced: the plan has no record of it, no failover's result tells, and the plan lists no fence.cidrs for %s. "+
 			"Nothing was done. Check what %s's storage lists (ListClusterFence), lift the fence by hand, or add the CIDRs to the plan", p.Metadata.Name, in.From, in.From, in.To)
 	}
+	if err := a.checkDirection(ctx, c, p, "reprotect", in.From, in.To, f.override); err != nil {
+		return err
+	}
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
 		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
 	if err := a.confirm(f.yes, what); err != nil {
@@ -264,6 +272,9 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
+		return err
+	}
+	if err := a.checkDirection(ctx, c, p, "failback", from, to, f.override); err != nil {
 		return err
 	}
 	in := workflows.FailbackInput{Plan: p, From: from, To: to}
@@ -301,6 +312,9 @@ func (a *app) drill(ctx context.Context, file, action string, f actionFlags) err
 	}
 	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
+		return err
+	}
+	if err := a.checkDirection(ctx, c, p, "drill of a "+action, from, to, f.override); err != nil {
 		return err
 	}
 	return a.start(ctx, c, p, "drill", workflows.Drill, workflows.DrillInput{Plan: p, Action: action, From: from, To: to}, f.wait)

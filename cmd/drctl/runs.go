@@ -160,6 +160,7 @@ type result struct {
 	Reason     string        `json:"reason"`
 	OK         *bool         `json:"ok"`
 	Failed     int           `json:"failed"`
+	Failures   []string      `json:"failures"`
 	Would      []string      `json:"would"`
 }
 
@@ -255,12 +256,21 @@ wait:
 		out.Progress = p
 		live.final(p, id)
 	}
+	// An action that contradicted the storage's state did nothing: bad input.
+	var app *temporal.ApplicationError
+	wrongWay := errors.As(err, &app) && app.Type() == workflows.ErrWrongDirection
 	if a.json() {
 		writeJSON(a.stdout, out)
+		if wrongWay {
+			return silent(exitBadInput)
+		}
 		return silent(exitFailed)
 	}
 	if isUnavailable(err) {
 		return temporalError("follow "+id, err)
+	}
+	if wrongWay {
+		return badInput("%s %s: %s", id, out.Status, out.Error)
 	}
 	return failed("%s %s: %s\nsee the step table above and drctl status %s", id, out.Status, out.Error, planName(id))
 }
@@ -304,7 +314,11 @@ func (a *app) summary(r *result) {
 		if r.OK != nil && *r.OK {
 			fmt.Fprintf(a.stdout, "  every check passed; the real action would:\n")
 		} else {
-			fmt.Fprintf(a.stdout, "  %d check(s) failed (see the table); the real action would:\n", r.Failed)
+			fmt.Fprintf(a.stdout, "  %d check(s) failed:\n", r.Failed)
+			for _, f := range r.Failures {
+				fmt.Fprintf(a.stdout, "    %s\n", f)
+			}
+			fmt.Fprintf(a.stdout, "  the real action would:\n")
 		}
 		for _, w := range r.Would {
 			fmt.Fprintf(a.stdout, "    %s\n", w)

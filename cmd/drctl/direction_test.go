@@ -1,0 +1,98 @@
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+)
+
+// TestActionAgainstTheRecordedStateIsRefused: with east the healthy
+// primary, a failover (or failback, or drill) to east is refused before
+// any side effect with exit 2 and a word on the state: by the storage's
+// own answer when nothing is recorded, by the recorded state (the plan's
+// protection) once it is. --override-state lets the operator go on.
+func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	dir := t.TempDir()
+	plan := func(file, name, extra string) string {
+		path := filepath.Join(dir, file)
+		body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: %s}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+volumeGroups:
+  - name: db
+    sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
+policy:
+  retry: {initialInterval: 50ms, maximumInterval: 200ms}
+%s`, name, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB, extra)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	shop := plan("shop.yaml", "shop", "")
+	gated := plan("gated.yaml", "shop", "  approvals: [beforeFence]\n")
+	// A second plan over the same storage, with nothing recorded.
+	other := plan("other.yaml", "other", "")
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"))
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+	untouched := func(when string) {
+		t.Helper()
+		if f := west.FencedCIDRs(); len(f) != 0 {
+			t.Fatalf("%s: fenced %v", when, f)
+		}
+		if u := east.Snapshot().Unit("vg/vg-1"); u.Role != sim.RolePrimary {
+			t.Fatalf("%s: east's vg-1 is %s", when, u.Role)
+		}
+	}
+
+	// Replication on, east primary, recorded by the protection of shop.
+	var started map[string]string
+	c.ok(&started, "protect", "start", shop, "--primary", "east", "--interval", "200ms")
+	c.eventually("protection from east", "shop", func(s statusOut) bool {
+		return s.Protection != nil && s.Protection.Primary == "east" && !s.Protection.Groups["db"].LastSync.IsZero()
+	})
+
+	// Nothing is recorded for plan other, so only the storage can tell:
+	// the failover asks it and ends before any side effect.
+	c.want(2, "the storage of east reports its copies as primary already", "failover", other, "--to", "east", "--yes", "--wait")
+	untouched("failover refused by the storage")
+
+	// The recorded state: protection replicates from east.
+	const recorded = `plan "shop": east is already the primary (the protection of plan "shop" replicates from east)`
+	c.want(2, recorded, "failover", shop, "--to", "east", "--yes")
+	c.want(2, recorded, "failback", shop, "--to", "east", "--yes")
+	c.want(2, recorded, "drill", shop, "--to", "east")
+	untouched("actions refused by the recorded state")
+
+	// The operator who means it: the failover starts (and waits at its
+	// gate before the fence; cancelled here).
+	code, out, errs := c.run("failover", gated, "--to", "east", "--yes", "--override-state")
+	if code != 0 || !strings.Contains(errs, "going on because of --override-state") {
+		t.Fatalf("failover with --override-state: exit %d\n%s\n%s", code, out, errs)
+	}
+	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
+	c.ok(nil, "cancel", "shop", "--yes")
+	untouched("an overridden failover cancelled at its gate")
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	enums "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// planState is where Drover last knew a plan's primary to be, and how it
+// knows. Primary is empty when nothing is recorded.
+type planState struct {
+	Primary string
+	Basis   string
+}
+
+// recordedState reads a plan's recorded state: the last completed action
+// (failover, reprotect, failback; a drill changes nothing), or else the
+// primary its protection watches. An action that did not complete leaves
+// the state unknown: the operator is recovering from it and is not held
+// back. This is the one reader of the recorded state that actions check
+// their direction against.
+func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planState, error) {
+	name := p.Metadata.Name
+	l, err := lastAction(ctx, c, name)
+	if err != nil {
+		return planState{}, err
+	}
+	done := l.status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	switch {
+	case l.typ == "Failover" && done:
+		var in workflows.FailoverInput
+		if err := l.read(ctx, c, &in, nil); err != nil {
+			return planState{}, err
+		}
+		return planState{in.To, fmt.Sprintf("the last action, %s, failed over to %s", l, in.To)}, nil
+	case l.typ == "Reprotect" && done:
+		var in workflows.ReprotectInput
+		if err := l.read(ctx, c, &in, nil); err != nil {
+			return planState{}, err
+		}
+		return planState{in.To, fmt.Sprintf("the last action, %s, made %s the replica of %s", l, in.From, in.To)}, nil
+	case l.typ == "Failback" && done:
+		var in workflows.FailbackInput
+		var res workflows.FailbackResult
+		if err := l.read(ctx, c, &in, &res); err != nil {
+			return planState{}, err
+		}
+		if res.RolledBack {
+			return planState{in.From, fmt.Sprintf("the last action, %s, rolled back to %s", l, in.From)}, nil
+		}
+		return planState{in.To, fmt.Sprintf("the last action, %s, moved the plan to %s", l, in.To)}, nil
+	case l.typ != "" && l.typ != "Drill":
+		return planState{}, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ps, err := workflows.ReadProtect(qctx, c, name); err == nil && ps.Primary != "" {
+		return planState{ps.Primary, fmt.Sprintf("the protection of plan %q replicates from %s", name, ps.Primary)}, nil
+	}
+	return planState{}, nil
+}
+
+// checkDirection refuses (exit 2), unless override, an action that
+// contradicts the recorded state: one that makes site to the primary
+// when it already is (failover, failback, drill), or a reprotect that
+// would demote and resync the recorded primary (from).
+func (a *app) checkDirection(ctx context.Context, c client.Client, p *plans.Plan, action, from, to string, override bool) error {
+	s, err := recordedState(ctx, c, p)
+	if err != nil {
+		return err
+	}
+	var wrong string
+	switch {
+	case s.Primary == "":
+		return nil
+	case action == "reprotect" && s.Primary == from:
+		wrong = fmt.Sprintf("%s is the primary (%s); a reprotect would demote it with force and discard its writes", from, s.Basis)
+	case action != "reprotect" && s.Primary == to:
+		wrong = fmt.Sprintf("%s is already the primary (%s); a %s to it would act against the healthy site %s", to, s.Basis, action, from)
+	default:
+		return nil
+	}
+	if override {
+		if !a.json() {
+			fmt.Fprintf(a.stderr, "note: plan %q: %s; going on because of --override-state\n", p.Metadata.Name, wrong)
+		}
+		return nil
+	}
+	return badInput("plan %q: %s. Nothing was done. If the recorded state is wrong and you mean it, pass --override-state", p.Metadata.Name, wrong)
+}

@@ -1,0 +1,70 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+// ErrWrongDirection ends an action whose direction contradicts what the
+// storage reports, before any side effect.
+const ErrWrongDirection = "WrongDirection"
+
+// changeRoleCheck marks histories in which a failover asks To's storage
+// whether it already holds the primary copies.
+const changeRoleCheck = "failover-role-check"
+
+// roleCheck reports whether this failover checks To's roles: runs from
+// before the check replay without it, and the operator's override skips it.
+func roleCheck(ctx workflow.Context, in FailoverInput) bool {
+	return workflow.GetVersion(ctx, changeRoleCheck, workflow.DefaultVersion, 1) == 1 && !in.OverrideState
+}
+
+// notPrimaryYet asks the storage of site, with one GetVolumeReplicationInfo
+// per source (at most surveyBatch of them, no retries), whether it already
+// holds the primary copies: a driver answers it only for a primary copy.
+// When every copy asked answers as primary, the failover would promote
+// nothing and fence the healthy peer's clients: the action ends with
+// ErrWrongDirection, naming the state. A copy that is not primary, or
+// cannot be asked, lets the failover go on (a failover run again after a
+// partial one finds some copies promoted).
+func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string) (string, error) {
+	var calls []activities.ReplicationInput
+	for _, g := range p.VolumeGroups {
+		ins, err := activities.ReplicationInputs(p, to, g.Name, activities.RPCGetVolumeReplicationInfo, false)
+		if err != nil {
+			return "", err
+		}
+		calls = append(calls, ins...)
+		if len(calls) >= surveyBatch {
+			calls = calls[:surveyBatch]
+			break
+		}
+	}
+	if len(calls) == 0 {
+		return "no volume groups", nil
+	}
+	o := activities.CallOptions(p, to, activities.RPCGetVolumeReplicationInfo)
+	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
+	res, err := call[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism})
+	if err != nil {
+		return "", err
+	}
+	primary := 0
+	for _, e := range res.Entries {
+		if e.Error == "" {
+			primary++
+		}
+	}
+	if primary == len(calls) {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"the storage of %s reports its copies as primary already (%d of %d asked answer replication info as a primary): "+
+				"a failover to %s would only fence %s's clients. Nothing was done; if you mean it, start the failover with --override-state",
+			to, primary, len(calls), to, from), ErrWrongDirection, nil)
+	}
+	return fmt.Sprintf("%d of %d copies asked on %s are not primary", len(calls)-primary, len(calls), to), nil
+}
