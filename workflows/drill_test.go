@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -78,4 +79,36 @@ func TestDrillOfFailbackSaysTheStopOrder(t *testing.T) {
 	if web < 0 || pg < web || demote < pg {
 		t.Fatalf("the failback's plan stops web (%d), then pg (%d), then demotes (%d)?\n%s", web, pg, demote, strings.Join(res.Would, "\n"))
 	}
+}
+
+// TestDrillAgainstADownSiteFailsFast: a drill of a failover from a site
+// that is down spends at most DrillCheckBudget (and a call's grace) on
+// any check, instead of each call's whole retry budget, and names every
+// failing check in its result.
+func TestDrillAgainstADownSiteFailsFast(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	var res workflows.DrillResult
+	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	bound := workflows.DrillCheckBudget + activities.CallGrace
+	var failed []string
+	for _, s := range res.Steps {
+		if took := s.End.Sub(s.Start); took > bound {
+			t.Errorf("check %q took %v of workflow time, more than %v", s.Name, took, bound)
+		}
+		if s.State == workflows.StateFailed {
+			failed = append(failed, s.Name)
+		}
+	}
+	want := []string{"storage ready on east", "secrets accepted on east", "replication of loose fresh on east", "replication of db fresh on east", "replication of logs fresh on east"}
+	if !slices.Equal(failed, want) || res.OK || res.Failed != len(want) || len(res.Failures) != len(want) {
+		t.Fatalf("failed checks %v (result: %d, %v); want %v", failed, res.Failed, res.Failures, want)
+	}
+	for i, f := range res.Failures {
+		if !strings.HasPrefix(f, want[i]+": ") {
+			t.Fatalf("failure %d is %q, want it to name %q and its error", i, f, want[i])
+		}
+	}
+	t.Logf("drill against a down site: %v of workflow time, %d checks failed", res.End.Sub(res.Start), res.Failed)
 }

@@ -55,7 +55,7 @@ policy:
 	// A second plan over the same storage, with nothing recorded.
 	other := plan("other.yaml", "other", "")
 	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"))
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--allow-unsigned-plans")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
 	untouched := func(when string) {
 		t.Helper()
