@@ -116,6 +116,9 @@ type Options struct {
 	// namespace, search attributes), instead of the dev server. Bin then
 	// also holds temporal-server and temporal-sql-tool.
 	SQL bool
+	// Secrets, when set, are required by both sites' fence and
+	// replication calls (drover-sim's secrets).
+	Secrets map[string]string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -336,7 +339,8 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 		}
 	}
 	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer,
-		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver}
+		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver,
+		Secrets: s.Secrets}
 	if len(cfg.Groups) == 0 {
 		cfg.Groups = []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}
 	}
