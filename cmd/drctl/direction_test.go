@@ -80,7 +80,7 @@ policy:
 	untouched("failover refused by the storage")
 
 	// The recorded state: protection replicates from east.
-	const recorded = `plan "shop": east is already the primary (the protection of plan "shop" replicates from east)`
+	const recorded = `plan "shop": east is already the primary (the plan's record, updated `
 	c.want(2, recorded, "failover", shop, "--to", "east", "--yes")
 	c.want(2, recorded, "failback", shop, "--to", "east", "--yes")
 	c.want(2, recorded, "drill", shop, "--to", "east")

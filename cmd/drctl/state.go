@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	enums "go.temporal.io/api/enums/v1"
@@ -19,14 +20,24 @@ type planState struct {
 	Basis   string
 }
 
-// recordedState reads a plan's recorded state: the last completed action
-// (failover, reprotect, failback; a drill changes nothing), or else the
-// primary its protection watches. An action that did not complete leaves
-// the state unknown: the operator is recovering from it and is not held
-// back. This is the one reader of the recorded state that actions check
-// their direction against.
+// recordedState reads a plan's recorded state: the plan's durable record
+// (workflows.PlanRecord) when it names a primary; for plans from before
+// the record, the last completed action (failover, reprotect, failback; a
+// drill changes nothing), or else the primary its protection watches. An
+// action that did not complete leaves the state unknown: the operator is
+// recovering from it and is not held back. This is the one reader of the
+// recorded state that actions check their direction against.
 func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planState, error) {
 	name := p.Metadata.Name
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	rec, rerr := workflows.ReadRecord(rctx, c, name)
+	rcancel()
+	if rerr == nil && rec != nil && rec.Primary != "" {
+		if a := rec.LastAction; a != nil && a.Outcome != "completed" && !strings.HasPrefix(a.Action, "drill") {
+			return planState{}, nil
+		}
+		return planState{rec.Primary, fmt.Sprintf("the plan's record, updated %s", rec.Updated.UTC().Format(time.RFC3339))}, nil
+	}
 	l, err := lastAction(ctx, c, name)
 	if err != nil {
 		return planState{}, err
