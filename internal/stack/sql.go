@@ -247,7 +247,22 @@ func (s *Stack) createNamespace(ctx context.Context) error {
 	for _, name := range SearchAttributes {
 		args = append(args, "--name", name, "--type", "Keyword")
 	}
-	return s.runTool(ctx, "temporal", args...)
+	// The server's frontends see a new namespace only at their next
+	// namespace cache refresh (seconds): until then the call answers that
+	// the namespace is not found. Creating the same attributes again is
+	// a no-op, so retry.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := s.runTool(ctx, "temporal", args...)
+		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "not found") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // runTool runs a program of Bin to its end, its output in tools.log.
