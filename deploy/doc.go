@@ -1,9 +1,20 @@
 // Package deploy holds what runs Drover outside the local embedded stack:
 // the files docker-compose.yaml mounts from deploy/compose (the simulated
 // sites' configurations and the demo plan with the Compose network's
-// addresses). Its tests validate docker-compose.yaml the way
-// `docker compose config` does, check that its Temporal services are the
-// images Temporal maintains at the server version the Makefile builds,
-// set up by one-shot schema and namespace services, with a health check
-// that waits for the namespace, and load the files it uses.
+// addresses); the Temporal server's configuration on PostgreSQL
+// (deploy/temporal); the Nomad jobs of deploy/nomad (the central worker,
+// and a site's own worker, as service jobs with their settings and
+// secrets from Nomad Variables and health checks on /healthz and
+// /readyz); and the Prometheus alert rules of deploy/prometheus.
+//
+// Its tests validate docker-compose.yaml the way `docker compose config`
+// does, check that its Temporal services are the images Temporal
+// maintains at the server version the Makefile builds, set up by
+// one-shot schema and namespace services, with a health check that waits
+// for the namespace, and load the files it uses. They check that every
+// alert rule names metrics the worker exports and is in the README. With
+// a nomad binary on PATH they parse the Nomad jobs with a real `nomad
+// agent -dev` (the parser the Nomad adapter uses) and run them there
+// against the Temporal dev server, until every worker passes its checks
+// and polls its task queue.
 package deploy

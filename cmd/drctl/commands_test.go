@@ -463,7 +463,8 @@ policy:
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"drover_action_duration", `action="failback"`, "drover_step_failures", "drover_replication_lag_seconds"} {
+	// Under the names deploy/prometheus/drover-rules.yaml alerts on.
+	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

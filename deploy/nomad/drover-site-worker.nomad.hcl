@@ -62,6 +62,9 @@ job "drover-site-worker" {
       port "http" {}
     }
 
+    # Out of the service catalog a moment before the worker is signalled.
+    shutdown_delay = "5s"
+
     update {
       max_parallel     = 1
       health_check     = "checks"

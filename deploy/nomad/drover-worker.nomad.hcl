@@ -56,6 +56,9 @@ job "drover-worker" {
       port "http" {}
     }
 
+    # Out of the service catalog a moment before the worker is signalled.
+    shutdown_delay = "5s"
+
     # Counted healthy once /readyz answers: Temporal lists the worker
     # polling its task queues.
     update {

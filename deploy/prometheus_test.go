@@ -1,0 +1,84 @@
+package deploy
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/drover-dr/drover/workflows"
+)
+
+// TestPrometheusRules loads deploy/prometheus/drover-rules.yaml as
+// Prometheus reads a rule file and checks each rule names only metrics
+// the worker exports, under the names its Prometheus naming gives them
+// (counters _total, timers _seconds), and says what it means; the
+// README's alert table lists every alert.
+func TestPrometheusRules(t *testing.T) {
+	raw, err := os.ReadFile("prometheus/drover-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert       string
+				Expr        string
+				For         string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil {
+		t.Fatal(err)
+	}
+	exported := []string{
+		workflows.MetricActionDuration + "_seconds_count", workflows.MetricStepFailures + "_total",
+		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, "temporal_num_pollers", "up",
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metric := regexp.MustCompile(`\b(drover_[a-z_]+|temporal_[a-z_]+|up)\b[{\[ )]`)
+	n := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("rule %+v lacks an alert name, an expression or what it means", r)
+			}
+			if sev := r.Labels["severity"]; sev != "critical" && sev != "warning" {
+				t.Errorf("%s: severity %q", r.Alert, sev)
+			}
+			if r.For != "" {
+				if _, err := time.ParseDuration(r.For); err != nil {
+					t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
+				}
+			}
+			found := metric.FindAllStringSubmatch(r.Expr+" ", -1)
+			if len(found) == 0 {
+				t.Errorf("%s: %q names no metric", r.Alert, r.Expr)
+			}
+			for _, m := range found {
+				if !slices.Contains(exported, m[1]) {
+					t.Errorf("%s: %q is no metric a worker exports (%v)", r.Alert, m[1], exported)
+				}
+			}
+			if !strings.Contains(string(readme), "| `"+r.Alert+"` |") {
+				t.Errorf("the README's alert table lacks %s", r.Alert)
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("only %d rules", n)
+	}
+}
