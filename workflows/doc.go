@@ -25,6 +25,20 @@
 //     site's clients, and continues as new to keep its history small;
 //     ReadProtect gives a failover the recorded clients and last sync.
 //
+//   - PlanRecorder (record.go): the plan's durable record (RecordID), a
+//     long-lived workflow continued as new every few hundred changes:
+//     primary site, what is fenced (CIDRs, through which site's storage,
+//     by which run), the last action and its outcome, protection and its
+//     lag. Actions send it their changes (a failover's fence inside the
+//     fence step, before any promotion); ReadRecord reads it.
+//   - Verify (verify.go): compares a record with what storage reports
+//     (ListClusterFence on each site, replication on the recorded
+//     primary) and names each drift; it changes nothing.
+//
+// Every workflow carries the search attributes DroverPlan, DroverAction
+// and DroverSite (Attributes), set at start and passed to children; on a
+// namespace without them the workflows start without them.
+//
 // One action per plan: Start runs every action of a plan under one
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.

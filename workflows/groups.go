@@ -182,7 +182,7 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 	r.children++
 	kind := strings.NewReplacer(" ", "-", ":", "").Replace(op.verb())
 	id := fmt.Sprintf("%s/%s-%s-%d", workflow.GetInfo(ctx).WorkflowExecution.ID, kind, op.Site, r.children)
-	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id})
+	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TypedSearchAttributes: childAttributes(ctx, "", "")})
 	var res GroupBatchResult
 	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
 		return nil, err

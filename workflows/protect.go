@@ -347,7 +347,7 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 	return r.step(ctx, "protect from "+primary, false, func(ctx workflow.Context) (string, error) {
 		id := ProtectID(p.Metadata.Name)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
-			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON})
+			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON, TypedSearchAttributes: childAttributes(ctx, "protect", primary)})
 		var exec workflow.Execution
 		err := workflow.ExecuteChildWorkflow(cctx, Protect, ProtectInput{Origin: r.origin, Plan: p, Primary: primary}).GetChildWorkflowExecution().Get(ctx, &exec)
 		if err == nil {

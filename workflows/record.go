@@ -219,7 +219,7 @@ func note(ctx workflow.Context, plan string, c RecordChange) error {
 	first := PlanRecord{Plan: plan, Fences: []FenceEntry{}}
 	first.apply(c)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
-		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON})
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON, TypedSearchAttributes: recordAttributes(ctx)})
 	err := workflow.ExecuteChildWorkflow(cctx, PlanRecorder, PlanRecordInput{Record: first}).GetChildWorkflowExecution().Get(ctx, nil)
 	if err == nil {
 		return nil
@@ -232,6 +232,16 @@ func note(ctx workflow.Context, plan string, c RecordChange) error {
 		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
 	}
 	return nil
+}
+
+// recordAttributes are the record's search attributes: the plan's, with
+// action "record" and no site.
+func recordAttributes(ctx workflow.Context) temporal.SearchAttributes {
+	plan, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(AttrPlan)
+	if !ok {
+		return temporal.SearchAttributes{}
+	}
+	return Attributes(plan, "record", "")
 }
 
 // noteAction records the action's start or end (best effort: the

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
@@ -52,13 +56,14 @@ func (e *BusyError) Error() string {
 // or refuses with a *BusyError naming the action that is running.
 func Start(ctx context.Context, c client.Client, plan string, wf, in any) (client.WorkflowRun, error) {
 	id := ActionID(plan)
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	action, site := actionOf(in)
+	run, err := withAttributes(ctx, c, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                TaskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-	}, wf, in)
+	}, Attributes(plan, action, site), wf, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		busy := &BusyError{Plan: plan, RunID: started.RunId}
@@ -77,11 +82,11 @@ func Start(ctx context.Context, c client.Client, plan string, wf, in any) (clien
 // default), or leaves the running one be. o carries the plan's signature
 // and who asked.
 func StartProtect(ctx context.Context, c client.Client, p *plans.Plan, primary string, interval time.Duration, o Origin) (client.WorkflowRun, error) {
-	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	return withAttributes(ctx, c, client.StartWorkflowOptions{
 		ID:                       ProtectID(p.Metadata.Name),
 		TaskQueue:                TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, Protect, ProtectInput{Origin: o, Plan: p, Primary: primary, Interval: interval})
+	}, Attributes(p.Metadata.Name, "protect", primary), Protect, ProtectInput{Origin: o, Plan: p, Primary: primary, Interval: interval})
 }
 
 // ReadProtect returns what a plan's Protect last recorded, for a failover
@@ -96,4 +101,98 @@ func ReadProtect(ctx context.Context, c client.Client, plan string) (*ProtectSta
 		return nil, err
 	}
 	return &s, nil
+}
+
+// The search attributes every Drover workflow carries (registered on the
+// namespace as Keyword; see the README): its plan, its action (failover,
+// reprotect, failback, drill, protect, record, verify) and the site it
+// acts towards (the site taking over, or protection's primary).
+var (
+	AttrPlan   = temporal.NewSearchAttributeKeyKeyword(names.AttrPlan)
+	AttrAction = temporal.NewSearchAttributeKeyKeyword(names.AttrAction)
+	AttrSite   = temporal.NewSearchAttributeKeyKeyword(names.AttrSite)
+)
+
+// Attributes are the search attributes of a plan's workflow.
+func Attributes(plan, action, site string) temporal.SearchAttributes {
+	updates := []temporal.SearchAttributeUpdate{AttrPlan.ValueSet(plan), AttrAction.ValueSet(action)}
+	if site != "" {
+		updates = append(updates, AttrSite.ValueSet(site))
+	}
+	return temporal.NewSearchAttributes(updates...)
+}
+
+// actionOf names the action and its target site from an action's input.
+func actionOf(in any) (action, site string) {
+	switch v := in.(type) {
+	case FailoverInput:
+		return "failover", v.To
+	case ReprotectInput:
+		return "reprotect", v.To
+	case FailbackInput:
+		return "failback", v.To
+	case DrillInput:
+		return "drill", v.To
+	case *FailoverInput:
+		return actionOf(*v)
+	case *ReprotectInput:
+		return actionOf(*v)
+	case *FailbackInput:
+		return actionOf(*v)
+	case *DrillInput:
+		return actionOf(*v)
+	}
+	return "", ""
+}
+
+// withAttributes starts a workflow with Drover's search attributes, or,
+// on a namespace where they are not registered, without them: an action
+// must not be refused for want of an index. MissingAttributes tells the
+// operator how to register them.
+func withAttributes(ctx context.Context, c client.Client, o client.StartWorkflowOptions, attrs temporal.SearchAttributes, wf any, args ...any) (client.WorkflowRun, error) {
+	o.TypedSearchAttributes = attrs
+	run, err := c.ExecuteWorkflow(ctx, o, wf, args...)
+	if err != nil && unregistered(err) {
+		o.TypedSearchAttributes = temporal.SearchAttributes{}
+		return c.ExecuteWorkflow(ctx, o, wf, args...)
+	}
+	return run, err
+}
+
+// unregistered tells a refusal for search attributes the namespace lacks.
+func unregistered(err error) bool {
+	var ia *serviceerror.InvalidArgument
+	return errors.As(err, &ia) && strings.Contains(strings.ToLower(ia.Error()), "search attribute")
+}
+
+// MissingAttributes lists Drover's search attributes the namespace lacks.
+func MissingAttributes(ctx context.Context, c client.Client, namespace string) ([]string, error) {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, name := range names.SearchAttributes {
+		if _, ok := resp.GetCustomAttributes()[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	return missing, nil
+}
+
+// childAttributes are the search attributes of a child of the running
+// workflow: its plan, with action and site as given. None when the
+// running workflow has none (a namespace without them, an older run).
+func childAttributes(ctx workflow.Context, action, site string) temporal.SearchAttributes {
+	plan, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(AttrPlan)
+	if !ok {
+		return temporal.SearchAttributes{}
+	}
+	if action == "" {
+		action, _ = workflow.GetTypedSearchAttributes(ctx).GetKeyword(AttrAction)
+	}
+	if site == "" {
+		site, _ = workflow.GetTypedSearchAttributes(ctx).GetKeyword(AttrSite)
+	}
+	return Attributes(plan, action, site)
 }

@@ -1,10 +1,13 @@
 package workflows
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -141,4 +144,11 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 			rec.Primary, len(notPrimary), strings.Join(notPrimary[:min(len(notPrimary), 5)], "; "))
 	}
 	return res, nil
+}
+
+// StartVerify starts (or joins) the plan's verification.
+func StartVerify(ctx context.Context, c client.Client, p *plans.Plan, rec *PlanRecord) (client.WorkflowRun, error) {
+	return withAttributes(ctx, c, client.StartWorkflowOptions{ID: VerifyID(p.Metadata.Name), TaskQueue: TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING},
+		Attributes(p.Metadata.Name, "verify", ""), Verify, VerifyInput{Plan: p, Record: rec})
 }

@@ -536,6 +536,27 @@ policy:
 	if o.Status != "completed" {
 		t.Fatalf("failover: %+v", o)
 	}
+	// Every workflow carries the plan's search attributes: the failover,
+	// protection and the record are found by them.
+	for q, want := range map[string]string{
+		"DroverPlan = 'shop' AND DroverAction = 'failover' AND DroverSite = 'west'": workflows.ActionID("shop"),
+		"DroverPlan = 'shop' AND DroverAction = 'protect' AND DroverSite = 'east'":  workflows.ProtectID("shop"),
+		"DroverPlan = 'shop' AND DroverAction = 'record'":                          workflows.RecordID("shop"),
+	} {
+		simtest.Eventually(t, 30*time.Second, q, func() bool {
+			resp, err := srv.Client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default", Query: q})
+			return err == nil && len(resp.GetExecutions()) > 0 && resp.GetExecutions()[0].GetExecution().GetWorkflowId() == want
+		})
+	}
+	var listed []struct{ Plan, Type string }
+	c.ok(&listed, "list", "--plan", "shop")
+	if len(listed) != 2 || listed[0].Plan != "shop" {
+		t.Fatalf("list --plan shop: %+v", listed)
+	}
+	c.ok(&listed, "list", "--plan", "other")
+	if len(listed) != 0 {
+		t.Fatalf("list --plan other: %+v", listed)
+	}
 	var st recordOut
 	c.ok(&st, "status", shop)
 	fenced := simtest.NodeA + "/32"
@@ -614,6 +635,28 @@ policy:
 	c.ok(&st, "status", shop)
 	if st.Record == nil || len(st.Record.Fences) != 0 || st.Record.LastAction.Action != "reprotect" {
 		t.Fatalf("record after the reprotect: %+v", st.Record)
+	}
+
+	// Protection (polling every 100ms) has continued as new by now; list
+	// shows its running run only.
+	simtest.Eventually(t, time.Minute, "a Protect run that continued as new", func() bool {
+		resp, err := srv.Client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default",
+			Query: "WorkflowId = '" + workflows.ProtectID("shop") + "' AND ExecutionStatus = 'ContinuedAsNew'"})
+		return err == nil && len(resp.GetExecutions()) > 0
+	})
+	var rows []struct{ Type, Status string }
+	c.ok(&rows, "list", "--limit", "100")
+	protects := 0
+	for _, r := range rows {
+		if r.Status == "continued as new" {
+			t.Errorf("list shows a run that continued as new: %+v", rows)
+		}
+		if r.Type == "Protect" {
+			protects++
+		}
+	}
+	if protects != 1 {
+		t.Errorf("list shows %d Protect rows, want the running one: %+v", protects, rows)
 	}
 
 	// A plan with no fence CIDRs of its own, no record and no failover:

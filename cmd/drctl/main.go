@@ -141,6 +141,8 @@ type app struct {
 	stdout, stderr io.Writer
 	output         string
 	conn           connFlags
+	planFilter     string // list --plan
+	ns             string // the namespace dialled
 	client         client.Client
 }
 
@@ -228,6 +230,7 @@ func (a *app) dial(ctx context.Context) (client.Client, error) {
 		return nil, &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\nstart it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address", addr, err)}
 	}
 	a.client = c
+	a.ns = namespaceOf(opts)
 	if err := checkNamespace(dctx, c, opts); err != nil {
 		return nil, err
 	}

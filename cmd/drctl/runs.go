@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,7 +27,7 @@ import (
 
 // actionTypes are the workflow types drctl lists (GroupBatch children
 // are part of their parent's step table).
-var actionTypes = []string{"Failover", "Reprotect", "Failback", "Drill", "Protect"}
+var actionTypes = append(slices.Clone(names.ActionTypes), names.Protect)
 
 // runID is the workflow id a RUN argument stands for.
 func runID(arg string) string {
@@ -82,6 +83,7 @@ func (a *app) runCommands() []*cobra.Command {
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 20, "how many to show")
+	list.Flags().StringVar(&a.planFilter, "plan", "", "only this plan's actions and protection")
 
 	var retry, skip, abort, override, yes bool
 	var step string
@@ -493,13 +495,29 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 	if err != nil {
 		return err
 	}
-	// A Protect that continued as new goes on in its next run: only
-	// that one is listed.
-	q := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "') AND ExecutionStatus != 'ContinuedAsNew'"
+	// Drover's workflows by their search attribute, not by type names
+	// another application in the namespace may share. A Protect that
+	// continued as new goes on in its next run: only that one is listed.
+	types := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "') AND ExecutionStatus != 'ContinuedAsNew'"
+	q := names.AttrPlan + " IS NOT NULL AND " + types
+	if a.planFilter != "" {
+		q = names.AttrPlan + " = '" + strings.ReplaceAll(a.planFilter, "'", "") + "' AND " + types
+	}
 	var all []execution
 	var token []byte
 	for {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 100, NextPageToken: token})
+		var ia *serviceerror.InvalidArgument
+		if errors.As(err, &ia) && strings.Contains(q, names.AttrPlan) && len(all) == 0 {
+			// The namespace lacks Drover's search attributes: match the
+			// types alone, and say how to register them.
+			fmt.Fprintf(a.stderr, "drctl: warning: %v\n%s", err, registerHint())
+			q = types
+			if a.planFilter != "" {
+				q = "WorkflowId IN ('" + workflows.ActionID(a.planFilter) + "','" + workflows.ProtectID(a.planFilter) + "') AND " + types
+			}
+			continue
+		}
 		if err != nil {
 			return temporalError("list the actions", err)
 		}
@@ -547,6 +565,15 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, x.WorkflowID)
 	}
 	return tw.flush()
+}
+
+// registerHint says how to register Drover's search attributes.
+func registerHint() string {
+	args := ""
+	for _, n := range names.SearchAttributes {
+		args += " --name " + n + " --type Keyword"
+	}
+	return "register Drover's search attributes on the namespace: temporal operator search-attribute create" + args + "\n"
 }
 
 // planStatus is status's answer for one plan.
@@ -737,8 +764,7 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord) {
 func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *workflows.PlanRecord) (*workflows.VerifyResult, error) {
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	run, err := c.ExecuteWorkflow(vctx, client.StartWorkflowOptions{ID: workflows.VerifyID(p.Metadata.Name), TaskQueue: workflows.TaskQueue,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, workflows.Verify, workflows.VerifyInput{Plan: p, Record: rec})
+	run, err := workflows.StartVerify(vctx, c, p, rec)
 	if err != nil {
 		return nil, temporalError("start the verification of plan "+p.Metadata.Name, err)
 	}

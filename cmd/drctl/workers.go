@@ -37,6 +37,7 @@ func (a *app) warnIdleWorkers(ctx context.Context, c client.Client, p *plans.Pla
 			queues = append(queues, queue{s.TaskQueue, enums.TASK_QUEUE_TYPE_ACTIVITY, "site " + s.Name + "'s calls"})
 		}
 	}
+	a.warnAttributes(ctx, c)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, q := range queues {
@@ -49,6 +50,19 @@ func (a *app) warnIdleWorkers(ctx context.Context, c client.Client, p *plans.Pla
 				q.name, q.serves, pollerFresh, what, siteFlag(q.name, p))
 		}
 	}
+}
+
+// warnAttributes warns when the namespace lacks Drover's search
+// attributes: the action still runs, but drctl list and the Temporal UI
+// cannot find it by plan. A failure to ask is not an error.
+func (a *app) warnAttributes(ctx context.Context, c client.Client) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	missing, err := workflows.MissingAttributes(ctx, c, a.ns)
+	if err != nil || len(missing) == 0 {
+		return
+	}
+	fmt.Fprintf(a.stderr, "drctl: warning: namespace %s lacks the search attributes %v: Drover's workflows start without them, and drctl list cannot find them by plan;\n%s", a.ns, missing, registerHint())
 }
 
 // siteFlag is the worker flag that serves a site's own queue.

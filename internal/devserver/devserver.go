@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/drover-dr/drover/internal/codec"
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/internal/simtest"
 )
 
@@ -98,6 +99,7 @@ func Start(t testing.TB, logger log.Logger) *Server {
 		ExistingPath:  bin,
 		ClientOptions: &client.Options{Logger: logger, DataConverter: codec.Converter()},
 		LogLevel:      "warn",
+		ExtraArgs:     searchAttributes(),
 		Stdout:        lb,
 		Stderr:        lb,
 	})
@@ -118,6 +120,16 @@ func Start(t testing.TB, logger log.Logger) *Server {
 func (s *Server) Stop() error {
 	s.stop.Do(func() { s.stopErr = s.srv.Stop() })
 	return s.stopErr
+}
+
+// searchAttributes registers Drover's search attributes, as an operator
+// must on a real cluster.
+func searchAttributes() []string {
+	var args []string
+	for _, name := range names.SearchAttributes {
+		args = append(args, "--search-attribute", name+"=Keyword")
+	}
+	return args
 }
 
 // Address is the frontend host:port.

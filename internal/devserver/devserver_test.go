@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // TestWarningsSeen: the server's size warnings reach Warnings, so a test
@@ -37,5 +38,15 @@ func TestWarningsSeen(t *testing.T) {
 	}
 	if w := srv.Warnings("exceeds the warning limit"); !strings.Contains(w[0], "big-input") {
 		t.Fatalf("warning %q does not name the workflow", w[0])
+	}
+}
+
+// TestSearchAttributesRegistered: the dev server has Drover's search
+// attributes, as an operator registers them on a real namespace.
+func TestSearchAttributesRegistered(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	missing, err := workflows.MissingAttributes(context.Background(), srv.Client, "default")
+	if err != nil || len(missing) != 0 {
+		t.Fatalf("missing %v, %v", missing, err)
 	}
 }

@@ -80,3 +80,6 @@ const (
 	AttrAction = "DroverAction"
 	AttrSite   = "DroverSite"
 )
+
+// SearchAttributes are the three, all of type Keyword.
+var SearchAttributes = []string{AttrPlan, AttrAction, AttrSite}

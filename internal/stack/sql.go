@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/internal/freeport"
+	"github.com/drover-dr/drover/internal/names"
 )
 
 // The production-like Temporal of Options.SQL: the Temporal server built
@@ -37,7 +38,7 @@ const (
 
 // SearchAttributes are the custom search attributes Drover's workflows
 // carry, registered on the namespace as an operator must.
-var SearchAttributes = []string{"DroverPlan", "DroverAction", "DroverSite"}
+var SearchAttributes = names.SearchAttributes
 
 // sqlUser and sqlPassword are the throwaway cluster's database role.
 const (

@@ -184,8 +184,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		s.say("starting the Temporal dev server on %s (UI http://%s, database %s)", o.Layout.Temporal, o.Layout.UI, filepath.Join(o.Dir, "temporal.db"))
 		host, port, _ := net.SplitHostPort(o.Layout.Temporal)
 		_, uiPort, _ := net.SplitHostPort(o.Layout.UI)
-		if err := s.Spawn("temporal", filepath.Join(o.Bin, "temporal"), nil, "server", "start-dev", "--ip", host, "--port", port,
-			"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn"); err != nil {
+		args := []string{"server", "start-dev", "--ip", host, "--port", port,
+			"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn"}
+		for _, name := range SearchAttributes {
+			args = append(args, "--search-attribute", name+"=Keyword")
+		}
+		if err := s.Spawn("temporal", filepath.Join(o.Bin, "temporal"), nil, args...); err != nil {
 			return s, err
 		}
 	}
