@@ -2,23 +2,28 @@
 // file per action, each readable top to bottom.
 //
 // In place:
+//
 //   - Failover (failover.go): preflight of the surviving site, best-effort
 //     stop of the lost site's workloads, fence and verify, forced promotion
 //     of every volume group by priority with bounded parallelism, start of
 //     the workloads by priority until healthy; the result has the RTO, the
 //     RPO estimate and the timeline.
+//
 //   - Reprotect (reprotect.go): stop the returned site's workloads, demote
 //     its stale primaries with force, resync until ready, wait for a sync
 //     newer than the resync start, unfence.
+//
 //   - Failback (failback.go): planned move with no data loss: preflight
 //     both sites and require fresh healthy replication, stop, demote
 //     without force, promote without force once the final sync landed,
 //     unfence, resync the old primary, start; a promotion that fails for
 //     good rolls everything back.
+//
 //   - Drill (drill.go): every check of a failover or failback without a
 //     state change (storage ready, secrets accepted, fencing possible,
 //     replication fresh, workloads and their CSI volumes present), and
 //     the steps the real action would take.
+//
 //   - Protect (protect.go): long-running per plan (ProtectID); enables
 //     replication on the primary, polls each group's last sync, lag and
 //     status, marks the plan out of RPO past the target, records each
@@ -31,6 +36,7 @@
 //     by which run), the last action and its outcome, protection and its
 //     lag. Actions send it their changes (a failover's fence inside the
 //     fence step, before any promotion); ReadRecord reads it.
+//
 //   - Verify (verify.go): compares a record with what storage reports
 //     (ListClusterFence on each site, replication on the recorded
 //     primary) and names each drift; it changes nothing.

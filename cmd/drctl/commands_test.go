@@ -541,7 +541,7 @@ policy:
 	for q, want := range map[string]string{
 		"DroverPlan = 'shop' AND DroverAction = 'failover' AND DroverSite = 'west'": workflows.ActionID("shop"),
 		"DroverPlan = 'shop' AND DroverAction = 'protect' AND DroverSite = 'east'":  workflows.ProtectID("shop"),
-		"DroverPlan = 'shop' AND DroverAction = 'record'":                          workflows.RecordID("shop"),
+		"DroverPlan = 'shop' AND DroverAction = 'record'":                           workflows.RecordID("shop"),
 	} {
 		simtest.Eventually(t, 30*time.Second, q, func() bool {
 			resp, err := srv.Client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default", Query: q})
