@@ -136,6 +136,8 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:27:20: workloads[0].volumeGroups[0]: no volume group is named "db"`}},
 		{"bad stop mode", "east: {nomad: {job: pg}}", "east: {nomad: {job: pg, stop: drain}}", []string{
 			`plan.yaml:29:37: workloads[0].sites.east.nomad.stop: "drain" is not deregister or scale`}},
+		{"nomad job on an exec site", "    orchestrator:\n      nomad: {}\n", "    orchestrator:\n      exec: {}\n", []string{
+			`plan.yaml:30:14: workloads[0].sites.west.nomad: site "west" runs exec hooks, not Nomad`}},
 		{"exit code bounds", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b, retryExitCodes: [1, 255, 256, 0]}}", []string{
 			`plan.yaml:29:14: workloads[0].sites.east.exec: site "east" runs Nomad, not exec hooks`,
 			`plan.yaml:29:65: workloads[0].sites.east.exec.retryExitCodes[2]: exit code 256 is not in 1..255`,
