@@ -169,7 +169,29 @@ func TestNomadJobsRun(t *testing.T) {
 			t.Fatalf("register %s: %v", j.id, err)
 		}
 		id := j.id
-		t.Cleanup(func() { c.Jobs().Deregister(id, true, nil) })
+		// Before the agent stops: a dev agent that stops leaves its
+		// raw_exec tasks running, so stop them and wait until they end.
+		t.Cleanup(func() {
+			if _, _, err := c.Jobs().Deregister(id, false, nil); err != nil {
+				t.Errorf("stop job %s: %v", id, err)
+				return
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+				allocs, _, err := c.Jobs().Allocations(id, true, nil)
+				live := err != nil
+				for _, a := range allocs {
+					live = live || a.ClientStatus == "running" || a.ClientStatus == "pending"
+				}
+				if !live {
+					c.Jobs().Deregister(id, true, nil)
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("the workers of job %s still run a minute after it was stopped", id)
+					return
+				}
+			}
+		})
 	}
 	for _, j := range nomadJobs {
 		var alloc *api.Allocation
