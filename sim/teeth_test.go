@@ -2,6 +2,8 @@ package sim_test
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -160,5 +162,32 @@ func TestCheckFindsThePrimaryInAnyOrder(t *testing.T) {
 		if r.Writes != 2 {
 			t.Fatalf("states of %s then %s: %d acknowledged writes counted, want 2", order[0].Name(), order[1].Name(), r.Writes)
 		}
+	}
+}
+
+// TestCheckFindsUnexplainedData: a block that no acknowledged write
+// explains, up to the copy's last sequence number included, is a data
+// mismatch.
+func TestCheckFindsUnexplainedData(t *testing.T) {
+	sum := func(b string) string { h := sha256.Sum256([]byte(b)); return hex.EncodeToString(h[:8]) }
+	st := func(blocks map[int64]sim.Block) *sim.State {
+		return &sim.State{Site: "x", Units: []sim.UnitState{{
+			Kind: sim.KindGroup, ID: "g", Role: sim.RolePrimary, Epoch: 1, Seq: 2, Lineage: []sim.Fork{{Epoch: 1}},
+			Blocks: map[string]map[int64]sim.Block{"v": blocks},
+			Writes: []sim.WriteRecord{
+				{Volume: "v", Block: 0, Seq: 1, Epoch: 1, Time: time.Unix(10, 0), Client: "10.0.0.5", Sum: sum("a")},
+				{Volume: "v", Block: 1, Seq: 2, Epoch: 1, Time: time.Unix(11, 0), Client: "10.0.0.5", Sum: sum("b")},
+			},
+		}}}
+	}
+	good := map[int64]sim.Block{0: {Data: []byte("a"), Seq: 1, Epoch: 1}, 1: {Data: []byte("b"), Seq: 2, Epoch: 1}}
+	if r := sim.Check(st(good)); !r.OK() {
+		t.Fatalf("data that the writes explain: %s", r)
+	}
+	// Block 2 holds seq 2, the copy's last, which wrote block 1.
+	odd := map[int64]sim.Block{0: good[0], 1: good[1], 2: {Data: []byte("?"), Seq: 2, Epoch: 1}}
+	r := sim.Check(st(odd))
+	if r.OK() || !hasViolation(r, sim.DataMismatch) || !strings.Contains(r.String(), "no surviving acknowledged write explains") {
+		t.Fatalf("a block no write explains: %s", r)
 	}
 }
