@@ -159,7 +159,9 @@ func (r *PlanRecord) apply(c RecordChange) {
 	}
 	if p := c.Protection; p != nil {
 		r.Protection = p
-		if p.Primary != "" && p.Enabled {
+		// Protection names the primary only until an action does: it
+		// polls the site it was started from, which a failover leaves.
+		if r.Primary == "" && p.Primary != "" && p.Enabled {
 			r.Primary = p.Primary
 		}
 	}
