@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run=.run/sim
 mkdir -p "$run"
+# The pair's shared secret for its peer API, new at every start.
+token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 cat > "$run/sites.yaml" <<YAML
 sites:
   - name: east
@@ -13,6 +15,7 @@ sites:
     data: 127.0.0.1:7301
     control: 127.0.0.1:7302
     peer: 127.0.0.1:7401
+    peerToken: $token
     stateDir: $PWD/$run/east
     primary: true
     groups:
@@ -23,6 +26,7 @@ sites:
     data: 127.0.0.1:7401
     control: 127.0.0.1:7402
     peer: 127.0.0.1:7301
+    peerToken: $token
     stateDir: $PWD/$run/west
     groups:
       - {id: vg-db, volumes: [db-data, db-wal]}

@@ -116,11 +116,33 @@ func Check(states ...*State) *Report {
 // fenceEvents lists each site's fence changes by CIDR, in the order the
 // site learned them, timed when it learned them: from then on the site
 // must refuse the CIDR's writes.
+//
+// An unfence counts only when a site of the pair really made it (an
+// unfence RPC at its origin): one a site learned from "its peer" that no
+// site made (an unfence a fenced client posted to the peer API itself)
+// lifts nothing, so a write it let through is a fenced write. Checked
+// alone, a site's learned unfences are taken as they are.
 func fenceEvents(states []*State) map[string]map[string][]FenceEntry {
+	type change struct {
+		origin, cidr string
+		fenced       bool
+		time         time.Time
+	}
+	made := map[change]bool{}
+	for _, st := range states {
+		for _, e := range st.FenceLog {
+			if e.Origin == st.Site && (e.Learned.IsZero() || e.Learned.Equal(e.Time)) {
+				made[change{e.Origin, e.CIDR, e.Fenced, e.Time.UTC()}] = true
+			}
+		}
+	}
 	out := map[string]map[string][]FenceEntry{}
 	for _, st := range states {
 		m := map[string][]FenceEntry{}
 		for _, e := range st.FenceLog {
+			if !e.Fenced && len(states) > 1 && !made[change{e.Origin, e.CIDR, e.Fenced, e.Time.UTC()}] {
+				continue // an unfence no site of the pair made
+			}
 			fe := e.FenceEntry
 			fe.Time = e.Learned.UTC()
 			if e.Learned.IsZero() {

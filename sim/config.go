@@ -21,6 +21,12 @@ type Config struct {
 	ControlAddr string `yaml:"control"`
 	// PeerAddr is the peer site's DataAddr.
 	PeerAddr string `yaml:"peer"`
+	// PeerToken is the secret the pair shares: every call of the peer
+	// API (/v1/peer/* on the data port) must carry it as a bearer token,
+	// and the site sends it with its own. Empty leaves the peer API open
+	// (the site warns at start): anyone who reaches the data port, a
+	// fenced client too, could then rewrite its fences.
+	PeerToken string `yaml:"peerToken"`
 	// StateDir holds the persisted state; empty keeps it in memory only.
 	StateDir string `yaml:"stateDir"`
 	// Fsync makes every state write durable against power loss, not only

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,10 +31,27 @@ func (s *Site) dataHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /v1/volumes/{vol}/blocks/{n}", s.handleWrite)
 	mux.HandleFunc("GET /v1/volumes/{vol}/blocks/{n}", s.handleRead)
-	mux.HandleFunc("POST /v1/peer/status", s.handlePeerStatus)
-	mux.HandleFunc("POST /v1/peer/apply", s.handlePeerApply)
-	mux.HandleFunc("POST /v1/peer/fences", s.handlePeerFences)
+	mux.HandleFunc("POST /v1/peer/status", s.peerOnly(s.handlePeerStatus))
+	mux.HandleFunc("POST /v1/peer/apply", s.peerOnly(s.handlePeerApply))
+	mux.HandleFunc("POST /v1/peer/fences", s.peerOnly(s.handlePeerFences))
 	return mux
+}
+
+// peerOnly admits a call of the peer API only with the pair's token: the
+// peer API rewrites fences and data, and the data port is where every
+// client, a fenced one too, connects.
+func (s *Site) peerOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.PeerToken != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.PeerToken)) != 1 {
+				s.log.Warn("peer API call refused: no valid peer token", "from", r.RemoteAddr, "path", r.URL.Path)
+				httpError(w, http.StatusUnauthorized, "the peer API needs the pair's peer token")
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 func httpError(w http.ResponseWriter, code int, format string, args ...any) {

@@ -72,12 +72,13 @@ type fencesMessage struct {
 var errLinkDown = errors.New("replication link is down")
 
 type peerClient struct {
-	base string
-	http *http.Client
+	base  string
+	token string
+	http  *http.Client
 }
 
-func newPeerClient(addr string) *peerClient {
-	return &peerClient{base: "http://" + addr, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+func newPeerClient(addr, token string) *peerClient {
+	return &peerClient{base: "http://" + addr, token: token, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 }
 
 func (p *peerClient) close() { p.http.CloseIdleConnections() }
@@ -92,6 +93,9 @@ func (p *peerClient) post(ctx context.Context, path string, in, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
 	resp, err := p.http.Do(req)
 	if err != nil {
 		return err

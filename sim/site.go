@@ -106,7 +106,7 @@ func New(cfg Config, log *slog.Logger) (*Site, error) {
 		s.unimpl[m] = true
 	}
 	if cfg.PeerAddr != "" {
-		s.peer = newPeerClient(cfg.PeerAddr)
+		s.peer = newPeerClient(cfg.PeerAddr, cfg.PeerToken)
 	}
 	if err := s.store.init(); err != nil {
 		return nil, fmt.Errorf("site %q: state dir: %w", cfg.Name, err)
@@ -189,6 +189,9 @@ func (s *Site) DataAddr() string { return s.cfg.DataAddr }
 // Start serves the site: gRPC, data path, control API and the replication
 // loop. It returns once the listeners are bound.
 func (s *Site) Start() error {
+	if s.cfg.PeerToken == "" {
+		s.log.Warn("the peer API is open: no peer token is set, so anyone who reaches the data port can rewrite this site's fences; give the pair a shared --peer-token", "site", s.cfg.Name)
+	}
 	if s.cfg.ControlAddr != "" {
 		lis, err := net.Listen("tcp", s.cfg.ControlAddr)
 		if err != nil {

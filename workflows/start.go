@@ -57,8 +57,13 @@ func (e *BusyError) Error() string {
 func Start(ctx context.Context, c client.Client, plan string, wf, in any) (client.WorkflowRun, error) {
 	id := ActionID(plan)
 	action, site := actionOf(in)
+	var memo map[string]any
+	if o, ok := in.(interface{ origin() Origin }); ok {
+		memo = o.origin().memo()
+	}
 	run, err := withAttributes(ctx, c, client.StartWorkflowOptions{
 		ID:                                       id,
+		Memo:                                     memo,
 		TaskQueue:                                TaskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
@@ -85,6 +90,7 @@ func StartProtect(ctx context.Context, c client.Client, p *plans.Plan, primary s
 	return withAttributes(ctx, c, client.StartWorkflowOptions{
 		ID:                       ProtectID(p.Metadata.Name),
 		TaskQueue:                TaskQueue,
+		Memo:                     o.memo(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, Attributes(p.Metadata.Name, "protect", primary), Protect, ProtectInput{Origin: o, Plan: p, Primary: primary, Interval: interval})
 }

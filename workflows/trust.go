@@ -22,6 +22,21 @@ type Origin struct {
 	By string `json:"by,omitempty"`
 }
 
+// MemoBy is the memo field where Start and StartProtect record who
+// started a workflow, for listings (drctl list).
+const MemoBy = "by"
+
+// who is the memo of a workflow started for o.
+func (o Origin) memo() map[string]any {
+	if o.By == "" {
+		return nil
+	}
+	return map[string]any{MemoBy: o.By}
+}
+
+// origin returns the Origin an action's input carries.
+func (o Origin) origin() Origin { return o }
+
 // changeTrustedPlan marks the histories that check their plan's
 // signature first; those recorded before it replay without the check.
 const changeTrustedPlan = "trusted-plan"

@@ -86,6 +86,7 @@ func TestForgedPlansAreRefused(t *testing.T) {
 		{"unsigned reprotect", workflows.Reprotect, workflows.ReprotectInput{Plan: forged(), From: "east", To: "west"}, "the plan is not signed"},
 		{"unsigned failback", workflows.Failback, workflows.FailbackInput{Plan: forged(), From: "west", To: "east"}, "the plan is not signed"},
 		{"unsigned drill", workflows.Drill, workflows.DrillInput{Plan: forged(), Action: "failover", From: "east", To: "west"}, "the plan is not signed"},
+		{"unsigned verify", workflows.Verify, workflows.VerifyInput{Plan: forged(), Record: &workflows.PlanRecord{Plan: "shop"}}, "the plan is not signed"},
 		{"unsigned protect", workflows.Protect, workflows.ProtectInput{Plan: forged(), Primary: "west"}, "the plan is not signed"},
 		{"group batch on its own", workflows.GroupBatch, workflows.GroupBatchInput{Plan: forged(),
 			Op: workflows.GroupOp{Kind: workflows.OpPromote, Site: "west", Force: true}}, "runs only as the child"},

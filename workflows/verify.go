@@ -16,6 +16,7 @@ import (
 
 // VerifyInput compares a plan's record with its storage.
 type VerifyInput struct {
+	Origin
 	Plan   *plans.Plan `json:"plan"`
 	Record *PlanRecord `json:"record"`
 }
@@ -37,6 +38,11 @@ type VerifyResult struct {
 // answer is reported, not waited for.
 func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 	p, rec := in.Plan, in.Record
+	// The plan names endpoints and secrets the worker calls with: it is
+	// checked first, as an action's is.
+	if _, err := trust(ctx, p, in.Origin); err != nil {
+		return nil, err
+	}
 	if p == nil || rec == nil {
 		return nil, fmt.Errorf("verify: give the plan and its record")
 	}
@@ -147,8 +153,8 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 }
 
 // StartVerify starts (or joins) the plan's verification.
-func StartVerify(ctx context.Context, c client.Client, p *plans.Plan, rec *PlanRecord) (client.WorkflowRun, error) {
+func StartVerify(ctx context.Context, c client.Client, p *plans.Plan, rec *PlanRecord, o Origin) (client.WorkflowRun, error) {
 	return withAttributes(ctx, c, client.StartWorkflowOptions{ID: VerifyID(p.Metadata.Name), TaskQueue: TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING},
-		Attributes(p.Metadata.Name, "verify", ""), Verify, VerifyInput{Plan: p, Record: rec})
+		Attributes(p.Metadata.Name, "verify", ""), Verify, VerifyInput{Origin: o, Plan: p, Record: rec})
 }

@@ -161,6 +161,9 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 		return err
 	}
 	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
+	if in.Origin, err = a.origin(file, p); err != nil {
+		return err
+	}
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
 	cancel()
@@ -202,6 +205,9 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 		return err
 	}
 	in := workflows.ReprotectInput{Plan: p}
+	if in.Origin, err = a.origin(file, p); err != nil {
+		return err
+	}
 	if from != "" && p.Site(from) == nil {
 		return badInput("plan %q has no site %q", p.Metadata.Name, from)
 	}
@@ -286,6 +292,9 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 		// What a failover fenced of To and no reprotect lifted since.
 		in.Fenced = cidrs
 	}
+	if in.Origin, err = a.origin(file, p); err != nil {
+		return err
+	}
 	last, err := lastAction(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
@@ -317,7 +326,11 @@ func (a *app) drill(ctx context.Context, file, action string, f actionFlags) err
 	if err := a.checkDirection(ctx, c, p, "drill of a "+action, from, to, f.override); err != nil {
 		return err
 	}
-	return a.start(ctx, c, p, "drill", workflows.Drill, workflows.DrillInput{Plan: p, Action: action, From: from, To: to}, f.wait)
+	o, err := a.origin(file, p)
+	if err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "drill", workflows.Drill, workflows.DrillInput{Origin: o, Plan: p, Action: action, From: from, To: to}, f.wait)
 }
 
 // start starts an action and, with wait, follows it to its end.
@@ -456,12 +469,16 @@ func (a *app) protectCommand() *cobra.Command {
 			if interval < 0 {
 				return badInput("--interval %v: want a positive duration", interval)
 			}
+			o, err := a.origin(args[0], p)
+			if err != nil {
+				return err
+			}
 			c, err := a.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
 			a.warnIdleWorkers(cmd.Context(), c, p, "protection")
-			run, err := workflows.StartProtect(cmd.Context(), c, p, primary, interval, workflows.Origin{})
+			run, err := workflows.StartProtect(cmd.Context(), c, p, primary, interval, o)
 			if err != nil {
 				return temporalError("start protection", err)
 			}

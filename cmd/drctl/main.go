@@ -144,6 +144,10 @@ type app struct {
 	planFilter     string // list --plan
 	ns             string // the namespace dialled
 	client         client.Client
+	// signKey is the plan signing key (--sign-key); by is who acts
+	// (--by).
+	signKey string
+	by      string
 }
 
 func (a *app) root() *cobra.Command {
@@ -182,6 +186,8 @@ cannot be reached or has no such namespace.`,
 	}
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	a.conn.add(root)
+	root.PersistentFlags().StringVar(&a.signKey, "sign-key", os.Getenv("DROVER_PLAN_SIGNING_KEY"), "sign the plan of an action with this ed25519 key (PEM; default DROVER_PLAN_SIGNING_KEY); without it, the signature file PLAN.sig beside the plan is sent")
+	root.PersistentFlags().StringVar(&a.by, "by", os.Getenv("DROVER_BY"), "who acts, recorded in the action (default DROVER_BY, or user@host)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return badInput("%v (see %s --help)", err, cmd.CommandPath())
 	})

@@ -21,7 +21,7 @@ func (a *app) planCommand() *cobra.Command {
 		Short: "Check and explain plans (no Temporal needed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return badInput("give a plan command: validate, show or schema (see drctl plan --help)")
+			return badInput("give a plan command: validate, show, schema, keygen or sign (see drctl plan --help)")
 		},
 	}
 	plan.AddCommand(&cobra.Command{
@@ -47,6 +47,7 @@ func (a *app) planCommand() *cobra.Command {
 			return err
 		},
 	})
+	plan.AddCommand(a.signCommands()...)
 	return plan
 }
 

@@ -160,6 +160,9 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		counts[s.State]++
 	}
 	fmt.Fprintf(w, "%s of plan %q: %s — %d/%d steps done\n", p.Action, p.Plan, p.State, counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps))
+	if p.By != "" || p.Trust != "" {
+		fmt.Fprintf(w, "  started by %s; %s\n", orUnknown(p.By), orUnknown(p.Trust))
+	}
 	t := newTable(w, "  STATE", "STEP", "TRIES", "TOOK", "NOTE")
 	for _, s := range p.Steps {
 		took := ""
@@ -169,7 +172,11 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		case !s.Start.IsZero():
 			took = time.Since(s.Start).Round(100*time.Millisecond).String() + "…"
 		}
-		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(s.Attempts), took, stepNote(s))
+		note := stepNote(s)
+		if s.By != "" {
+			note = strings.TrimSpace(note + " (by " + s.By + ")")
+		}
+		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(s.Attempts), took, note)
 	}
 	t.flush()
 	plan := planName(id)
@@ -187,6 +194,13 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
 		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", waiting, plan)
 	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(not recorded)"
+	}
+	return s
 }
 
 func plural(n int, one, many string) string {

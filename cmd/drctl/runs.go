@@ -18,6 +18,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/drover-dr/drover/internal/names"
@@ -111,18 +112,17 @@ func (a *app) runCommands() []*cobra.Command {
 	resolve.Flags().StringVar(&step, "step", "", "the paused step (default: the only one paused)")
 	resolve.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (skip and abort ask)")
 
-	var gate, by string
+	var gate string
 	var approveYes bool
 	approve := &cobra.Command{
 		Use:   "approve RUN",
 		Short: "Open the approval gate the action waits at",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.approve(cmd.Context(), runID(args[0]), gate, by, approveYes)
+			return a.approve(cmd.Context(), runID(args[0]), gate, a.identity(), approveYes)
 		},
 	}
 	approve.Flags().StringVar(&gate, "gate", "", "the gate (default: the only one waiting)")
-	approve.Flags().StringVar(&by, "by", "", "who approves (recorded in the action's history)")
 	approve.Flags().BoolVarP(&approveYes, "yes", "y", false, "do not ask for confirmation")
 
 	var cancelYes bool
@@ -377,7 +377,7 @@ func (a *app) resolve(ctx context.Context, id, step, decision string, override, 
 			return err
 		}
 	}
-	msg, err := a.update(ctx, c, id, workflows.UpdateResolve, workflows.Decision{Step: step, Action: decision, Override: override})
+	msg, err := a.update(ctx, c, id, workflows.UpdateResolve, workflows.Decision{Step: step, Action: decision, Override: override, By: a.identity()})
 	if err != nil {
 		return err
 	}
@@ -477,6 +477,8 @@ type execution struct {
 	Status     string    `json:"status"`
 	Start      time.Time `json:"start"`
 	Close      time.Time `json:"close,omitzero"`
+	// By is who started it, as the starter said (the memo drctl sets).
+	By string `json:"by,omitempty"`
 }
 
 func executionOf(e *workflowpb.WorkflowExecutionInfo) execution {
@@ -484,6 +486,9 @@ func executionOf(e *workflowpb.WorkflowExecutionInfo) execution {
 		RunID: e.GetExecution().GetRunId(), Status: statusName(e.GetStatus()), Start: e.GetStartTime().AsTime()}
 	if e.GetCloseTime() != nil && e.GetCloseTime().IsValid() && e.GetCloseTime().AsTime().Unix() > 0 {
 		x.Close = e.GetCloseTime().AsTime()
+	}
+	if f := e.GetMemo().GetFields()[workflows.MemoBy]; f != nil {
+		_ = converter.GetDefaultDataConverter().FromPayload(f, &x.By)
 	}
 	return x
 }
@@ -556,13 +561,17 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 		fmt.Fprintln(a.stdout, "no Drover actions yet; start with drctl protect start PLAN or drctl drill PLAN --to SITE")
 		return nil
 	}
-	tw := newTable(a.stdout, "PLAN", "ACTION", "STATUS", "STARTED", "TOOK", "WORKFLOW")
+	tw := newTable(a.stdout, "PLAN", "ACTION", "STATUS", "STARTED", "TOOK", "BY", "WORKFLOW")
 	for _, x := range all {
 		took := ""
 		if !x.Close.IsZero() {
 			took = x.Close.Sub(x.Start).Round(time.Millisecond).String()
 		}
-		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, x.WorkflowID)
+		by := x.By
+		if by == "" {
+			by = "-"
+		}
+		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, by, x.WorkflowID)
 	}
 	return tw.flush()
 }
@@ -651,7 +660,11 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		if st.Record == nil {
 			return badInput("plan %q has no record to verify yet (no action or protection since the record came)", name)
 		}
-		v, err := verifyRecord(ctx, c, plan, st.Record)
+		o, err := a.origin(arg, plan)
+		if err != nil {
+			return err
+		}
+		v, err := verifyRecord(ctx, c, plan, st.Record, o)
 		if err != nil {
 			return err
 		}
@@ -679,7 +692,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		}
 	}
 	if x := st.Action; x != nil {
-		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s (workflow %s, run %s)\n", x.Type, x.Status, x.Start.Local().Format(time.DateTime), x.WorkflowID, x.RunID)
+		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s%s (workflow %s, run %s)\n", x.Type, x.Status, x.Start.Local().Format(time.DateTime), byText(x.By), x.WorkflowID, x.RunID)
 		if x.Progress != nil {
 			renderSteps(a.stdout, x.Progress, x.WorkflowID)
 		} else if x.Status == "running" {
@@ -693,7 +706,10 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 			if ps.OutOfRPO {
 				rpo = "OUT OF RPO"
 			}
-			fmt.Fprintf(a.stdout, "  primary %s, replication enabled %v, %d polls, %s\n", ps.Primary, ps.Enabled, ps.Polls, rpo)
+			fmt.Fprintf(a.stdout, "  primary %s, replication enabled %v, %d polls, %s%s\n", ps.Primary, ps.Enabled, ps.Polls, rpo, byText(ps.By))
+			if ps.Trust != "" {
+				fmt.Fprintf(a.stdout, "  %s\n", ps.Trust)
+			}
 			names := make([]string, 0, len(ps.Groups))
 			for g := range ps.Groups {
 				names = append(names, g)
@@ -761,10 +777,10 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord) {
 }
 
 // verifyRecord runs the plan's Verify workflow and waits for its answer.
-func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *workflows.PlanRecord) (*workflows.VerifyResult, error) {
+func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *workflows.PlanRecord, o workflows.Origin) (*workflows.VerifyResult, error) {
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	run, err := workflows.StartVerify(vctx, c, p, rec)
+	run, err := workflows.StartVerify(vctx, c, p, rec, o)
 	if err != nil {
 		return nil, temporalError("start the verification of plan "+p.Metadata.Name, err)
 	}
@@ -776,6 +792,13 @@ func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *work
 		return nil, temporalError("verify plan "+p.Metadata.Name+" (workflow "+run.GetID()+")", err)
 	}
 	return &v, nil
+}
+
+func byText(by string) string {
+	if by == "" {
+		return ""
+	}
+	return " by " + by
 }
 
 func isNotFound(err error) bool {

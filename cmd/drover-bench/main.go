@@ -334,7 +334,12 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	wr, err := workflows.Start(ctx, c, p.Metadata.Name, workflows.Failover, workflows.FailoverInput{Plan: p, From: "east", To: "west"})
+	sig, err := st.Sign(p)
+	if err != nil {
+		return err
+	}
+	wr, err := workflows.Start(ctx, c, p.Metadata.Name, workflows.Failover, workflows.FailoverInput{Plan: p, From: "east", To: "west",
+		Origin: workflows.Origin{Signature: sig, By: "drover-bench"}})
 	if err != nil {
 		return err
 	}

@@ -71,6 +71,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.DataAddr, "data", "", "data path and replication link address, host:port")
 	fs.StringVar(&cfg.ControlAddr, "control", "", "control API address, host:port (optional)")
 	fs.StringVar(&cfg.PeerAddr, "peer", "", "the peer site's data address")
+	fs.StringVar(&cfg.PeerToken, "peer-token", "", "the secret the pair shares for its peer API (default DROVER_SIM_PEER_TOKEN; empty leaves the peer API open)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for persisted state (empty: memory only)")
 	fs.BoolVar(&cfg.Fsync, "fsync", false, "fsync every state write")
 	fs.BoolVar(&cfg.Primary, "primary", false, "this site holds the primary copies on first start")
@@ -115,7 +116,15 @@ func run(args []string) int {
 			return 2
 		}
 		cfgs = fc.Sites
+		for i := range cfgs {
+			if cfgs[i].PeerToken == "" {
+				cfgs[i].PeerToken = os.Getenv("DROVER_SIM_PEER_TOKEN")
+			}
+		}
 	} else {
+		if cfg.PeerToken == "" {
+			cfg.PeerToken = os.Getenv("DROVER_SIM_PEER_TOKEN")
+		}
 		if *groups < 0 || *perGroup < 1 {
 			fmt.Fprintln(os.Stderr, "drover-sim: --groups must be >= 0 and --volumes-per-group >= 1")
 			return 2

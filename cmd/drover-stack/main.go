@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // up starts the stack detached, with a writer per site, and says how to
 // use it.
 func up(ctx context.Context, o stack.Options, exe string, freePorts bool) error {
-	o.Layout, o.Detach = stack.Fixed(), true
+	o.Layout, o.Detach, o.SignOriginal = stack.Fixed(), true, true
 	if freePorts {
 		l, err := stack.Free()
 		if err != nil {

@@ -154,6 +154,18 @@ func TestUpDown(t *testing.T) {
 	if b, err := drctl.CombinedOutput(); err != nil || !strings.Contains(string(b), "protection of plan \"demo\" from east runs") {
 		t.Fatalf("drctl against the stack: %v\n%s", err, b)
 	}
+	// The stack signed its plan and its worker trusts only its key: the
+	// protection runs, signed.
+	var status []byte
+	simtest.Eventually(t, time.Minute, "the protection to run signed", func() bool {
+		st := exec.Command(filepath.Join(bin, "drctl"), "status", "demo")
+		st.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+addr)
+		status, _ = st.CombinedOutput()
+		return strings.Contains(string(status), "plan signed by key ")
+	})
+	if !strings.Contains(string(status), "running") {
+		t.Fatalf("the protection does not run:\n%s", status)
+	}
 	again, aout := stackCmd(bin, dir, "up", "--ports", "free")
 	if err := again.Run(); bintest.ExitCode(err) != 1 || !strings.Contains(aout.String(), "a stack already runs from") {
 		t.Fatalf("second up: %v\n%s", err, aout)

@@ -4,6 +4,8 @@ package simtest
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"os"
@@ -94,12 +96,14 @@ func StartPair(t testing.TB, o Options) (a, b *Site) {
 	}
 	dir := SockDir(t)
 	dataA, dataB := FreeAddr(t), FreeAddr(t)
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
 	mk := func(name string, primary bool, data, peer string, tweak func(*sim.Config)) sim.Config {
 		c := sim.Config{
 			Name: name, GRPCAddr: "unix://" + filepath.Join(dir, name+".sock"),
 			DataAddr: data, PeerAddr: peer, StateDir: filepath.Join(t.TempDir(), name),
 			Primary: primary, Groups: o.Groups, Volumes: o.Volumes, SyncInterval: o.Interval,
-			Secrets: o.Secrets, Seed: 1,
+			Secrets: o.Secrets, Seed: 1, PeerToken: hex.EncodeToString(token),
 		}
 		if tweak != nil {
 			tweak(&c)

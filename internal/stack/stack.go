@@ -1,7 +1,10 @@
 package stack
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +26,7 @@ import (
 
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/freeport"
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -109,6 +113,10 @@ type Options struct {
 	Detach bool
 	// StorageOnly starts the sites alone: no Temporal, no worker.
 	StorageOnly bool
+	// SignOriginal also writes the signature of Plan beside it, when
+	// the stack's copy is the same plan (the fixed layout of make up),
+	// so that drctl finds it for the plan file itself.
+	SignOriginal bool
 	// Driver is the sites' driver profile (sim.DriverSpec when empty).
 	Driver string
 	// SQL runs the Temporal server built from its Go module on a
@@ -132,6 +140,8 @@ type Stack struct {
 	temporal client.Client
 	// pgDir is the PostgreSQL cluster of a SQL stack, removed by Stop.
 	pgDir string
+	// peerToken is the sites' shared secret for their peer API.
+	peerToken string
 }
 
 // proc is one process of the stack.
@@ -156,6 +166,11 @@ const pidFile = "pids.yaml"
 // stops what it started.
 func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s = &Stack{Options: o}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	s.peerToken = hex.EncodeToString(token)
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -214,9 +229,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := s.waitReady(ctx, "temporal"); err != nil {
 		return s, err
 	}
+	pub, err := s.signPlans()
+	if err != nil {
+		return s, err
+	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
 	if err := s.Spawn("worker", filepath.Join(o.Bin, "worker"), []string{"TEMPORAL_ADDRESS=" + o.Layout.Temporal, "TEMPORAL_NAMESPACE=default"},
-		"--metrics", o.Layout.Metrics, "--identity", s.workerIdentity(), "--allow-unsigned-plans"); err != nil {
+		"--metrics", o.Layout.Metrics, "--identity", s.workerIdentity(), "--trusted-plan-key", pub); err != nil {
 		return s, err
 	}
 	return s, s.waitReady(ctx, "worker")
@@ -330,6 +349,80 @@ func (s *Stack) writePlan() error {
 	return os.WriteFile(s.PlanFile, []byte(text), 0o644)
 }
 
+// SigningKey is the stack's plan signing key: made at the first start,
+// kept with the stack's state. Its public key (PublicKey) is the one the
+// stack's worker trusts.
+func (s *Stack) SigningKey() string { return filepath.Join(s.Dir, "plan-signing.key") }
+
+// PublicKey is the public half of SigningKey.
+func (s *Stack) PublicKey() string { return filepath.Join(s.Dir, "plan-signing.pub") }
+
+// Sign signs a plan with the stack's key, for an action started through
+// the Temporal client.
+func (s *Stack) Sign(p *plans.Plan) (*plans.Signature, error) {
+	key, err := plans.ReadPrivateKey(s.SigningKey())
+	if err != nil {
+		return nil, err
+	}
+	return plans.Sign(p, key, time.Now(), 0)
+}
+
+// signPlans makes the stack's key pair when there is none, and signs the
+// stack's plan copy (PLAN.sig beside it, which drctl sends with the
+// plan), and with SignOriginal the plan itself. It returns the public
+// key file for the worker.
+func (s *Stack) signPlans() (string, error) {
+	if _, err := os.Stat(s.SigningKey()); os.IsNotExist(err) {
+		pub, key, err := plans.GenerateKey()
+		if err != nil {
+			return "", err
+		}
+		kb, err := plans.EncodePrivateKey(key)
+		if err != nil {
+			return "", err
+		}
+		pb, err := plans.EncodePublicKey(pub)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(s.SigningKey(), kb, 0o600); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(s.PublicKey(), pb, 0o644); err != nil {
+			return "", err
+		}
+	}
+	files := []string{s.PlanFile}
+	if s.SignOriginal {
+		files = append(files, s.Plan)
+	}
+	var first []byte
+	for _, f := range files {
+		p, err := plans.Load(f)
+		if err != nil {
+			return "", fmt.Errorf("sign %s: %w", f, err)
+		}
+		canon, err := plans.CanonicalJSON(p)
+		if err != nil {
+			return "", err
+		}
+		if first == nil {
+			first = canon
+		} else if !bytes.Equal(first, canon) {
+			continue // the copy differs (other ports): only the copy is signed
+		}
+		sig, err := s.Sign(p)
+		if err != nil {
+			return "", err
+		}
+		if err := plans.WriteSignature(plans.SignatureFile(f), sig); err != nil {
+			return "", err
+		}
+		s.say("signed %s with the stack's key %s (%s)", f, sig.KeyID(), s.SigningKey())
+	}
+	return s.PublicKey(), nil
+}
+
 // StateDir is where a site keeps its persisted state.
 func (s *Stack) StateDir(site string) string { return filepath.Join(s.Dir, site) }
 
@@ -342,7 +435,7 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 			peer = o.Data
 		}
 	}
-	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer,
+	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer, PeerToken: s.peerToken,
 		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver,
 		Secrets: s.Secrets}
 	if len(cfg.Groups) == 0 {
@@ -353,7 +446,7 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(s.Dir, site.Name+".yaml")
-	return path, os.WriteFile(path, b, 0o644)
+	return path, os.WriteFile(path, b, 0o600)
 }
 
 // Spawn starts one process with its output in <dir>/<name>.log and
