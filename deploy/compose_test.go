@@ -42,6 +42,17 @@ func TestComposeConfig(t *testing.T) {
 			t.Errorf("service %s is not built from the repository's Dockerfile: %+v", name, s.Build)
 		}
 	}
+	// The worker runs signed plans only, with drctl in its container
+	// signing; the sites' peer API needs their shared token.
+	if w := strings.Join(p.Services["worker"].Command, " "); !strings.Contains(w, "--trusted-plan-key") || strings.Contains(w, "--allow-unsigned-plans") ||
+		p.Services["worker"].Environment["DROVER_PLAN_SIGNING_KEY"] == nil {
+		t.Errorf("the compose worker does not run signed plans only: %q", w)
+	}
+	for _, name := range []string{"sim-east", "sim-west"} {
+		if tok := p.Services[name].Environment["DROVER_SIM_PEER_TOKEN"]; tok == nil || *tok == "" {
+			t.Errorf("service %s has no peer token", name)
+		}
+	}
 	if _, err := os.Stat("../Dockerfile"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,9 @@
 // A Site serves identity.Identity, fence.FenceController and
 // replication.Controller on a unix socket or TCP address (optionally TLS or
 // mutual TLS), a block data path over HTTP (PUT/GET
-// /v1/volumes/{vol}/blocks/{n}), the replication link its peer connects to,
-// and a control API (state, faults, site and link down/up) that stays up
+// /v1/volumes/{vol}/blocks/{n}), the replication link its peer connects to
+// (/v1/peer/* on the same port, admitted only with the pair's shared
+// PeerToken), and a control API (state, faults, site and link down/up) that stays up
 // while the site is down. cmd/drover-sim runs one or several sites per
 // process.
 //
@@ -75,7 +76,8 @@
 // and one file per unit) written atomically, so a killed site restarts with
 // every acknowledged write and role. Check verifies, over the sites'
 // states, that no two primaries accepted writes at once, that no fenced
-// client's write was accepted, that the writes lost on a failover are
+// client's write was accepted (an unfence counts only if a site of the
+// pair made it, not one forged on its peer API), that the writes lost on a failover are
 // exactly those acknowledged after the last completed sync, and that every
 // copy's data is what its surviving writes say.
 package sim

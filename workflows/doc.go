@@ -45,6 +45,15 @@
 // and DroverSite (Attributes), set at start and passed to children; on a
 // namespace without them the workflows start without them.
 //
+// Trusted plans (trust.go, invariant 9): every action, Protect and Verify
+// first run the VerifyPlan local activity, which checks the plan's
+// signature (Origin.Signature, plans.Sign) against the keys the worker
+// trusts, and end with a non-retryable UntrustedPlan error when it fails,
+// before any storage call or hook. GroupBatch runs only as a child. The
+// check sits behind the "trusted-plan" version marker, so histories
+// recorded before it replay. Origin.By records who started the action;
+// approvals and resolutions record who gave them (Step.By).
+//
 // One action per plan: Start runs every action of a plan under one
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.

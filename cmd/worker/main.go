@@ -49,6 +49,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/uber-go/tally/v4"
 	"github.com/uber-go/tally/v4/prometheus"
 	"go.temporal.io/api/enums/v1"
@@ -88,6 +89,9 @@ type config struct {
 	planKeys      multi
 	allowUnsigned bool
 	trust         *activities.PlanTrust
+	// webConfig is the Prometheus exporter web configuration file: TLS
+	// and basic auth for the HTTP endpoint.
+	webConfig string
 }
 
 // longestCall is the longest default deadline of one storage call, with
@@ -114,6 +118,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.site, "site", "", "run only the activities of this site, on its task queue (a worker inside the site)")
 	fs.StringVar(&c.taskQueue, "task-queue", "", "task queue to poll (default \""+workflows.TaskQueue+"\", with --site \"drover-site-NAME\")")
 	fs.StringVar(&c.metrics, "metrics", "127.0.0.1:9464", "address of the Prometheus /metrics endpoint; empty turns it off")
+	fs.StringVar(&c.webConfig, "web-config", "", "Prometheus web configuration file for the HTTP endpoint: TLS (tls_server_config) and basic auth (basic_auth_users), as Prometheus exporters take it")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.identity, "identity", "", "worker identity shown in Temporal (default pid@host)")
@@ -150,6 +155,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.stopAfter < 0 {
 		return c, fmt.Errorf("--stop-timeout %v: want zero or a positive duration", c.stopAfter)
+	}
+	if err := web.Validate(c.webConfig); err != nil {
+		return c, fmt.Errorf("--web-config %s: %w", c.webConfig, err)
 	}
 	if len(c.planKeys) == 0 {
 		for _, f := range strings.Split(os.Getenv("DROVER_TRUSTED_PLAN_KEYS"), ",") {
@@ -229,9 +237,16 @@ func run(args []string, stderr io.Writer) int {
 			return 2
 		}
 		httpSrv = &http.Server{Handler: endpoints(reporter.HTTPHandler(), &ready, c.cors), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = httpSrv.Serve(lis) }()
-		logger.Info("HTTP endpoint", "metrics", "http://"+lis.Addr().String()+"/metrics",
-			"health", "http://"+lis.Addr().String()+"/healthz", "codec", "http://"+lis.Addr().String()+"/codec")
+		// The exporter toolkit serves TLS and checks basic auth as the
+		// web configuration file says; without one, plain HTTP.
+		webLog := logger.With("component", "http")
+		go func() { _ = web.Serve(lis, httpSrv, &web.FlagConfig{WebConfigFile: &c.webConfig}, webLog) }()
+		scheme := "http"
+		if c.webConfig != "" {
+			scheme = "http(s)"
+		}
+		base := scheme + "://" + lis.Addr().String()
+		logger.Info("HTTP endpoint", "metrics", base+"/metrics", "health", base+"/healthz", "codec", base+"/codec", "webConfig", c.webConfig)
 	}
 
 	stop := make(chan os.Signal, 1)

@@ -17,13 +17,18 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/internal/testpki"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // TestBadInput: bad flags exit 2 with a message; an unreachable Temporal
@@ -410,5 +415,74 @@ func TestVersion(t *testing.T) {
 	out, err := exec.Command(dir+"/worker", "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "worker (devel) (revision 0123456789ab") {
 		t.Fatalf("worker --version: %v %q", err, out)
+	}
+}
+
+// TestMetricsWebConfig: with a Prometheus web configuration file the
+// HTTP endpoint serves TLS only and asks for basic auth; a bad file is
+// refused at start with exit 2.
+func TestMetricsWebConfig(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	dir := t.TempDir()
+	ca, err := testpki.NewCA("metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ca.WriteFiles(dir, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret-scrape"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "web.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n",
+		files.Cert, files.Key, hash)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("tls_server_config:\n  cert_file: /nonexistent\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "--web-config", bad, "--allow-unsigned-plans").CombinedOutput()
+	if code := bintest.ExitCode(err); code != 2 || !strings.Contains(string(out), "--web-config") {
+		t.Fatalf("a bad web config: exit %d, %s; want 2 naming --web-config", code, out)
+	}
+
+	addr := simtest.FreeAddr(t)
+	// Temporal never answers: the endpoint serves while the worker waits.
+	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + simtest.FreeAddr(t)}, bin, "--metrics", addr, "--web-config", cfg,
+		"--connect-timeout", "2m", "--allow-unsigned-plans")
+	simtest.Eventually(t, 30*time.Second, "the HTTP endpoint", func() bool { return strings.Contains(w.Log.String(), "HTTP endpoint") })
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(files.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.AppendCertsFromPEM(caPEM)
+	tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	get := func(c *http.Client, url, user, pass string) (int, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(tlsClient, "https://"+addr+"/metrics", "prometheus", "s3cret-scrape"); err != nil || code != http.StatusOK {
+		t.Fatalf("scrape over TLS with the password: %d, %v", code, err)
+	}
+	for _, c := range []struct{ user, pass string }{{"", ""}, {"prometheus", "wrong"}} {
+		if code, err := get(tlsClient, "https://"+addr+"/metrics", c.user, c.pass); err != nil || code != http.StatusUnauthorized {
+			t.Fatalf("scrape with %q/%q: %d, %v; want 401", c.user, c.pass, code, err)
+		}
+	}
+	if code, err := get(&http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/metrics", "prometheus", "s3cret-scrape"); err == nil && code == http.StatusOK {
+		t.Fatal("the endpoint answered plain HTTP")
 	}
 }
