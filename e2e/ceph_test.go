@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // cephPlan turns the e2e plan into one a real ceph-csi accepts: a
@@ -43,6 +45,13 @@ func TestCephCSICycle(t *testing.T) {
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 20)
+	// Replication on for every group on both sites first: ceph-csi answers
+	// a promotion of a copy not replicated with INVALID_ARGUMENT, which no
+	// retry cures (the spec's FAILED_PRECONDITION goes back to the action).
+	simtest.Eventually(t, 30*time.Second, "protection to record a sync of every group", func() bool {
+		ps, err := workflows.ReadProtect(context.Background(), h.c, "e2e")
+		return err == nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero()
+	})
 
 	h.siteDown("east")
 	h.must("failover", h.plan, "--to", "west", "--yes", "--wait")
@@ -78,6 +87,13 @@ func TestCephCSICycle(t *testing.T) {
 			}
 		}
 		return true
+	})
+
+	// The plan's record learns the new direction from the protection the
+	// reprotect restarts; failback checks its direction against it.
+	simtest.Eventually(t, 30*time.Second, "the plan's record to name west the primary", func() bool {
+		rec, err := workflows.ReadRecord(context.Background(), h.c, "e2e")
+		return err == nil && rec != nil && rec.Primary == "west"
 	})
 
 	before := lostOn(h.check(), "west")
