@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
@@ -364,6 +365,13 @@ policy:
 		t.Fatalf("watch failover: exit %d\n%s\n%s", code, out, errs)
 	}
 	t.Logf("watch:\n%s", out)
+	// Who did what: the action says who started it (drctl's identity)
+	// and how the worker trusts its plan; the gate, who opened it.
+	for _, want := range []string{"started by ", activities.UnsignedWarning, "(by test)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("watch of the failover lacks %q:\n%s", want, out)
+		}
+	}
 	if _, err := w.Write(t.Context(), "v1", 0, []byte("written during the outage")); err != nil {
 		t.Fatal(err)
 	}
@@ -422,11 +430,14 @@ policy:
 	if code != 0 || !strings.Contains(out, "last action: Failback, completed") || !strings.Contains(out, "protection: running") {
 		t.Fatalf("status text: exit %d\n%s", code, out)
 	}
-	var list []struct{ Type, Status string }
+	var list []struct{ Type, Status, By string }
 	c.ok(&list, "list")
 	var types []string
 	for _, x := range list {
 		types = append(types, x.Type+" "+x.Status)
+		if x.Type != "GroupBatch" && x.Type != "PlanRecorder" && x.Type != "Verify" && x.By == "" {
+			t.Errorf("list does not say who started the %s", x.Type)
+		}
 	}
 	for _, want := range []string{"Failover canceled", "Failover completed", "Reprotect completed", "Failback completed", "Drill completed", "Protect running"} {
 		if !slices.Contains(types, want) {
