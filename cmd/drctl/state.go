@@ -32,11 +32,24 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	rec, rerr := workflows.ReadRecord(rctx, c, name)
 	rcancel()
-	if rerr == nil && rec != nil && rec.Primary != "" {
-		if a := rec.LastAction; a != nil && a.Outcome != "completed" && !strings.HasPrefix(a.Action, "drill") {
-			return planState{}, nil
+	if rerr == nil && rec != nil {
+		// The record's last action says where it left the primary: a
+		// failover, reprotect or failback on To, a drill (which changes
+		// nothing) on the From it rehearsed leaving. Its primary field alone
+		// may still carry a protection summary sent before the action ended.
+		if a := rec.LastAction; a != nil {
+			switch {
+			case a.Outcome != "completed":
+				return planState{}, nil
+			case strings.HasPrefix(a.Action, "drill") && a.From != "":
+				return planState{a.From, fmt.Sprintf("the plan's record: its last action, a %s, rehearsed leaving %s", a.Action, a.From)}, nil
+			case a.To != "":
+				return planState{a.To, fmt.Sprintf("the plan's record: its last action, a %s, completed on %s", a.Action, a.To)}, nil
+			}
 		}
-		return planState{rec.Primary, fmt.Sprintf("the plan's record, updated %s", rec.Updated.UTC().Format(time.RFC3339))}, nil
+		if rec.Primary != "" {
+			return planState{rec.Primary, fmt.Sprintf("the plan's record, updated %s", rec.Updated.UTC().Format(time.RFC3339))}, nil
+		}
 	}
 	l, err := lastAction(ctx, c, name)
 	if err != nil {
