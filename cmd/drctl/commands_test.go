@@ -532,15 +532,30 @@ policy:
 		}
 		return path
 	}
-	shop := plan("shop", fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA))
+	// east lists no fence CIDRs: the failover fences the clients
+	// protection saw, and only the record knows them afterwards.
+	shop := plan("shop", "{}")
 	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
 	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
 
+	// A client of east writes, so that east's storage reports it.
+	writer, err := sim.NewClient(east.DataAddr(), simtest.NodeA, "east-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	if _, err := writer.Write(t.Context(), "v1", 0, []byte("before the outage")); err != nil {
+		t.Fatal(err)
+	}
 	var o outcome
 	c.ok(&o, "protect", "start", shop, "--primary", "east", "--interval", "100ms")
 	c.eventually("protection to record a sync", "shop", func(s statusOut) bool {
 		return s.Protection != nil && len(s.Protection.Groups) == 1 && !s.Protection.Groups["db"].LastSync.IsZero()
+	})
+	simtest.Eventually(t, time.Minute, "protection to record east's clients", func() bool {
+		ps, err := workflows.ReadProtect(t.Context(), srv.Client, "shop")
+		return err == nil && slices.Contains(ps.Clients["east"], simtest.NodeA+"/32")
 	})
 	east.Down()
 	c.ok(&o, "failover", shop, "--to", "west", "--yes", "--wait")
