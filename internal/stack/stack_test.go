@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
 )
 
 // TestEndedNamesACrashedProcess: a process that dies on its own is named
@@ -59,5 +61,49 @@ func TestEndedNamesACrashedProcess(t *testing.T) {
 	err = st.waitFor(ctx, time.Minute, "something that never comes", func() bool { return false })
 	if err == nil || !strings.Contains(err.Error(), "waiting for something that never comes") || !strings.Contains(err.Error(), "sim-west") {
 		t.Fatalf("waitFor with a crashed process: %v", err)
+	}
+}
+
+// TestTourPlanIsSigned: make up (the fixed layout, SignOriginal) signs
+// the demo plan itself, with the key its worker trusts, so that the
+// README tour's commands, which name plans/examples/demo.yaml, send a
+// valid signature; the stack's copy is signed too.
+func TestTourPlanIsSigned(t *testing.T) {
+	src, err := os.ReadFile("../../plans/examples/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "demo.yaml")
+	if err := os.WriteFile(plan, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &Stack{Options: Options{Dir: filepath.Join(dir, "run"), Plan: plan, Layout: Fixed(), SignOriginal: true}}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writePlan(); err != nil {
+		t.Fatal(err)
+	}
+	pubFile, err := s.signPlans()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := plans.ReadPublicKeys(pubFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{plan, s.PlanFile} {
+		p, err := plans.Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig, err := plans.ReadSignature(plans.SignatureFile(f))
+		if err != nil {
+			t.Fatalf("%s has no signature: %v", f, err)
+		}
+		if err := plans.Verify(p, sig, keys, time.Now()); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
 	}
 }
