@@ -191,3 +191,48 @@ func TestCheckFindsUnexplainedData(t *testing.T) {
 		t.Fatalf("a block no write explains: %s", r)
 	}
 }
+
+// TestBlockSizeLimit: a block of exactly MaxBlockSize is stored whole; one
+// byte more is refused, never stored cut short.
+func TestBlockSizeLimit(t *testing.T) {
+	a, _ := startPair(t, pairOpts{})
+	ctx := ctxT(t)
+	c := dataClient(t, a, nodeA)
+	full := []byte(strings.Repeat("x", sim.MaxBlockSize-1) + "y")
+	_, err := c.Write(ctx, "v1", 0, full)
+	mustOK(t, err)
+	got, err := c.Read(ctx, "v1", 0)
+	mustOK(t, err)
+	if len(got) != sim.MaxBlockSize || got[len(got)-1] != 'y' {
+		t.Fatalf("read back %d bytes, want the %d written", len(got), sim.MaxBlockSize)
+	}
+	if _, err := c.Write(ctx, "v1", 1, append(full, 'z')); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a block one byte too large: %v, want it refused", err)
+	}
+	if _, err := c.Read(ctx, "v1", 1); !errors.Is(err, sim.ErrNotFound) {
+		t.Fatalf("the refused block was stored: %v", err)
+	}
+}
+
+// TestClientRenamed: a client that comes back under another name from the
+// same address is reported under its new name.
+func TestClientRenamed(t *testing.T) {
+	a, _ := startPair(t, pairOpts{})
+	ctx := ctxT(t)
+	for _, id := range []string{"node-1", "node-1-renamed"} {
+		c, err := sim.NewClient(a.cfg.DataAddr, nodeA, id)
+		mustOK(t, err)
+		_, err = c.Write(ctx, "v1", 0, []byte(id))
+		c.Close()
+		mustOK(t, err)
+	}
+	var got []string
+	for _, c := range a.Snapshot().Clients {
+		if c.Addr == nodeA {
+			got = append(got, c.ID)
+		}
+	}
+	if len(got) != 1 || got[0] != "node-1-renamed" {
+		t.Fatalf("clients at %s: %v, want the new name only", nodeA, got)
+	}
+}
