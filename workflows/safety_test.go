@@ -394,3 +394,24 @@ func TestProtectCarriesItsOwnStateOnly(t *testing.T) {
 		t.Fatalf("replication was not enabled on the new primary: %v", calls)
 	}
 }
+
+// TestFailbackRefusesStaleReplication: a planned move needs healthy
+// replication no older than the plan's RPO target; past it, the failback
+// ends in preflight and nothing is stopped, demoted or promoted.
+func TestFailbackRefusesStaleReplication(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(1) // no replication can meet it
+	f.plan.Policy.OnFailure = "abort"
+	calls, err := f.run(t, workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"}, nil)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrPreflight || !strings.Contains(ae.Error(), "more than the RPO target") {
+		t.Fatalf("error %v, want a preflight failure naming the RPO target", err)
+	}
+	for _, name := range []string{"StopWorkload", "DemoteVolume", "PromoteVolume"} {
+		if i := indexOf(calls, name, "", ""); i >= 0 {
+			t.Fatalf("a failback refused in preflight made the call %v", calls[i])
+		}
+	}
+	roles(t, f.east, sim.RolePrimary)
+	roles(t, f.west, sim.RoleSecondary)
+}
