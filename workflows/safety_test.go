@@ -415,3 +415,33 @@ func TestFailbackRefusesStaleReplication(t *testing.T) {
 	roles(t, f.east, sim.RolePrimary)
 	roles(t, f.west, sim.RoleSecondary)
 }
+
+// TestFailbackWaitsForTheFinalSync: while the target answers
+// FAILED_PRECONDITION (the final sync has not landed), the failback waits
+// and asks again instead of rolling back, then completes with no write
+// lost.
+func TestFailbackWaitsForTheFinalSync(t *testing.T) {
+	f := newFixture(t)
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "FAILED_PRECONDITION", Count: 2, Message: "final sync not received yet"}}))
+	var res workflows.FailbackResult
+	_, err := f.run(t, workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	if res.RolledBack {
+		t.Fatalf("rolled back: %s", res.Reason)
+	}
+	attempts := 0
+	for _, s := range res.Steps {
+		if strings.HasPrefix(s.Name, "promote ") && strings.HasSuffix(s.Name, " on west") {
+			attempts += s.Attempts
+		}
+	}
+	// Three groups promoted once each, and two answers of FAILED_PRECONDITION.
+	if attempts != 5 {
+		t.Fatalf("%d promotion attempts on west, want 5 (3 groups, 2 refusals)", attempts)
+	}
+	roles(t, f.west, sim.RolePrimary)
+	roles(t, f.east, sim.RoleSecondary)
+	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
+		t.Fatalf("invariants: %s", r)
+	}
+}
