@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"fmt"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -74,8 +73,8 @@ func trustParent(ctx workflow.Context) error {
 		return nil
 	}
 	if workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"GroupBatch refused: it runs only as the child of a DR action or of Protect, which check the plan's signature; it was started on its own"),
+		return temporal.NewNonRetryableApplicationError(
+			"GroupBatch refused: it runs only as the child of a DR action or of Protect, which check the plan's signature; it was started on its own",
 			activities.ErrUntrustedPlan, nil)
 	}
 	return nil

@@ -262,7 +262,7 @@ func checkNamespace(ctx context.Context, c client.Client, opts client.Options) e
 // missingNamespace is the exit-3 error for a namespace the server lacks.
 func missingNamespace(opts client.Options) error {
 	ns := namespaceOf(opts)
-	return &exitError{exitUnreachable, fmt.Errorf("Temporal at %s has no namespace %q: create it (temporal operator namespace create --namespace %s --retention 720h) or point drctl at the right one with TEMPORAL_NAMESPACE or --namespace",
+	return &exitError{exitUnreachable, fmt.Errorf("the Temporal server at %s has no namespace %q: create it (temporal operator namespace create --namespace %s --retention 720h) or point drctl at the right one with TEMPORAL_NAMESPACE or --namespace",
 		hostPort(opts), ns, ns)}
 }
 
