@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
