@@ -17,6 +17,7 @@ func JSONSchema() ([]byte, error) {
 	props := root["properties"].(map[string]any)
 	props["apiVersion"].(map[string]any)["const"] = APIVersion
 	props["kind"].(map[string]any)["const"] = Kind
+	constrain(root)
 	b, err := json.MarshalIndent(root, "", "  ")
 	if err != nil {
 		return nil, err
@@ -64,4 +65,52 @@ func schemaOf(t reflect.Type) map[string]any {
 		return map[string]any{"type": "boolean"}
 	}
 	return map[string]any{"description": strings.ToLower(t.String())}
+}
+
+// constrain adds to the generated schema the enums, bounds and item
+// counts that validate enforces, from the same tables (nameRE, RPCs,
+// Gates, NomadStops, OnFailures), so an editor flags what
+// `drctl plan validate` rejects. TestSchemaMatchesValidate holds the two
+// to the same verdicts.
+func constrain(root map[string]any) {
+	// at walks property names; "[]" steps into array items, "{}" into
+	// map values.
+	at := func(path ...string) map[string]any {
+		s := root
+		for _, p := range path {
+			switch p {
+			case "[]":
+				s = s["items"].(map[string]any)
+			case "{}":
+				s = s["additionalProperties"].(map[string]any)
+			default:
+				s = s["properties"].(map[string]any)[p].(map[string]any)
+			}
+		}
+		return s
+	}
+	set := func(s map[string]any, kv ...any) {
+		for i := 0; i < len(kv); i += 2 {
+			s[kv[i].(string)] = kv[i+1]
+		}
+	}
+	name := nameRE.String()
+	set(at("metadata", "name"), "pattern", name)
+	set(at("sites"), "minItems", 2, "maxItems", 2)
+	set(at("sites", "[]", "name"), "pattern", name)
+	set(at("sites", "[]", "storage", "callParameters"), "propertyNames", map[string]any{"enum": RPCs})
+	set(at("volumeGroups"), "minItems", 1)
+	set(at("volumeGroups", "[]", "name"), "pattern", name)
+	set(at("volumeGroups", "[]", "priority"), "minimum", 0)
+	set(at("workloads", "[]", "name"), "pattern", name)
+	set(at("workloads", "[]", "priority"), "minimum", 0)
+	set(at("workloads", "[]", "sites", "{}", "nomad", "stop"), "enum", NomadStops)
+	set(at("workloads", "[]", "sites", "{}", "nomad", "groups", "{}"), "minimum", 0)
+	set(at("workloads", "[]", "sites", "{}", "exec", "retryExitCodes", "[]"), "minimum", 1, "maximum", 255)
+	set(at("policy", "parallelism"), "minimum", 0)
+	set(at("policy", "retry", "backoffCoefficient"), "anyOf", []any{map[string]any{"const": 0}, map[string]any{"minimum": 1}})
+	set(at("policy", "retry", "maximumAttempts"), "minimum", 0)
+	set(at("policy", "deadlines"), "propertyNames", map[string]any{"enum": append([]string{"default"}, RPCs...)})
+	set(at("policy", "onFailure"), "enum", OnFailures)
+	set(at("policy", "approvals", "[]"), "enum", Gates)
 }

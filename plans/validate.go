@@ -23,6 +23,12 @@ var RPCs = []string{
 // Gates are the approval gates a plan may set.
 var Gates = []string{"beforeFence", "beforePromote", "beforeStart", "beforeDemote"}
 
+// NomadStops are the ways a Nomad workload may be stopped.
+var NomadStops = []string{"deregister", "scale"}
+
+// OnFailures are what a step that fails for good may do.
+var OnFailures = []string{"pause", "abort"}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -190,7 +196,7 @@ func (p *Plan) validate(d *decoder) {
 				if site != nil && site.Orchestrator.Nomad == nil && site.Orchestrator.Exec != nil {
 					bad(rp+".nomad", "site %q runs exec hooks, not Nomad", k)
 				}
-				if ref.Nomad.Stop != "" && ref.Nomad.Stop != "deregister" && ref.Nomad.Stop != "scale" {
+				if ref.Nomad.Stop != "" && !contains(NomadStops, ref.Nomad.Stop) {
 					bad(rp+".nomad.stop", "%q is not deregister or scale", ref.Nomad.Stop)
 				}
 				for _, tg := range sortedKeys(ref.Nomad.Groups) {
@@ -240,7 +246,7 @@ func (p *Plan) validate(d *decoder) {
 			bad("policy.deadlines."+k, "unknown RPC %q (one of default, %s)", k, strings.Join(RPCs, ", "))
 		}
 	}
-	if pol.OnFailure != "" && pol.OnFailure != "pause" && pol.OnFailure != "abort" {
+	if pol.OnFailure != "" && !contains(OnFailures, pol.OnFailure) {
 		bad("policy.onFailure", "%q is not pause or abort", pol.OnFailure)
 	}
 	for i, g := range pol.Approvals {
