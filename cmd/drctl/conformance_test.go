@@ -366,6 +366,9 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 			t.Errorf("no clean-up reported:\n%s", out.String())
 		}
 		assertLeftAsFound(t, p)
+		if t.Failed() {
+			t.Logf("drctl conformance said:\n%s", out.String())
+		}
 	})
 }
 

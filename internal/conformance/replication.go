@@ -332,7 +332,7 @@ func (r *runner) replication(ctx context.Context, kind string, src *replication.
 }
 
 // cleanupReplication puts a scratch source back after a run cut short: A
-// primary, B demoted, replication disabled on both. It runs on a context
+// primary, B demoted, replication disabled on both (A first). It runs on a context
 // of its own, so that Ctrl-C does not stop it.
 func (r *runner) cleanupReplication(p repl, kind string) {
 	if r.cfg.DryRun {
@@ -348,8 +348,10 @@ func (r *runner) cleanupReplication(p repl, kind string) {
 	}{
 		{"demote " + b.Name, p.demote(ctx, b, true)},
 		{"promote " + a.Name, p.promote(ctx, a, true)},
-		{"disable " + b.Name, p.disable(ctx, b)},
+		// The primary first: once it is off it ships nothing more, so no
+		// sync in flight can turn B's replication back on behind us.
 		{"disable " + a.Name, p.disable(ctx, a)},
+		{"disable " + b.Name, p.disable(ctx, b)},
 	}
 	for _, s := range steps {
 		res := "done"
