@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/drover-dr/drover/plans"
 )
@@ -216,21 +217,20 @@ func (s *Storage) SurveyReplication(ctx context.Context, in SurveyInput) (Survey
 	if limit <= 0 {
 		limit = plans.DefaultParallelism
 	}
-	sem := make(chan struct{}, limit)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(limit)
 	for i, c := range in.Calls {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			info, err := s.GetVolumeReplicationInfo(ctx, c)
 			if err != nil {
 				typ, _, _ := FailureOf(err)
 				res.Entries[i] = SurveyEntry{Error: err.Error(), Type: typ}
-				return
+				return nil
 			}
 			res.Entries[i] = SurveyEntry{Info: info}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait() // a call's failure is an entry, never the group's error
 	return res, nil
 }
