@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/term"
+
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -40,13 +42,10 @@ func newLiveTable(w io.Writer, on bool) *liveTable {
 	return &liveTable{w: w, on: on, tty: isTerminal(w), states: map[string]string{}}
 }
 
+// isTerminal: w is a terminal, so the live table redraws in place.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // show renders the latest progress.
