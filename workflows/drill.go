@@ -79,7 +79,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		out, err := fn(ctx)
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err != nil {
-			s.State, s.LastError = StateFailed, errorText(err)
+			s.State, s.LastError = StateFailed, ErrorText(err)
 			res.Failed++
 			res.Failures = append(res.Failures, name+": "+s.LastError)
 			return false

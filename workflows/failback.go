@@ -99,7 +99,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 		failure = promoteEach(ctx, r, p, to, promoted)
 	}
 	if failure != nil {
-		res.RolledBack, res.Reason = true, errorText(failure)
+		res.RolledBack, res.Reason = true, ErrorText(failure)
 		if err := rollback(ctx, r, p, from, to, promoted); err != nil {
 			return err
 		}
@@ -175,7 +175,7 @@ func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group stri
 		if err == nil || typ != activities.ErrFailedPrecondition {
 			return out, err
 		}
-		s.LastError = errorText(err)
+		s.LastError = ErrorText(err)
 		if workflow.Now(ctx).Add(wait).After(deadline) {
 			return "", fmt.Errorf("the final sync did not land within %v: %w", limit, err)
 		}
@@ -197,7 +197,7 @@ func promoteEach(ctx workflow.Context, r *run, p *plans.Plan, site string, promo
 			out, err := promoteAfterFinalSync(ctx, p, site, group, s)
 			s.Output, s.End = out, workflow.Now(ctx)
 			if err != nil {
-				s.State, s.LastError = StateFailed, errorText(err)
+				s.State, s.LastError = StateFailed, ErrorText(err)
 				return err
 			}
 			s.State = StateDone
@@ -236,7 +236,7 @@ func promoteBatches(ctx workflow.Context, r *run, p *plans.Plan, site string, pr
 			}
 		}
 		if err != nil {
-			s.State, s.LastError = StateFailed, errorText(err)
+			s.State, s.LastError = StateFailed, ErrorText(err)
 			return err
 		}
 		s.State = StateDone

@@ -104,7 +104,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		out, err := notPrimaryYet(ctx, p, from, to)
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err != nil {
-			s.State, s.LastError = StateFailed, errorText(err)
+			s.State, s.LastError = StateFailed, ErrorText(err)
 			return err
 		}
 		s.State = StateDone
@@ -281,7 +281,7 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 			_, err = call[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in)
 		}
 		if err != nil {
-			lines[i] = fmt.Sprintf("%s: not stopped (%s)", name, errorText(err))
+			lines[i] = fmt.Sprintf("%s: not stopped (%s)", name, ErrorText(err))
 		} else {
 			lines[i] = name + ": stopped"
 		}

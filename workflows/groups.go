@@ -129,7 +129,7 @@ func GroupBatch(ctx workflow.Context, in GroupBatchInput) (*GroupBatchResult, er
 	for _, g := range names {
 		if err, ok := errs[g]; ok {
 			typ, _, _ := activities.FailureOf(err)
-			res.Failed = append(res.Failed, GroupFailure{Group: g, Error: errorText(err), Type: typ})
+			res.Failed = append(res.Failed, GroupFailure{Group: g, Error: ErrorText(err), Type: typ})
 		} else {
 			res.Done = append(res.Done, g)
 		}

@@ -288,7 +288,7 @@ func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disab
 			res, err := r.inChild(ctx, p, op, b)
 			if err != nil {
 				for _, g := range b {
-					failed = append(failed, GroupFailure{Group: g, Error: errorText(err)})
+					failed = append(failed, GroupFailure{Group: g, Error: ErrorText(err)})
 				}
 				continue
 			}
@@ -306,7 +306,7 @@ func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disab
 		})
 		for _, g := range names {
 			if err, ok := errs[g]; ok {
-				failed = append(failed, GroupFailure{Group: g, Error: errorText(err)})
+				failed = append(failed, GroupFailure{Group: g, Error: ErrorText(err)})
 			} else {
 				done++
 			}
@@ -503,7 +503,7 @@ func pollEach(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 			}
 		}
 		if err != nil {
-			h.Error = errorText(err)
+			h.Error = ErrorText(err)
 		}
 		next[group] = health(h, s.Groups[group], workflow.Now(ctx), p)
 		return nil

@@ -111,10 +111,10 @@ func resync(ctx workflow.Context, p *plans.Plan, site, group string, discard boo
 				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s on %s cannot resync without force, and a failback never forces: "+
 					"the copy may have diverged (split-brain) and forcing would discard its writes; find out which copy holds the writes to keep, "+
 					"then retry this step, or abort and move the plan with failover and reprotect instead; the storage said: %s",
-					in.Source, site, errorText(err)), activities.ErrFailedPrecondition, nil)
+					in.Source, site, ErrorText(err)), activities.ErrFailedPrecondition, nil)
 			}
 			if workflow.GetVersion(ctx, changeForceResync, workflow.DefaultVersion, 1) == 1 {
-				refusal := errorText(err)
+				refusal := ErrorText(err)
 				f := in
 				f.Force = true
 				if _, err := rpcCall[activities.ResyncResult](ctx, activities.CallOptions(p, site, activities.RPCResyncVolume), st.ResyncVolume, f); err != nil {

@@ -200,7 +200,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 			st.State, st.End, st.LastError = StateDone, workflow.Now(ctx), ""
 			return nil
 		}
-		st.LastError = errorText(err)
+		st.LastError = ErrorText(err)
 		tags := r.tags()
 		tags["code"] = failureCode(err)
 		workflow.GetMetricsHandler(ctx).WithTags(tags).Counter(MetricStepFailures).Inc(1)
@@ -276,13 +276,14 @@ func (r *run) finish(ctx workflow.Context, err error) {
 	workflow.GetMetricsHandler(ctx).WithTags(tags).Timer(MetricActionDuration).Record(r.progress.End.Sub(r.progress.Start))
 	errText := ""
 	if err != nil {
-		errText = errorText(err)
+		errText = ErrorText(err)
 	}
 	r.noteAction(ctx, r.progress.State, errText)
 }
 
-// errorText is the most specific message of an activity error chain.
-func errorText(err error) string {
+// ErrorText is the most specific message of an error chain: an activity's
+// or a workflow's application error, else the error itself.
+func ErrorText(err error) string {
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) {
 		return ae.Error()

@@ -59,7 +59,7 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 		l, err := call[activities.FenceList](ctx, o, st.ListClusterFence, activities.FenceListInput{Endpoint: e})
 		if err != nil {
-			drift("the storage of %s did not list its fences: %s", site.Name, errorText(err))
+			drift("the storage of %s did not list its fences: %s", site.Name, ErrorText(err))
 			continue
 		}
 		res.Checked = append(res.Checked, fmt.Sprintf("%s lists %d fenced CIDR(s)", site.Name, len(l.CIDRs)))

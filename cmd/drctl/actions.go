@@ -543,7 +543,7 @@ func (a *app) stopProtect(ctx context.Context, c client.Client, plan string, dis
 		if ctx.Err() != nil {
 			return "", &exitError{exitInterrupted, fmt.Errorf("stopped waiting for %s; it goes on stopping (drctl status %s)", id, plan)}
 		}
-		return "", failed("%s", errorText(err))
+		return "", failed("%s", workflows.ErrorText(err))
 	}
 	return msg, nil
 }

@@ -253,7 +253,7 @@ wait:
 		}
 		return nil
 	}
-	out.Status, out.Error = closeState(err), errorText(err)
+	out.Status, out.Error = closeState(err), workflows.ErrorText(err)
 	if p, qerr := queryProgress(ctx, c, id, out.RunID); qerr == nil {
 		out.Progress = p
 		live.final(p, id)
@@ -290,15 +290,6 @@ func closeState(err error) string {
 		return "timed out"
 	}
 	return "failed"
-}
-
-// errorText is the innermost application message of a workflow failure.
-func errorText(err error) string {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Error()
-	}
-	return err.Error()
 }
 
 // summary is the closing line of a completed action.
@@ -450,7 +441,7 @@ func (a *app) update(ctx context.Context, c client.Client, id, name string, arg 
 	}
 	var msg string
 	if err := h.Get(ctx, &msg); err != nil {
-		return "", badInput("%s refused: %v", id, errorText(err))
+		return "", badInput("%s refused: %v", id, workflows.ErrorText(err))
 	}
 	return msg, nil
 }
