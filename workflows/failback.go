@@ -157,7 +157,7 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 
 // promoteAfterFinalSync promotes a group without force, retrying while the
 // storage says the final sync has not landed, within the plan's time
-// limit.
+// limit. s, when given, counts the attempts and keeps the last refusal.
 func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group string, s *Step) (string, error) {
 	limit := p.Policy.Retry.TimeLimit.D()
 	if limit <= 0 {
@@ -169,13 +169,17 @@ func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group stri
 		wait = plans.DefaultInitialInterval
 	}
 	for {
-		s.Attempts++
+		if s != nil {
+			s.Attempts++
+		}
 		out, err := replicate(ctx, p, site, group, activities.RPCPromoteVolume, false, st.PromoteVolume)
 		typ, _, _ := activities.FailureOf(err)
 		if err == nil || typ != activities.ErrFailedPrecondition {
 			return out, err
 		}
-		s.LastError = ErrorText(err)
+		if s != nil {
+			s.LastError = ErrorText(err)
+		}
 		if workflow.Now(ctx).Add(wait).After(deadline) {
 			return "", fmt.Errorf("the final sync did not land within %v: %w", limit, err)
 		}

@@ -76,7 +76,7 @@ func (op GroupOp) do(ctx workflow.Context, p *plans.Plan, group string) (string,
 	case OpCheck:
 		return fresh(ctx, p, op.Site, group)
 	case OpFinalPromote:
-		return promoteAfterFinalSync(ctx, p, op.Site, group, &Step{})
+		return promoteAfterFinalSync(ctx, p, op.Site, group, nil)
 	}
 	return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown group operation %q", op.Kind), ErrPreflight, nil)
 }

@@ -86,7 +86,6 @@ type Approval struct {
 // run is the bookkeeping of one action: its steps, the decisions waiting
 // for the operator and the approval gates.
 type run struct {
-	ctx       workflow.Context
 	plan      *plans.Plan
 	progress  *Progress
 	decisions map[string]Decision
@@ -122,7 +121,7 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 }
 
 func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
-	r := &run{ctx: ctx, plan: p, decisions: map[string]Decision{}, approved: map[string]bool{}, approver: map[string]string{},
+	r := &run{plan: p, decisions: map[string]Decision{}, approved: map[string]bool{}, approver: map[string]string{},
 		progress: &Progress{Action: action, Plan: p.Metadata.Name, State: StateRunning, Start: workflow.Now(ctx)}}
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (*Progress, error) { return r.progress, nil }); err != nil {
 		return nil, err
