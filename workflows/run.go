@@ -137,7 +137,7 @@ func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
 		r.approved[a.Gate], r.approver[a.Gate] = true, a.By
 		return fmt.Sprintf("gate %s approved", a.Gate), nil
 	}, workflow.UpdateHandlerOptions{Validator: func(a Approval) error {
-		if st := r.find("approve " + a.Gate); st == nil || st.State != StateWaiting {
+		if s := r.find("approve " + a.Gate); s == nil || s.State != StateWaiting {
 			return fmt.Errorf("gate %q is not waiting for approval", a.Gate)
 		}
 		return nil
@@ -148,15 +148,15 @@ func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
 // validate refuses a decision that does not fit: no such paused step, an
 // unknown action, or a skip of a guard step without override.
 func (r *run) validate(d Decision) error {
-	st := r.find(d.Step)
+	s := r.find(d.Step)
 	switch {
-	case st == nil:
+	case s == nil:
 		return fmt.Errorf("no step %q in this action", d.Step)
-	case st.State != StatePaused:
-		return fmt.Errorf("step %q is %s, not paused", d.Step, st.State)
+	case s.State != StatePaused:
+		return fmt.Errorf("step %q is %s, not paused", d.Step, s.State)
 	case d.Action != DecisionRetry && d.Action != DecisionSkip && d.Action != DecisionAbort:
 		return fmt.Errorf("%q is not retry, skip or abort", d.Action)
-	case d.Action == DecisionSkip && st.Guard && !d.Override:
+	case d.Action == DecisionSkip && s.Guard && !d.Override:
 		return fmt.Errorf("step %q guards the steps after it (a forced promotion or a demotion relies on it): skipping it needs --override", d.Step)
 	}
 	return nil
@@ -172,9 +172,9 @@ func (r *run) find(name string) *Step {
 }
 
 func (r *run) add(name string, guard bool) *Step {
-	st := &Step{Name: name, State: StatePending, Guard: guard}
-	r.progress.Steps = append(r.progress.Steps, st)
-	return st
+	s := &Step{Name: name, State: StatePending, Guard: guard}
+	r.progress.Steps = append(r.progress.Steps, s)
+	return s
 }
 
 // step runs fn as the named step. A failure that Temporal's retries did
@@ -182,49 +182,49 @@ func (r *run) add(name string, guard bool) *Step {
 // ends the action (policy abort). It returns an error only when the
 // action must end.
 func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx workflow.Context) (string, error)) error {
-	st := r.find(name)
-	if st == nil {
-		st = r.add(name, guard)
+	s := r.find(name)
+	if s == nil {
+		s = r.add(name, guard)
 	}
-	st.State, st.Start = StateRunning, workflow.Now(ctx)
+	s.State, s.Start = StateRunning, workflow.Now(ctx)
 	for {
 		if r.aborted {
-			st.State = StateAborted
+			s.State = StateAborted
 			return temporal.NewNonRetryableApplicationError("the action was aborted", ErrAborted, nil)
 		}
-		st.Attempts++
+		s.Attempts++
 		out, err := fn(ctx)
-		st.Output = out
+		s.Output = out
 		if err == nil {
-			st.State, st.End, st.LastError = StateDone, workflow.Now(ctx), ""
+			s.State, s.End, s.LastError = StateDone, workflow.Now(ctx), ""
 			return nil
 		}
-		st.LastError = ErrorText(err)
+		s.LastError = ErrorText(err)
 		tags := r.tags()
 		tags["code"] = failureCode(err)
 		workflow.GetMetricsHandler(ctx).WithTags(tags).Counter(MetricStepFailures).Inc(1)
 		if r.plan.Policy.OnFailure == "abort" {
-			st.State, st.End = StateFailed, workflow.Now(ctx)
+			s.State, s.End = StateFailed, workflow.Now(ctx)
 			return err
 		}
-		st.State = StatePaused
-		workflow.GetLogger(ctx).Warn("step paused for the operator", "step", name, "error", st.LastError)
+		s.State = StatePaused
+		workflow.GetLogger(ctx).Warn("step paused for the operator", "step", name, "error", s.LastError)
 		if err := workflow.Await(ctx, func() bool { _, ok := r.decisions[name]; return ok || r.aborted }); err != nil {
 			return err
 		}
 		d := r.decisions[name]
 		delete(r.decisions, name)
-		st.By = d.By
+		s.By = d.By
 		switch {
 		case r.aborted || d.Action == DecisionAbort:
 			r.aborted = true
-			st.State, st.End = StateAborted, workflow.Now(ctx)
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("aborted by the operator at step %q: %s", name, st.LastError), ErrAborted, nil)
+			s.State, s.End = StateAborted, workflow.Now(ctx)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("aborted by the operator at step %q: %s", name, s.LastError), ErrAborted, nil)
 		case d.Action == DecisionSkip:
-			st.State, st.End = StateSkipped, workflow.Now(ctx)
+			s.State, s.End = StateSkipped, workflow.Now(ctx)
 			return nil
 		}
-		st.State = StateRunning // retry
+		s.State = StateRunning // retry
 	}
 }
 
@@ -254,12 +254,12 @@ func (r *run) gate(ctx workflow.Context, gate string) error {
 	if !slices.Contains(r.plan.Policy.Approvals, gate) {
 		return nil
 	}
-	st := r.add("approve "+gate, false)
-	st.State, st.Start = StateWaiting, workflow.Now(ctx)
+	s := r.add("approve "+gate, false)
+	s.State, s.Start = StateWaiting, workflow.Now(ctx)
 	if err := workflow.Await(ctx, func() bool { return r.approved[gate] }); err != nil {
 		return err
 	}
-	st.State, st.End, st.Attempts, st.By = StateDone, workflow.Now(ctx), 1, r.approver[gate]
+	s.State, s.End, s.Attempts, s.By = StateDone, workflow.Now(ctx), 1, r.approver[gate]
 	return nil
 }
 
