@@ -52,7 +52,10 @@ func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string) (string
 	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 	res, err := call[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism})
 	if err != nil {
-		return "", err
+		// Only an answer can contradict the failover: a check that got
+		// none (a worker lost mid-call, the site's storage slow in a
+		// disaster) must not end a failover, which the fence guards.
+		return fmt.Sprintf("could not ask %s's storage for its roles, going on: %s", to, ErrorText(err)), nil
 	}
 	primary := 0
 	for _, e := range res.Entries {
