@@ -240,7 +240,13 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED:
 		default:
 			p, _ := h.progress()
-			h.t.Fatalf("the %s ended %v: %+v", name, st, p)
+			var steps strings.Builder
+			if p != nil {
+				for _, s := range p.Steps {
+					fmt.Fprintf(&steps, "\n  %s: %s, %d tries: %s%s", s.Name, s.State, s.Attempts, s.LastError, s.Output)
+				}
+			}
+			h.t.Fatalf("the %s ended %v: %+v%s", name, st, p, steps.String())
 		}
 		p, err := h.progress()
 		if err != nil {

@@ -12,7 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/names"
@@ -211,7 +214,7 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if from != "" && p.Site(from) == nil {
 		return badInput("plan %q has no site %q", p.Metadata.Name, from)
 	}
-	rec, err := readRecord(ctx, c, p.Metadata.Name)
+	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
 	}
@@ -284,7 +287,7 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 		return err
 	}
 	in := workflows.FailbackInput{Plan: p, From: from, To: to}
-	rec, err := readRecord(ctx, c, p.Metadata.Name)
+	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
 	}
@@ -359,16 +362,38 @@ func (a *app) start(ctx context.Context, c client.Client, p *plans.Plan, action 
 }
 
 // readRecord reads the plan's record: nil when the plan has none (no
-// action since the record came), an error when it cannot be read.
-func readRecord(ctx context.Context, c client.Client, plan string) (*workflows.PlanRecord, error) {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	rec, err := workflows.ReadRecord(qctx, c, plan)
-	if err != nil {
-		return nil, temporalError("read the record of plan "+plan+" (is a worker running?)", err)
+// action since the record came), an error when it cannot be read. A
+// worker answers the query: one that is restarting (or whose sticky queue
+// died with it) answers late, so it asks again for up to a minute, saying
+// once that it waits.
+func (a *app) readRecord(ctx context.Context, c client.Client, plan string) (*workflows.PlanRecord, error) {
+	deadline := time.Now().Add(recordWait)
+	for said := false; ; {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rec, err := workflows.ReadRecord(qctx, c, plan)
+		cancel()
+		if err == nil {
+			return rec, nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) || !timedOut(err) {
+			return nil, temporalError("read the record of plan "+plan+" (is a worker running?)", err)
+		}
+		if !said {
+			fmt.Fprintf(a.stderr, "drctl: no worker has answered for the record of plan %q yet; waiting up to %v\n", plan, recordWait)
+			said = true
+		}
 	}
-	return rec, nil
 }
+
+// timedOut: the query got no answer in time (the SDK, gRPC and the server
+// each say so their own way).
+func timedOut(err error) bool {
+	var de *serviceerror.DeadlineExceeded
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || status.Code(err) == codes.DeadlineExceeded
+}
+
+// recordWait bounds readRecord's wait for a worker to answer.
+const recordWait = time.Minute
 
 // last is the latest run of a plan's action workflow.
 type last struct {
