@@ -3,6 +3,7 @@ package activities
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -258,4 +259,29 @@ func FailureOf(err error) (typ string, f Failure, ok bool) {
 		_ = ae.Details(&f)
 	}
 	return ae.Type(), f, true
+}
+
+// Retryable tells whether a failed attempt of an activity may be tried
+// again under the plan's back-off. It reads the decision the activity
+// made when it built its error from the table above (Classify): a
+// non-retryable error, or a type that is final for every call, ends the
+// call; a timeout of the attempt may be retried (the CSI-Addons calls
+// are idempotent); a cancellation may not.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var te *temporal.TimeoutError
+	if errors.As(err, &te) {
+		return true
+	}
+	var ce *temporal.CanceledError
+	if errors.As(err, &ce) {
+		return false
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return !ae.NonRetryable() && !slices.Contains(NonRetryableTypes(), ae.Type())
+	}
+	return false
 }

@@ -227,13 +227,27 @@ type HealthInput struct {
 	Timeout time.Duration `json:"timeout"`
 	// Interval between checks; zero means DefaultPollInterval.
 	Interval time.Duration `json:"interval,omitempty"`
+	// Report makes the activity return, not healthy yet, as soon as what
+	// it sees differs from Known (what the workflow shows so far), so
+	// that the step can say why it waits (the CO unreachable, the
+	// allocations pending); the workflow then calls again with Since.
+	Report bool   `json:"report,omitempty"`
+	Known  string `json:"known,omitempty"`
+	// Since is when the wait began, for a call that continues it.
+	Since time.Time `json:"since,omitzero"`
 }
 
-// HealthOutcome is the healthy workload and how long it took.
+// HealthOutcome is the healthy workload and how long it took, or, with
+// Report, Waiting: why it is not healthy yet.
 type HealthOutcome struct {
 	PollProgress
-	Health orchestrators.Health `json:"health"`
+	Health  orchestrators.Health `json:"health"`
+	Waiting string               `json:"waiting,omitempty"`
 }
+
+// reportEvery is how often at most a health wait with Report returns to
+// tell the workflow of a change, after its first report.
+const reportEvery = 5 * time.Second
 
 // WaitHealthy checks the workload until it is healthy. A workload that
 // will not heal by waiting (a failed deployment) fails at once with
@@ -252,10 +266,14 @@ func (x *Workloads) WaitHealthy(ctx context.Context, in HealthInput) (HealthOutc
 	}
 	w := in.Workload
 	last := "no check answered yet"
+	began := time.Now()
 	for {
 		h, err := a.CheckHealth(ctx, w)
 		h.Detail = RedactResolved(h.Detail)
 		p := hb.polled()
+		if !in.Since.IsZero() && in.Since.Before(p.Since) {
+			p.Since = in.Since
+		}
 		switch {
 		case err != nil && !orchestrators.IsTemporary(err):
 			return HealthOutcome{PollProgress: p}, workloadError(err)
@@ -272,6 +290,9 @@ func (x *Workloads) WaitHealthy(ctx context.Context, in HealthInput) (HealthOutc
 		if time.Since(p.Since) >= timeout {
 			return HealthOutcome{PollProgress: p}, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("workload %q on site %q is not healthy after %v: %s", w.Name, w.Site, timeout, last), ErrHealthTimeout, nil)
+		}
+		if in.Report && last != in.Known && (in.Known == "" || time.Since(began) >= reportEvery) {
+			return HealthOutcome{PollProgress: p, Waiting: last}, nil
 		}
 		if err := sleep(ctx, in.Interval); err != nil {
 			return HealthOutcome{PollProgress: p}, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/nomadfake"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
 )
@@ -227,5 +228,36 @@ func TestHookOutputRedactedOfResolvedSecrets(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), storageSecret) || strings.Contains(err.Error(), hookSecret) || !strings.Contains(err.Error(), "pw=[redacted]") {
 		t.Fatalf("stop error carries a secret or lost the output: %v", err)
+	}
+}
+
+// TestWaitHealthyReportsUnreachable: a health wait on a Nomad that does
+// not answer returns at once with the reason it waits, for the step's
+// note, instead of staying silent until the health timeout; called again
+// with what it said and when it began, it keeps waiting and counts the
+// timeout from the first call.
+func TestWaitHealthyReportsUnreachable(t *testing.T) {
+	addr := "http://" + simtest.FreeAddr(t) // nothing listens there
+	x := activities.NewWorkloads()
+	env := activityEnv(t, newStorage(t))
+	env.RegisterActivity(x)
+	in := workloadInput(t, nomadPlan(t, addr, "web", "/bin/sleep", nil))
+
+	start := time.Now()
+	v, err := env.ExecuteActivity(x.WaitHealthy, activities.HealthInput{WorkloadInput: in, Timeout: time.Minute,
+		Interval: 20 * time.Millisecond, Report: true})
+	mustOK(t, err)
+	var h activities.HealthOutcome
+	mustOK(t, v.Get(&h))
+	if h.Health.Healthy || !strings.Contains(h.Waiting, "unreachable") || time.Since(start) > 10*time.Second {
+		t.Fatalf("WaitHealthy on a dead Nomad = %+v after %v; want it back at once saying Nomad is unreachable", h, time.Since(start))
+	}
+	t.Logf("waiting: %s", h.Waiting)
+
+	// Told what it said, it waits on; the timeout counts from Since.
+	_, err = env.ExecuteActivity(x.WaitHealthy, activities.HealthInput{WorkloadInput: in, Timeout: time.Minute,
+		Interval: 20 * time.Millisecond, Report: true, Known: h.Waiting, Since: time.Now().Add(-time.Minute)})
+	if final, msg := wantType(t, err, activities.ErrHealthTimeout); !final || !strings.Contains(msg, "unreachable") {
+		t.Fatalf("continued wait: final=%v %q", final, msg)
 	}
 }

@@ -2,6 +2,11 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -35,17 +40,19 @@ func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (
 // rpcCall runs one storage call (one RPC, no heartbeat) with options o
 // from activities.CallOptions.
 //
-// Without a site task queue it runs as a local activity on the workflow's
-// own worker: a regular activity costs a round trip through the server's
-// matching (tens of milliseconds, more under load), a local one a
-// fraction of a millisecond, and a failover is a chain of such calls. The
-// retry policy, the per-attempt deadline and the time limit are the same;
-// the result is recorded in the history as a marker, and a call that was
-// in flight when the worker died runs again on replay (the CSI-Addons
-// calls are idempotent). With a site task queue the call stays a regular
-// activity, since only a worker inside the site can reach its storage.
+// Its attempts are the workflow's own (retried), so that the workflow
+// task is never held longer than localBudget and the step shows every
+// failed attempt as it happens. Histories from before that
+// (changeHandover) replay the older ways: a local activity with the
+// whole retry budget, or a regular one that Temporal retries.
 func rpcCall[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
-	if o.TaskQueue != "" || ctx.Value(regularOnly{}) != nil || !localCalls(ctx) {
+	if ctx.Value(regularOnly{}) != nil {
+		return call[T](ctx, o, fn, in)
+	}
+	if workflow.GetVersion(ctx, changeHandover, workflow.DefaultVersion, 1) == 1 {
+		return retried[T](ctx, o, fn, in, o.TaskQueue == "" && localCalls(ctx))
+	}
+	if o.TaskQueue != "" || !localCalls(ctx) {
 		return call[T](ctx, o, fn, in)
 	}
 	var out T
@@ -72,6 +79,147 @@ func cannotList(ctx workflow.Context, err error) bool {
 		return false
 	}
 	return workflow.GetVersion(ctx, changeUnlistedFence, workflow.DefaultVersion, 1) == 1
+}
+
+// changeHandover marks histories in which a call's attempts are the
+// workflow's (retried): a short local first attempt, then regular ones.
+const changeHandover = "call-handover"
+
+// localBudget is the longest a local attempt may hold the workflow task:
+// while it runs, the server holds back every query of the action.
+const localBudget = time.Second
+
+// retried runs one call with the retry policy, time limit and per-attempt
+// deadline of o, one attempt at a time, so that a query is answered
+// between any two and the running step (stepKey) shows the attempts
+// that failed and the last error while the call goes on.
+//
+// With local set, the first attempt is a local activity on the
+// workflow's own worker (a fraction of a millisecond against the tens a
+// trip through the server's matching costs, and a failover is a chain of
+// calls), cut at localBudget: a call that fails or takes longer hands
+// over to regular activities, each one attempt with the call's whole
+// deadline, within what is left of the time limit. The back-off between
+// attempts is a workflow timer. Whether an error is worth another
+// attempt is what the activity decided from the classification table
+// (activities.Retryable).
+func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any, local bool) (T, error) {
+	var out T
+	rp := o.RetryPolicy
+	if rp == nil {
+		rp = &temporal.RetryPolicy{}
+	}
+	limit := o.ScheduleToCloseTimeout
+	start := workflow.Now(ctx)
+	once := &temporal.RetryPolicy{MaximumAttempts: 1}
+	name := activityName(fn)
+	failed := 0
+	for {
+		var err error
+		left := limit - workflow.Now(ctx).Sub(start)
+		if local {
+			lo := workflow.LocalActivityOptions{StartToCloseTimeout: min(o.StartToCloseTimeout, localBudget), RetryPolicy: once}
+			err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), fn, in).Get(ctx, &out)
+		} else {
+			ro := o
+			ro.RetryPolicy = once
+			if limit > 0 {
+				ro.ScheduleToCloseTimeout = max(left, time.Second)
+				ro.StartToCloseTimeout = min(o.StartToCloseTimeout, ro.ScheduleToCloseTimeout)
+			}
+			err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ro), fn, in).Get(ctx, &out)
+		}
+		if err == nil {
+			return out, nil
+		}
+		if ctx.Err() != nil || !activities.Retryable(err) {
+			return out, err
+		}
+		cut := local && isTimeout(err) && o.StartToCloseTimeout > localBudget
+		wasLocal := local
+		local = false
+		if cut {
+			// Not a failure: the call needs longer than a local attempt
+			// may hold the workflow task. It runs again at once as a
+			// regular activity with its whole deadline.
+			noteStep(ctx, fmt.Sprintf("%s took over %v; it goes on as a regular activity", name, localBudget))
+			continue
+		}
+		failed++
+		if rp.MaximumAttempts > 0 && int32(failed) >= rp.MaximumAttempts {
+			return out, err
+		}
+		wait := backoff(rp, failed)
+		if limit > 0 && workflow.Now(ctx).Sub(start)+wait >= limit {
+			return out, err
+		}
+		how := ""
+		if wasLocal {
+			how = "; it goes on as a regular activity"
+		}
+		retrying(ctx, err, fmt.Sprintf("%s: attempt %d failed, next in %v%s", name, failed, wait, how))
+		if err := workflow.Sleep(ctx, wait); err != nil {
+			return out, err
+		}
+	}
+}
+
+// backoff is the pause after the n-th failed attempt under rp.
+func backoff(rp *temporal.RetryPolicy, n int) time.Duration {
+	d := rp.InitialInterval
+	if d <= 0 {
+		d = time.Second
+	}
+	coef := rp.BackoffCoefficient
+	if coef < 1 {
+		coef = 2
+	}
+	for i := 1; i < n; i++ {
+		d = time.Duration(float64(d) * coef)
+		if rp.MaximumInterval > 0 && d >= rp.MaximumInterval {
+			return rp.MaximumInterval
+		}
+	}
+	if rp.MaximumInterval > 0 && d > rp.MaximumInterval {
+		d = rp.MaximumInterval
+	}
+	return d
+}
+
+func isTimeout(err error) bool {
+	var te *temporal.TimeoutError
+	return errors.As(err, &te)
+}
+
+// activityName is the name an activity method is registered under
+// ("PromoteVolume" for st.PromoteVolume).
+func activityName(fn any) string {
+	n := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+	n = strings.TrimSuffix(n, "-fm")
+	if i := strings.LastIndex(n, "."); i >= 0 {
+		n = n[i+1:]
+	}
+	return n
+}
+
+// stepKey, as a context key, holds the *Step a call runs for (run.step).
+type stepKey struct{}
+
+// retrying records a failed attempt of a call on the running step: its
+// count, its error and what happens next.
+func retrying(ctx workflow.Context, err error, note string) {
+	if st, ok := ctx.Value(stepKey{}).(*Step); ok && st != nil {
+		st.Retries++
+		st.LastError = ErrorText(err)
+		st.Note = note
+	}
+}
+
+// noteStep sets the note of the running step.
+func noteStep(ctx workflow.Context, note string) {
+	if st, ok := ctx.Value(stepKey{}).(*Step); ok && st != nil {
+		st.Note = note
+	}
 }
 
 // listFence returns the CIDRs the storage of site lists as fenced.

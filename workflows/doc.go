@@ -76,20 +76,27 @@
 // one to retarget.
 //
 // Scale and speed (calls.go, groups.go):
-//   - a single storage call runs as a local activity on the workflow's
-//     own worker (rpcCall), unless its site has a task queue: same retry
-//     policy, deadline and time limit, a marker in the history, and a call
-//     in flight when the worker died runs again on replay (the CSI-Addons
-//     calls are idempotent). Polls that heartbeat, workload calls and all
-//     of Protect's calls stay regular activities; Protect polls in
-//     batched SurveyReplication activities;
+//   - a single storage call (rpcCall) makes its attempts itself
+//     (retried): the first as a local activity on the workflow's own
+//     worker, cut at localBudget (1 s) so that no query waits longer, then
+//     regular activities of one attempt each with the plan's back-off (a
+//     workflow timer) and what is left of its time limit; the running
+//     step counts the failed attempts (Step.Retries) and shows the last
+//     error and a note. With a site task queue every attempt is a regular
+//     activity. Workload starts retry the same way, and a health wait
+//     returns with why it waits (the step's note) and goes on. Polls that
+//     heartbeat and all of Protect's calls stay regular activities that
+//     Temporal retries; Protect polls in batched SurveyReplication
+//     activities;
 //   - a plan of more than GroupsPerChild groups fans out: each priority's
 //     groups go to GroupBatch children of up to 100, the action records
 //     one step per batch, a batch that failed on some groups pauses and
 //     its retry runs only those.
 //
 // Version markers (workflow.GetVersion) keep older histories replaying:
-// testdata/*-v0.json are from before local calls and batches.
+// testdata/*-v0.json are from before local calls and batches,
+// *-v1*.json from before the workflow's own attempts (changeHandover) and
+// health notes (changeHealthNotes).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -317,6 +317,10 @@ func promoteAll(ctx workflow.Context, r *run, p *plans.Plan, site string, force 
 	return forGroups(ctx, r, p, GroupOp{Kind: OpPromote, Site: site, Force: force})
 }
 
+// changeHealthNotes marks histories in which a health wait returns to
+// the workflow with the reason it waits, for the step's note.
+const changeHealthNotes = "health-notes"
+
 // startAll starts the site's workloads by priority and waits until each
 // is healthy; a priority's workloads start together.
 func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
@@ -328,7 +332,13 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 		if err != nil {
 			return "", err
 		}
-		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StartWorkload, in)
+		o := activities.WorkloadOptions(p, site, in.Workload)
+		var out activities.WorkloadOutput
+		if workflow.GetVersion(ctx, changeHandover, workflow.DefaultVersion, 1) == 1 {
+			out, err = retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, false)
+		} else {
+			out, err = call[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in)
+		}
 		if err != nil {
 			return out.Output, err
 		}
@@ -338,10 +348,20 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 				timeout = w.HealthTimeout.D()
 			}
 		}
-		h, err := call[activities.HealthOutcome](ctx, activities.HealthOptions(p, site, in.Workload, timeout), wl.WaitHealthy,
-			activities.HealthInput{WorkloadInput: in, Timeout: timeout})
-		if err != nil {
-			return out.Output, err
+		hin := activities.HealthInput{WorkloadInput: in, Timeout: timeout}
+		hin.Report = workflow.GetVersion(ctx, changeHealthNotes, workflow.DefaultVersion, 1) == 1
+		var h activities.HealthOutcome
+		for {
+			h, err = call[activities.HealthOutcome](ctx, activities.HealthOptions(p, site, in.Workload, timeout), wl.WaitHealthy, hin)
+			if err != nil {
+				return out.Output, err
+			}
+			if h.Waiting == "" {
+				break
+			}
+			// Not healthy yet: say why, and wait on from where it was.
+			noteStep(ctx, "not healthy yet: "+h.Waiting)
+			hin.Known, hin.Since = h.Waiting, h.Since
 		}
 		return strings.TrimSpace(out.Output + "\nhealthy: " + h.Health.Detail), nil
 	})

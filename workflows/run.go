@@ -45,6 +45,13 @@ type Step struct {
 	End       time.Time `json:"end,omitzero"`
 	LastError string    `json:"lastError,omitempty"`
 	Output    string    `json:"output,omitempty"`
+	// Retries counts the attempts of the step's calls that failed and
+	// were tried again; while one is retrying, LastError holds its error
+	// and Note what comes next.
+	Retries int `json:"retries,omitempty"`
+	// Note says what a running step is doing (a call retrying, a
+	// workload not healthy yet and why).
+	Note string `json:"note,omitempty"`
 	// Guard marks a step that later steps rely on for safety (a fence a
 	// forced promotion needs): skipping it needs an explicit override.
 	Guard bool `json:"guard,omitempty"`
@@ -187,6 +194,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 		s = r.add(name, guard)
 	}
 	s.State, s.Start = StateRunning, workflow.Now(ctx)
+	ctx = workflow.WithValue(ctx, stepKey{}, s)
 	for {
 		if r.aborted {
 			s.State = StateAborted
@@ -195,6 +203,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 		s.Attempts++
 		out, err := fn(ctx)
 		s.Output = out
+		s.Note = ""
 		if err == nil {
 			s.State, s.End, s.LastError = StateDone, workflow.Now(ctx), ""
 			return nil

@@ -121,7 +121,8 @@ func stepTime(s *workflows.Step) time.Time {
 const noteWidth = 100
 
 // stepNote is what a step's line says: the last error of a step that is
-// failing (running again, paused, failed, aborted), else its output, on
+// failing (running again, paused, failed, aborted), else its note (what
+// a running step is doing), else its output, on
 // one line and cut at a word. A step that ended well shows its output:
 // an error an earlier attempt met is history, not its note.
 func stepNote(s *workflows.Step) string {
@@ -129,8 +130,14 @@ func stepNote(s *workflows.Step) string {
 	switch s.State {
 	case workflows.StateDone, workflows.StateSkipped, workflows.StatePending, workflows.StateWaiting:
 	default:
+		if s.Note != "" {
+			note = s.Note
+		}
 		if s.LastError != "" {
 			note = s.LastError
+		}
+		if s.LastError != "" && s.State == workflows.StateRunning && s.Retries > 0 {
+			note = fmt.Sprintf("retrying (%d failed): %s", s.Retries, s.LastError)
 		}
 	}
 	return clip(strings.Join(strings.Fields(note), " "), noteWidth)
