@@ -27,7 +27,9 @@
 //   - Protect (protect.go): long-running per plan (ProtectID); enables
 //     replication on the primary, polls each group's last sync, lag and
 //     status, marks the plan out of RPO past the target, records each
-//     site's clients, and continues as new to keep its history small;
+//     site's clients, and continues as new to keep its history small; a
+//     round the primary does not answer is watched (the lag grows from
+//     the last sync known, the primary is reported unreachable);
 //     ReadProtect gives a failover the recorded clients and last sync.
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a

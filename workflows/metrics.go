@@ -20,6 +20,9 @@ const (
 	MetricReplicationLag = "drover_replication_lag_seconds"
 	// MetricOutOfRPO is 1 while a protected plan is out of its RPO target.
 	MetricOutOfRPO = "drover_out_of_rpo"
+	// MetricPrimaryUnreachable is 1 while the storage of a protected
+	// plan's primary does not answer Protect's polls; tags plan and site.
+	MetricPrimaryUnreachable = "drover_primary_unreachable"
 )
 
 func (r *run) tags() map[string]string {

@@ -44,6 +44,10 @@ const (
 	// changeStopWaits marks histories in which a stop with disable
 	// answers once replication is off (or names where it is not).
 	changeStopWaits = "stop-waits-for-disable"
+	// changeWatch marks histories in which a poll round that does not
+	// end is watched: the lag keeps growing and the primary is reported
+	// unreachable while its storage does not answer.
+	changeWatch = "protect-watch"
 )
 
 // ProtectID is the workflow id of a plan's Protect.
@@ -88,6 +92,14 @@ type ProtectState struct {
 	Trust string `json:"trust,omitempty"`
 	// noted is what this run last sent to the plan's record.
 	noted *ProtectionEntry
+	// Unreachable says why the primary's storage could not be asked
+	// (every call of the last round failed, or the round has gone on
+	// past the poll interval without an answer); empty while it answers.
+	Unreachable string `json:"unreachable,omitempty"`
+	// UnreachableSince is when the primary's storage stopped answering.
+	UnreachableSince time.Time `json:"unreachableSince,omitzero"`
+	// RPOTarget is the plan's target the groups are judged against.
+	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
 }
 
 // LastSync is the oldest last sync over the groups: what a failover now
@@ -218,8 +230,14 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		wasOut := s.OutOfRPO
 		round, cancel := workflow.WithCancel(ctx)
 		cancelRound = cancel
+		ended := false
+		if workflow.GetVersion(ctx, changeWatch, workflow.DefaultVersion, 1) == 1 {
+			s.RPOTarget = rpoTarget(p)
+			workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
+		}
 		pollReplication(round, p, s)
 		pollClients(round, p, s)
+		ended = true
 		cancel()
 		cancelRound = nil
 		if stop != nil {
@@ -426,16 +444,76 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		next[g] = health(h, s.Groups[g], now, p)
 	}
 	s.record(next)
+	s.reachable(now)
+}
+
+// watch keeps the state true while a poll round goes on without an
+// answer (a primary that drops packets lets every call run to its
+// deadline): every poll interval (at most half the RPO target, at least
+// 100 ms) it ages
+// each group's lag from its last sync known, marks the plan out of RPO
+// past the target, reports the primary unreachable, and sets the
+// metrics. It ends with the round.
+func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.Duration, ended *bool) {
+	start := workflow.Now(ctx)
+	tick := max(min(interval, rpoTarget(p)/2), 100*time.Millisecond)
+	for {
+		if err := workflow.Sleep(ctx, tick); err != nil || *ended {
+			return
+		}
+		now := workflow.Now(ctx)
+		next := make(map[string]GroupHealth, len(s.Groups))
+		for g, h := range s.Groups {
+			if h.Error == "" {
+				h.Error = "not answered yet"
+			}
+			next[g] = health(h, s.Groups[g], now, p)
+		}
+		s.record(next)
+		if s.Unreachable == "" {
+			s.UnreachableSince = start
+		}
+		s.Unreachable = fmt.Sprintf("the storage of %s has not answered a poll for %v", s.Primary, now.Sub(start).Round(time.Second))
+		s.report(ctx, p.Metadata.Name)
+	}
+}
+
+// reachable records whether the primary's storage answered the round:
+// it did not when every group's poll failed.
+func (s *ProtectState) reachable(now time.Time) {
+	why := ""
+	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
+		h := s.Groups[g]
+		if h.Error == "" {
+			why = ""
+			break
+		}
+		if why == "" {
+			why = h.Error
+		}
+	}
+	switch {
+	case why == "":
+		s.Unreachable, s.UnreachableSince = "", time.Time{}
+	case s.Unreachable == "":
+		s.Unreachable, s.UnreachableSince = why, now
+	default:
+		s.Unreachable = why
+	}
+}
+
+func rpoTarget(p *plans.Plan) time.Duration {
+	if t := p.Policy.RPOTarget.D(); t > 0 {
+		return t
+	}
+	return plans.DefaultRPOTarget
 }
 
 // health finishes a group's record: after an error it keeps the last
 // known sync and counts the lag from it; out of RPO when the lag passes
 // the target or no sync is known.
 func health(h, prev GroupHealth, now time.Time, p *plans.Plan) GroupHealth {
-	target := p.Policy.RPOTarget.D()
-	if target <= 0 {
-		target = plans.DefaultRPOTarget
-	}
+	target := rpoTarget(p)
 	if h.Error != "" {
 		h.LastSync, h.Lag, h.Status, h.Message = prev.LastSync, prev.Lag, "", ""
 		if !prev.LastSync.IsZero() {
@@ -470,6 +548,13 @@ func (s *ProtectState) report(ctx workflow.Context, plan string) {
 		out = 1
 	}
 	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(out)
+	if s.RPOTarget > 0 { // from changeWatch on
+		down := 0.0
+		if s.Unreachable != "" {
+			down = 1
+		}
+		m.WithTags(map[string]string{"plan": plan, "site": s.Primary}).Gauge(MetricPrimaryUnreachable).Update(down)
+	}
 }
 
 func groupNames(p *plans.Plan) []string {
@@ -512,6 +597,7 @@ func pollEach(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		return // cut short by a stop: keep the last complete round
 	}
 	s.record(next)
+	s.reachable(workflow.Now(ctx))
 }
 
 // pollClients refreshes the clients each site's storage reports, which a

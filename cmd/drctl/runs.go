@@ -693,35 +693,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	if x := st.ProtectRun; x != nil {
 		fmt.Fprintf(a.stdout, "\nprotection: %s (workflow %s)\n", x.Status, x.WorkflowID)
 		if ps := st.Protection; ps != nil {
-			rpo := "within the RPO target"
-			if ps.OutOfRPO {
-				rpo = "OUT OF RPO"
-			}
-			fmt.Fprintf(a.stdout, "  primary %s, replication enabled %v, %d polls, %s%s\n", ps.Primary, ps.Enabled, ps.Polls, rpo, byText(ps.By))
-			if ps.Trust != "" {
-				fmt.Fprintf(a.stdout, "  %s\n", ps.Trust)
-			}
-			names := make([]string, 0, len(ps.Groups))
-			for g := range ps.Groups {
-				names = append(names, g)
-			}
-			sort.Strings(names)
-			tw := newTable(a.stdout, "  GROUP", "LAST SYNC", "LAG", "STATUS", "NOTE")
-			for _, g := range names {
-				h := ps.Groups[g]
-				last := "never"
-				if !h.LastSync.IsZero() {
-					last = h.LastSync.Local().Format(time.TimeOnly)
-				}
-				note := h.Error
-				if h.OutOfRPO {
-					note = strings.TrimSpace("out of RPO " + note)
-				}
-				tw.row("  "+g, last, h.Lag.Round(time.Millisecond).String(), h.Status, note)
-			}
-			if err := tw.flush(); err != nil {
-				return err
-			}
+			return renderProtection(a.stdout, ps, time.Now())
 		}
 	}
 	if drift {

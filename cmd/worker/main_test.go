@@ -218,7 +218,7 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
 		return strings.Contains(body, "drover_action_duration") && strings.Contains(body, "drover_replication_lag_seconds") &&
-			strings.Contains(body, "temporal_workflow_completed")
+			strings.Contains(body, "drover_primary_unreachable") && strings.Contains(body, "temporal_workflow_completed")
 	})
 	for _, want := range []string{`action="failover"`, `plan="shop"`, `group="db"`, `outcome="completed"`} {
 		if !strings.Contains(body, want) {
