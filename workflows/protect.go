@@ -463,6 +463,8 @@ func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.
 		}
 		now := workflow.Now(ctx)
 		next := make(map[string]GroupHealth, len(s.Groups))
+		// A map filled from a map: the order never shows.
+		//workflowcheck:ignore
 		for g, h := range s.Groups {
 			if h.Error == "" {
 				h.Error = "not answered yet"
@@ -482,6 +484,8 @@ func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.
 // it did not when every group's poll failed.
 func (s *ProtectState) reachable(now time.Time) {
 	why := ""
+	// Sorted keys: the same order on every replay.
+	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
 		h := s.Groups[g]
 		if h.Error == "" {
