@@ -1,12 +1,17 @@
 package workflows_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
 
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/plans"
@@ -92,4 +97,73 @@ func TestFailoverPausesOnUnhealthyWorkload(t *testing.T) {
 		[3]string{"PromoteVolume", "west", "vg-1"},
 		[3]string{"WaitHealthy", "west", "pg"},
 		[3]string{"WaitHealthy", "west", "web"})
+}
+
+// TestHealthWaitSaysNomadIsUnreachable: when west's Nomad stops answering
+// while a failover waits for web to become healthy, the running start
+// step's note says that Nomad is unreachable (read with the progress
+// query on the dev server, as drctl reads it) instead of staying silent
+// until the health timeout.
+func TestHealthWaitSaysNomadIsUnreachable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a dev server")
+	}
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	_, west := f.nomadSites(t, "/bin/sleep")
+	for i := range f.plan.Workloads {
+		if f.plan.Workloads[i].Name == "web" {
+			f.plan.Workloads[i].HealthTimeout = plans.Duration(40 * time.Second)
+		}
+	}
+	f.plan.Policy.OnFailure = "abort"
+	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
+	workflows.Register(w)
+	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
+	w.RegisterActivity(f.storage)
+	w.RegisterActivity(f.workloads)
+	mustOK(t, w.Start())
+	defer w.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	west.HealthyAfter = time.Hour // web never becomes healthy
+	f.east.Down()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	defer func() {
+		_ = srv.Client.TerminateWorkflow(context.Background(), run.GetID(), run.GetRunID(), "test over")
+	}()
+
+	closed, note := false, ""
+	deadline := time.Now().Add(35 * time.Second)
+	for time.Now().Before(deadline) && note == "" {
+		v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress)
+		mustOK(t, err)
+		var p workflows.Progress
+		mustOK(t, v.Get(&p))
+		for _, s := range p.Steps {
+			if s.Name != "start web on west" || s.State != workflows.StateRunning {
+				continue
+			}
+			if !closed && west.Job("", "web") != nil {
+				west.Close() // Nomad on west stops answering
+				closed = true
+			}
+			if closed && strings.Contains(s.Note, "unreachable") {
+				note = s.Note
+			}
+		}
+		if p.State != workflows.StateRunning {
+			t.Fatalf("the failover ended (%s) before the health wait said why it waits", p.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !closed {
+		t.Fatal("web was never registered on west")
+	}
+	if !strings.HasPrefix(note, "not healthy yet: ") {
+		t.Fatalf("the running start step's note never said Nomad is unreachable (got %q)", note)
+	}
+	t.Logf("note: %s", note)
 }
