@@ -24,6 +24,16 @@
 // given time has completed. Both heartbeat their PollProgress; an attempt
 // that follows a crash or a retried error resumes from it.
 //
+// Two activities batch one site's calls for a large plan.
+// SurveyReplication makes Protect's GetVolumeReplicationInfo calls of a
+// poll round. ReplicateBatch makes one of the single calls (BatchRPCs:
+// promote, demote, enable, disable) on many groups, at most the plan's
+// parallelism at a time, one attempt per group classified by the same
+// table, and reports each group's outcome (done, failed with the table's
+// retry decision, or not started when it returns early to report
+// progress); it heartbeats the groups done, and an attempt after a crash
+// skips them. BatchInputFor builds its input from a plan.
+//
 // Inputs and results are small plain structs. An Endpoint carries the
 // address (unix:///path or host:port), TLS file paths, the secret
 // reference, the plugin parameters and the call's deadline: names only,

@@ -90,15 +90,25 @@
 //     heartbeat and all of Protect's calls stay regular activities that
 //     Temporal retries; Protect polls in batched SurveyReplication
 //     activities;
-//   - a plan of more than GroupsPerChild groups fans out: each priority's
-//     groups go to GroupBatch children of up to 100, the action records
-//     one step per batch, a batch that failed on some groups pauses and
+//   - a plan of more than GroupsPerChild groups fans out. Its single
+//     calls on groups (promote, demote, enable, disable) run as one
+//     ReplicateBatch activity per priority and one step per priority: the
+//     activity keeps policy.parallelism calls in flight, makes one
+//     attempt per group and returns every few seconds with the groups
+//     done (the step's note), and the step retries the groups the
+//     classification table lets it retry after the plan's back-off,
+//     showing each failed round; a crashed worker's next attempt skips
+//     the groups its heartbeat lists as done. The operations that poll
+//     (resync, wait for a sync, freshness checks, the failback's final
+//     promotion) go to GroupBatch children of up to 100 groups, one step
+//     per batch. Either way, a batch that failed on some groups pauses and
 //     its retry runs only those.
 //
 // Version markers (workflow.GetVersion) keep older histories replaying:
 // testdata/*-v0.json are from before local calls and batches,
 // *-v1*.json from before the workflow's own attempts (changeHandover) and
-// health notes (changeHealthNotes).
+// health notes (changeHealthNotes), *-v2-batches.json from before batch
+// activities (changeBatchCalls).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -236,7 +236,7 @@ func promoteBatches(ctx workflow.Context, r *run, p *plans.Plan, site string, pr
 			}
 			s.Output = fmt.Sprintf("%d of %d groups promoted", len(res.Done), len(b))
 			if len(res.Failed) > 0 {
-				err = batchFailure(op, res)
+				err = batchFailure(op, res.Failed, len(res.Failed)+len(res.Done))
 			}
 		}
 		if err != nil {

@@ -151,6 +151,24 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 			return // the plan check, not a call to storage or a CO
 		}
 		c := call{name: info.ActivityType.Name}
+		if c.name == "ReplicateBatch" && in != nil {
+			// A batch is one call of its RPC per group, as the storage sees it.
+			site, _ := in["endpoint"].(map[string]any)["site"].(string)
+			force, _ := in["force"].(bool)
+			items, _ := in["items"].([]any)
+			for _, it := range items {
+				for _, src := range it.(map[string]any)["sources"].([]any) {
+					s := src.(map[string]any)
+					b := call{name: in["rpc"].(string), site: site, force: force,
+						subject: strings.ReplaceAll(fmt.Sprint(s["groupID"], s["volumeID"]), "<nil>", "")}
+					*calls = append(*calls, b)
+					if f.onCall != nil {
+						f.onCall(b)
+					}
+				}
+			}
+			return
+		}
 		if in != nil {
 			switch {
 			case in["endpoint"] != nil:

@@ -192,17 +192,17 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 
 // batchFailure is the error of a batch some groups of which failed: it
 // names up to five of them with their errors.
-func batchFailure(op GroupOp, res *GroupBatchResult) error {
+func batchFailure(op GroupOp, failed []GroupFailure, total int) error {
 	lines := make([]string, 0, 5)
-	for _, f := range res.Failed[:min(len(res.Failed), 5)] {
+	for _, f := range failed[:min(len(failed), 5)] {
 		lines = append(lines, f.Group+": "+f.Error)
 	}
 	more := ""
-	if n := len(res.Failed) - len(lines); n > 0 {
+	if n := len(failed) - len(lines); n > 0 {
 		more = fmt.Sprintf("; and %d more", n)
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s failed on %d of %d groups on %s: %s%s",
-		op.verb(), len(res.Failed), len(res.Failed)+len(res.Done), op.Site, strings.Join(lines, "; "), more), ErrGroupsFail, nil)
+		op.verb(), len(failed), total, op.Site, strings.Join(lines, "; "), more), ErrGroupsFail, nil)
 }
 
 // forGroups runs op on every volume group of the plan, by priority, each
@@ -213,6 +213,9 @@ func batchFailure(op GroupOp, res *GroupBatchResult) error {
 // its retry runs again only those groups.
 func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
 	if fansOut(ctx, p) {
+		if rpc, ok := batchRPC(op); ok && workflow.GetVersion(ctx, changeBatchCalls, workflow.DefaultVersion, 1) == 1 {
+			return inBatches(ctx, r, p, op, rpc)
+		}
 		bs := batches(p)
 		for _, b := range bs {
 			r.add(batchStep(op, b), op.Guard)
@@ -231,7 +234,7 @@ func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
 					for _, f := range res.Failed {
 						left = append(left, f.Group)
 					}
-					return out, batchFailure(op, res)
+					return out, batchFailure(op, res.Failed, len(res.Failed)+len(res.Done))
 				}
 				return out, nil
 			})

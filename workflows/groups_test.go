@@ -110,3 +110,37 @@ func TestFailbackRollsBackBatches(t *testing.T) {
 		t.Fatalf("invariants: %s", r)
 	}
 }
+
+// TestBatchRetriesShowOnTheStep: in a plan that fans out, promotions that
+// fail with a retryable code are tried again after the plan's back-off,
+// and while the step waits for that, it shows the failed round (its
+// retries, the storage's error, what comes next) to the progress query;
+// then every group ends primary with one more call per failed attempt.
+func TestBatchRetriesShowOnTheStep(t *testing.T) {
+	f := newFixtureN(t, 150)
+	f.east.Down()
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Count: 2, Message: "pool rebalancing"}}))
+	env, calls := f.env(t)
+	var seen *workflows.Step
+	env.RegisterDelayedCallback(func() {
+		for _, s := range progressOf(t, env).Steps {
+			if s.State == workflows.StateRunning && strings.HasPrefix(s.Name, "promote ") {
+				c := *s
+				seen = &c
+			}
+		}
+	}, 500*time.Millisecond)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	allDone(t, res.Progress)
+	if seen == nil || seen.Retries == 0 || !strings.Contains(seen.LastError, "pool rebalancing") || !strings.Contains(seen.Note, "2 groups failed attempt 1, next in") {
+		t.Fatalf("the retrying step showed %+v; want its retries, the storage's error and the next attempt", seen)
+	}
+	t.Logf("while retrying: %s: %d retries, %q, %q", seen.Name, seen.Retries, seen.LastError, seen.Note)
+	if n := count(*calls, "PromoteVolume"); n != 153+2 {
+		t.Fatalf("%d PromoteVolume calls, want 155", n)
+	}
+	allRoles(t, f.west, sim.RolePrimary)
+}

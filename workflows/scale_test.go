@@ -147,27 +147,26 @@ func TestFiveThousandGroups(t *testing.T) {
 			ids = append(ids, a.WorkflowExecution.WorkflowId)
 		}
 	}
-	var maxCount, maxSize int64
+	var maxCount, maxSize, events int64
 	for _, id := range ids {
 		d, err := srv.Client.DescribeWorkflowExecution(ctx, id, "")
 		mustOK(t, err)
 		info := d.GetWorkflowExecutionInfo()
 		maxCount, maxSize = max(maxCount, info.GetHistoryLength()), max(maxSize, info.GetHistorySizeBytes())
+		events += info.GetHistoryLength()
 		if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 			t.Fatalf("%s is %v", id, info.GetStatus())
 		}
 	}
-	t.Logf("%d workflows; the largest history has %d events and %d KiB (warn limits: %d events, %d MiB)",
-		len(ids), maxCount, maxSize>>10, historyCountWarn, historySizeWarn>>20)
+	t.Logf("%d workflows; the largest history has %d events and %d KiB (warn limits: %d events, %d MiB); %d events in all, %.3f per group",
+		len(ids), maxCount, maxSize>>10, historyCountWarn, historySizeWarn>>20, events, float64(events)/n)
 	if maxCount > historyCountWarn/5 || maxSize > historySizeWarn/5 {
 		t.Fatalf("a history reached %d events, %d bytes: more than a fifth of the warn limits", maxCount, maxSize)
 	}
-	want := 0 // batches: each priority's groups by GroupsPerChild
-	for prio := range 3 {
-		want += ((n-prio+2)/3 + workflows.GroupsPerChild - 1) / workflows.GroupsPerChild
-	}
-	if len(ids)-1 != want {
-		t.Fatalf("%d children; want %d", len(ids)-1, want)
+	// The promotions run as one batch activity per priority: no child
+	// workflow, and far fewer than 2 history events per group.
+	if len(ids) != 1 || events > 2*n {
+		t.Fatalf("%d children and %d history events for %d groups; want none and at most 2 per group", len(ids)-1, events, n)
 	}
 	if w := srv.Warnings("exceeds warn limit", "exceeds the warning limit"); len(w) > 0 {
 		t.Fatalf("the server warned:\n%v", w)
