@@ -20,8 +20,32 @@ const changeRoleCheck = "failover-role-check"
 
 // roleCheck reports whether this failover checks To's roles: runs from
 // before the check replay without it, and the operator's override skips it.
-func roleCheck(ctx workflow.Context, in FailoverInput) bool {
-	return workflow.GetVersion(ctx, changeRoleCheck, workflow.DefaultVersion, 1) == 1 && !in.OverrideState
+//
+// Version 2 asks, at the same time as the preflight, one copy per call
+// the plan allows in flight (policy.parallelism), spread evenly over the
+// plan's groups: one round trip instead of up to ten, and a sample that
+// a partial failover (which promotes the first priorities first) does
+// not fill with promoted copies.
+func roleCheck(ctx workflow.Context, in FailoverInput) (check bool, version workflow.Version) {
+	v := workflow.GetVersion(ctx, changeRoleCheck, workflow.DefaultVersion, 2)
+	return v >= 1 && !in.OverrideState, v
+}
+
+// roleSample is the groups version 2 of the role check asks about: at
+// most n, spread evenly over the plan.
+func roleSample(p *plans.Plan, n int) []plans.VolumeGroup {
+	gs := p.VolumeGroups
+	if n < 1 {
+		n = 1
+	}
+	if len(gs) <= n {
+		return gs
+	}
+	out := make([]plans.VolumeGroup, 0, n)
+	for i := range n {
+		out = append(out, gs[i*len(gs)/n])
+	}
+	return out
 }
 
 // notPrimaryYet asks the storage of site, with one GetVolumeReplicationInfo
@@ -32,9 +56,12 @@ func roleCheck(ctx workflow.Context, in FailoverInput) bool {
 // ErrWrongDirection, naming the state. A copy that is not primary, or
 // cannot be asked, lets the failover go on (a failover run again after a
 // partial one finds some copies promoted).
-func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string) (string, error) {
+//
+// With quick (version 2), the survey's first attempt is a local activity,
+// as single storage calls are (retried); its one attempt is all it gets.
+func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups []plans.VolumeGroup, quick bool) (string, error) {
 	var calls []activities.ReplicationInput
-	for _, g := range p.VolumeGroups {
+	for _, g := range groups {
 		ins, err := activities.ReplicationInputs(p, to, g.Name, activities.RPCGetVolumeReplicationInfo, false)
 		if err != nil {
 			return "", err
@@ -50,7 +77,15 @@ func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string) (string
 	}
 	o := activities.CallOptions(p, to, activities.RPCGetVolumeReplicationInfo)
 	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-	res, err := call[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism})
+	in := activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}
+	var res activities.SurveyResult
+	var err error
+	if quick {
+		o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
+		res, err = retried[activities.SurveyResult](ctx, o, st.SurveyReplication, in, o.TaskQueue == "" && localCalls(ctx))
+	} else {
+		res, err = call[activities.SurveyResult](ctx, o, st.SurveyReplication, in)
+	}
 	if err != nil {
 		// Only an answer can contradict the failover: a check that got
 		// none (a worker lost mid-call, the site's storage slow in a

@@ -108,7 +108,8 @@
 // testdata/*-v0.json are from before local calls and batches,
 // *-v1*.json from before the workflow's own attempts (changeHandover) and
 // health notes (changeHealthNotes), *-v2-batches.json from before batch
-// activities (changeBatchCalls).
+// activities (changeBatchCalls), failover-v3*.json from before the role
+// check ran beside the preflight (changeRoleCheck version 2).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -83,7 +83,7 @@ func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
 
 func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
 	p, from, to := in.Plan, in.From, in.To
-	checkRoles := roleCheck(ctx, in)
+	checkRoles, roleVersion := roleCheck(ctx, in)
 	names := []string{"preflight " + to}
 	if checkRoles {
 		names = append(names, "check roles on "+to)
@@ -92,22 +92,53 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		r.add(name, strings.HasPrefix(name, "fence") || strings.HasPrefix(name, "verify"))
 	}
 
-	if err := r.step(ctx, "preflight "+to, false, func(ctx workflow.Context) (string, error) {
-		return preflight(ctx, p, to)
-	}); err != nil {
-		return err
+	pre := func(ctx workflow.Context) error {
+		return r.step(ctx, "preflight "+to, false, func(ctx workflow.Context) (string, error) {
+			return preflight(ctx, p, to)
+		})
 	}
-	if checkRoles {
+	roles := func(ctx workflow.Context, groups []plans.VolumeGroup, quick bool) error {
 		// A contradiction ends the action at once, before any side effect.
 		s := r.find("check roles on " + to)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
-		out, err := notPrimaryYet(ctx, p, from, to)
+		out, err := notPrimaryYet(ctx, p, from, to, groups, quick)
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err != nil {
 			s.State, s.LastError = StateFailed, ErrorText(err)
 			return err
 		}
 		s.State = StateDone
+		return nil
+	}
+	switch {
+	case checkRoles && roleVersion >= 2:
+		// Both only read: they run together, and both end before any
+		// side effect.
+		var perr, cerr error
+		together(ctx,
+			func(ctx workflow.Context) { perr = pre(ctx) },
+			func(ctx workflow.Context) { cerr = roles(ctx, roleSample(p, p.Policy.Parallelism), true) })
+		if perr != nil {
+			return perr
+		}
+		if cerr != nil {
+			return cerr
+		}
+	case checkRoles:
+		if err := pre(ctx); err != nil {
+			return err
+		}
+		sample := p.VolumeGroups
+		if len(sample) > surveyBatch {
+			sample = sample[:surveyBatch]
+		}
+		if err := roles(ctx, sample, false); err != nil {
+			return err
+		}
+	default:
+		if err := pre(ctx); err != nil {
+			return err
+		}
 	}
 
 	_ = r.step(ctx, "stop workloads on "+from, false, func(ctx workflow.Context) (string, error) {
