@@ -20,7 +20,14 @@
 // Usage:
 //
 //	drover-bench [--sizes 1,10,100,1000,5000] [--latencies 0,50ms]
+//	             [--extra 20000@0s] [--sequential-limit 90s]
 //	             [--parallelism 10] [--bin bin] [--out BENCHMARKS.md]
+//	             [--chart docs/bench.svg] [--steps]
+//
+// It also counts the history events of each failover and its children
+// per group, reads the server's log for history and payload size
+// warnings, checks the figures against the performance targets, and
+// draws failover time against plan size as an SVG chart.
 package main
 
 import (
@@ -55,8 +62,8 @@ import (
 
 func main() {
 	var (
-		sizes, latencies string
-		o                options
+		sizes, latencies, extra string
+		o                       options
 	)
 	flag.StringVar(&sizes, "sizes", "1,10,100,1000,5000", "plan sizes: volume groups per plan")
 	flag.StringVar(&latencies, "latencies", "0,50ms", "plugin latencies: the delay of every CSI-Addons call")
@@ -64,6 +71,10 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "directory holding temporal, worker and drover-sim (default: this program's directory)")
 	flag.StringVar(&o.out, "out", "", "write the results into this Markdown file, between its bench markers (default: print only)")
 	flag.StringVar(&o.dir, "dir", ".run/bench", "working directory for the stacks")
+	flag.StringVar(&extra, "extra", "20000@0s", "more rows, as GROUPS@LATENCY, comma separated (empty: none)")
+	flag.DurationVar(&o.seqLimit, "sequential-limit", 90*time.Second, "skip the sequential baseline where it would take longer than this (groups × latency)")
+	flag.StringVar(&o.chart, "chart", "", "write the SVG chart here (default: docs/bench.svg beside --out)")
+	flag.BoolVar(&o.steps, "steps", false, "print each failover's steps and how long each took")
 	flag.Parse()
 	var err error
 	if o.sizes, err = ints(sizes); err != nil {
@@ -71,6 +82,12 @@ func main() {
 	}
 	if o.latencies, err = durations(latencies); err != nil {
 		fail(2, "--latencies: %v", err)
+	}
+	if o.extra, err = extraRows(extra); err != nil {
+		fail(2, "--extra: %v", err)
+	}
+	if o.chart == "" && o.out != "" {
+		o.chart = filepath.Join(filepath.Dir(o.out), "docs", "bench.svg")
 	}
 	if o.parallelism < 1 {
 		fail(2, "--parallelism must be at least 1")
@@ -100,9 +117,43 @@ func fail(code int, format string, a ...any) {
 type options struct {
 	sizes       []int
 	latencies   []time.Duration
+	extra       []size
 	parallelism int
 	bin, out    string
-	dir         string
+	dir, chart  string
+	seqLimit    time.Duration
+	steps       bool
+}
+
+// size is one row's plan size and plugin latency.
+type size struct {
+	groups  int
+	latency time.Duration
+}
+
+// extraRows reads "20000@0s,…".
+func extraRows(s string) ([]size, error) {
+	var out []size
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, l, ok := strings.Cut(f, "@")
+		if !ok {
+			return nil, fmt.Errorf("%q is not GROUPS@LATENCY", f)
+		}
+		g, err := ints(n)
+		if err != nil {
+			return nil, err
+		}
+		d, err := durations(l)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, size{g[0], d[0]})
+	}
+	return out, nil
 }
 
 func ints(s string) ([]int, error) {
@@ -144,7 +195,13 @@ type row struct {
 	workflows   int
 	steps       []*workflows.Step
 	parallelism int
+	events      int64 // history events of the failover and its children
+	warnings    int   // the server's history and payload size warnings
 }
+
+// design is the path the design prescribes: the ideal plus the preflight
+// of the surviving site and the fence verification, one call each.
+func (r row) design() time.Duration { return r.ideal + 2*r.latency }
 
 func (r row) ratio() float64 { return float64(r.measured) / float64(r.ideal) }
 
@@ -157,23 +214,41 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("workload hooks (start, then health) take %v here\n", hooks)
-	var rows []row
+	var all []size
 	for _, n := range o.sizes {
 		for _, lat := range o.latencies {
-			r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks,
-				rounds: int(math.Ceil(float64(n) / float64(o.parallelism)))}
-			r.ideal = lat + time.Duration(r.rounds)*lat + hooks
-			fmt.Printf("== %d groups, latency %v: ideal %v\n", n, lat, r.ideal.Round(time.Millisecond))
-			if err := measure(ctx, o, &r); err != nil {
-				return fmt.Errorf("%d groups at %v: %w", n, lat, err)
-			}
+			all = append(all, size{n, lat})
+		}
+	}
+	all = append(all, o.extra...)
+	var rows []row
+	for _, sz := range all {
+		n, lat := sz.groups, sz.latency
+		r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks,
+			rounds: int(math.Ceil(float64(n) / float64(o.parallelism)))}
+		r.ideal = lat + time.Duration(r.rounds)*lat + hooks
+		fmt.Printf("== %d groups, latency %v: ideal %v\n", n, lat, r.ideal.Round(time.Millisecond))
+		if err := measure(ctx, o, &r); err != nil {
+			return fmt.Errorf("%d groups at %v: %w", n, lat, err)
+		}
+		if time.Duration(n)*lat <= o.seqLimit {
 			if err := sequential(ctx, o, &r); err != nil {
 				return fmt.Errorf("%d groups at %v, sequential: %w", n, lat, err)
 			}
-			fmt.Printf("   measured %v (RTO in the workflow %v), sequential %v, worker peak %d MiB\n",
-				r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.sequential.Round(time.Millisecond), r.peakRSS>>20)
-			rows = append(rows, r)
 		}
+		fmt.Printf("   measured %v (RTO in the workflow %v), sequential %v, worker peak %d MiB, %.3f history events per group\n",
+			r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.sequential.Round(time.Millisecond), r.peakRSS>>20,
+			float64(r.events)/float64(n))
+		rows = append(rows, r)
+	}
+	if o.chart != "" {
+		if err := os.MkdirAll(filepath.Dir(o.chart), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.chart, []byte(chart(rows)), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s\n", o.chart)
 	}
 	report := render(o, rows)
 	fmt.Println()
@@ -350,30 +425,51 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	r.measured = time.Since(t0)
 	r.rto = res.RTO
 	r.steps = res.Steps
+	if o.steps {
+		for _, s := range res.Steps {
+			fmt.Printf("   %-50s %v\n", s.Name, s.End.Sub(s.Start).Round(time.Millisecond))
+		}
+	}
 	if res.State != workflows.StateCompleted {
 		return fmt.Errorf("the failover ended %s", res.State)
 	}
-	if r.workflows, err = workflowCount(ctx, c, wr); err != nil {
+	if r.workflows, r.events, err = historyCost(ctx, c, wr); err != nil {
 		return err
+	}
+	if log, err := os.ReadFile(filepath.Join(st.Dir, "temporal.log")); err == nil {
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, "exceeds warn limit") || strings.Contains(line, "exceeds the warning limit") {
+				r.warnings++
+			}
+		}
 	}
 	r.peakRSS, err = peakRSS(st.PIDs()["worker"])
 	return err
 }
 
-// workflowCount is the failover and the children its history started.
-func workflowCount(ctx context.Context, c client.Client, wr client.WorkflowRun) (int, error) {
-	n := 1
+// historyCost counts the failover and the children its history started,
+// and the history events of them all.
+func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun) (int, int64, error) {
+	ids := []string{wr.GetID()}
 	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		if e.GetEventType() == enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED {
-			n++
+		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+			ids = append(ids, a.GetWorkflowExecution().GetWorkflowId())
 		}
 	}
-	return n, nil
+	var events int64
+	for _, id := range ids {
+		d, err := c.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			return 0, 0, err
+		}
+		events += d.GetWorkflowExecutionInfo().GetHistoryLength()
+	}
+	return len(ids), events, nil
 }
 
 // peakRSS reads a process's peak resident set size.
@@ -438,28 +534,41 @@ func render(o options, rows []row) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s with `%s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), command(o))
 	fmt.Fprintf(&b, "Machine: %s.\n\n", machine())
-	b.WriteString("| groups | latency | rounds | ideal | measured | ratio | sequential | speed-up | workflows | worker peak RSS |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| groups | latency | rounds | ideal | design path | measured | ratio to design | sequential | speed-up | workflows | events per group | worker peak RSS |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		ratio := "—"
 		if r.latency > 0 {
-			ratio = fmt.Sprintf("%.2f", r.ratio())
+			ratio = fmt.Sprintf("%.2f", float64(r.measured)/float64(r.design()))
 		}
-		speedup := float64(r.sequential) / float64(r.measured)
-		prec := 1
-		if speedup < 1 {
-			prec = 2
+		seq, speedup := "not run", "—"
+		if r.sequential > 0 {
+			seq = ms(r.sequential)
+			x := float64(r.sequential) / float64(r.measured)
+			prec := 1
+			if x < 1 {
+				prec = 2
+			}
+			speedup = fmt.Sprintf("%.*f×", prec, x)
 		}
-		fmt.Fprintf(&b, "| %d | %v | %d | %v | %v | %s | %v | %.*f× | %d | %d MiB |\n", r.groups, r.latency, r.rounds,
-			ms(r.ideal), ms(r.measured), ratio, ms(r.sequential), prec, speedup, r.workflows, r.peakRSS>>20)
+		fmt.Fprintf(&b, "| %d | %v | %d | %v | %v | %v | %s | %s | %s | %d | %.3f | %d MiB |\n", r.groups, r.latency, r.rounds,
+			ms(r.ideal), ms(r.design()), ms(r.measured), ratio, seq, speedup, r.workflows, float64(r.events)/float64(r.groups), r.peakRSS>>20)
+	}
+	b.WriteString("\nSequential runs are skipped where they would take longer than " + o.seqLimit.String() + " (groups × latency).\n")
+	b.WriteString(targets(rows))
+	if o.chart != "" {
+		rel := o.chart
+		if o.out != "" {
+			if r, err := filepath.Rel(filepath.Dir(o.out), o.chart); err == nil {
+				rel = r
+			}
+		}
+		fmt.Fprintf(&b, "\n![Failover time against plan size: measured, ideal and sequential, at each latency](%s)\n", filepath.ToSlash(rel))
 	}
 	for _, r := range rows {
 		if r.groups == 100 && r.latency == 50*time.Millisecond {
-			fmt.Fprintf(&b, "\n**Overhead ratio at 100 groups and 50 ms: %.2f** (measured %v against an ideal of %v; target 1.25 or less).\n",
-				r.ratio(), ms(r.measured), ms(r.ideal))
-			design := r.ideal + 2*r.latency
-			fmt.Fprintf(&b, "\nAgainst the path the design prescribes, which adds the preflight of west and the fence verification (one call each): %v, ratio %.2f.\n",
-				ms(design), float64(r.measured)/float64(design))
+			fmt.Fprintf(&b, "\nAt 100 groups and 50 ms: measured %v against an ideal of %v (ratio %.2f) and the design's path of %v (ratio %.2f).\n",
+				ms(r.measured), ms(r.ideal), r.ratio(), ms(r.design()), float64(r.measured)/float64(r.design()))
 			fmt.Fprintf(&b, "\nWhere that failover's time went (from its own timeline; the client saw %v from start request to result):\n\n", ms(r.measured))
 			b.WriteString("| step | took |\n|---|---:|\n")
 			var first, last time.Time
@@ -505,7 +614,11 @@ func command(o options) string {
 	for _, n := range o.sizes {
 		sizes = append(sizes, strconv.Itoa(n))
 	}
-	return fmt.Sprintf("make bench BENCH_FLAGS='--sizes %s --latencies %s --parallelism %d'", strings.Join(sizes, ","), strings.Join(lats, ","), o.parallelism)
+	var extra []string
+	for _, e := range o.extra {
+		extra = append(extra, fmt.Sprintf("%d@%v", e.groups, e.latency))
+	}
+	return fmt.Sprintf("make bench BENCH_FLAGS='--sizes %s --latencies %s --extra %s --parallelism %d'", strings.Join(sizes, ","), strings.Join(lats, ","), strings.Join(extra, ","), o.parallelism)
 }
 
 // machine describes the machine: CPU model and count, memory, kernel, Go.

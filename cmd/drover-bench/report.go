@@ -1,0 +1,177 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// targets checks the rows against the performance targets and says, per
+// target, the figure measured and whether it holds.
+func targets(rows []row) string {
+	var b strings.Builder
+	b.WriteString("\n**Targets** (each against figures of this run):\n\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	find := func(n int, lat time.Duration) *row {
+		for i := range rows {
+			if rows[i].groups == n && rows[i].latency == lat {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	for _, r := range rows {
+		if r.latency == 0 && r.groups >= 1000 && r.sequential > 0 {
+			x := float64(r.sequential) / float64(r.measured)
+			fmt.Fprintf(&b, "- %d groups at 0 ms at least as fast as the sequential loop: %.2f× — %s\n", r.groups, x, verdict(x >= 1))
+		}
+	}
+	if r := find(5000, 0); r != nil {
+		fmt.Fprintf(&b, "- 5,000 groups at 0 ms in 3 s or less: %v — %s\n", ms(r.measured), verdict(r.measured <= 3*time.Second))
+	}
+	if r := find(1, 0); r != nil {
+		fmt.Fprintf(&b, "- one group at 0 ms in 100 ms or less: %v — %s\n", ms(r.measured), verdict(r.measured <= 100*time.Millisecond))
+	}
+	for _, t := range []struct {
+		n     int
+		bound float64
+	}{{100, 1.10}, {1000, 1.05}, {5000, 1.05}} {
+		if r := find(t.n, 50*time.Millisecond); r != nil {
+			x := float64(r.measured) / float64(r.design())
+			fmt.Fprintf(&b, "- %d groups at 50 ms within %.2f of the design's path: %.3f (%v against %v) — %s\n",
+				t.n, t.bound, x, ms(r.measured), ms(r.design()), verdict(x <= t.bound))
+		}
+	}
+	worst, warned := 0.0, 0
+	for _, r := range rows {
+		worst = max(worst, float64(r.events)/float64(r.groups))
+		warned += r.warnings
+	}
+	if len(rows) > 0 {
+		fmt.Fprintf(&b, "- at most 2 history events per group and action: at most %.3f — %s\n", worst, verdict(worst <= 2))
+		fmt.Fprintf(&b, "- no history or payload size warning from the server: %d — %s\n", warned, verdict(warned == 0))
+	}
+	for _, r := range rows {
+		if r.groups != 20000 {
+			continue
+		}
+		if base := find(5000, r.latency); base != nil {
+			x := float64(r.measured) / float64(base.measured)
+			fmt.Fprintf(&b, "- 20,000 groups at %v within 4.5× the 5,000-group time: %.2f× (%v against %v) — %s\n",
+				r.latency, x, ms(r.measured), ms(base.measured), verdict(x <= 4.5))
+		}
+	}
+	if r := find(5000, 0); r != nil {
+		fmt.Fprintf(&b, "- worker peak RSS at 5,000 groups 100 MiB or less: %d MiB — %s\n", r.peakRSS>>20, verdict(r.peakRSS <= 100<<20))
+	}
+	return b.String()
+}
+
+// chart draws failover time against plan size, log-log, one panel per
+// latency: measured, ideal and sequential. Self-contained SVG.
+func chart(rows []row) string {
+	var lats []time.Duration
+	for _, r := range rows {
+		if !slices.Contains(lats, r.latency) {
+			lats = append(lats, r.latency)
+		}
+	}
+	slices.Sort(lats)
+	const pw, ph, left, top, gap = 420, 300, 70, 40, 40
+	width := left + len(lats)*(pw+gap)
+	height := top + ph + 70
+	minN, maxN := math.Inf(1), 0.0
+	minT, maxT := math.Inf(1), 0.0
+	for _, r := range rows {
+		minN, maxN = math.Min(minN, float64(r.groups)), math.Max(maxN, float64(r.groups))
+		for _, d := range []time.Duration{r.measured, r.ideal, r.sequential} {
+			if d > 0 {
+				minT, maxT = math.Min(minT, d.Seconds()), math.Max(maxT, d.Seconds())
+			}
+		}
+	}
+	if maxN <= minN {
+		maxN = minN * 10
+	}
+	lo, hi := math.Floor(math.Log10(minT)), math.Ceil(math.Log10(maxT))
+	if hi <= lo {
+		hi = lo + 1
+	}
+	nlo, nhi := math.Floor(math.Log10(minN)), math.Ceil(math.Log10(maxN))
+	if nhi <= nlo {
+		nhi = nlo + 1
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	series := []struct {
+		name, color string
+		dash        string
+		get         func(row) time.Duration
+	}{
+		{"measured", "#1f77b4", "", func(r row) time.Duration { return r.measured }},
+		{"ideal", "#2ca02c", "6,4", func(r row) time.Duration { return r.ideal }},
+		{"sequential", "#d62728", "2,3", func(r row) time.Duration { return r.sequential }},
+	}
+	for i, lat := range lats {
+		x0 := float64(left + i*(pw+gap))
+		px := func(n float64) float64 { return x0 + (math.Log10(n)-nlo)/(nhi-nlo)*pw }
+		py := func(t float64) float64 { return float64(top+ph) - (math.Log10(t)-lo)/(hi-lo)*ph }
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" font-weight="bold">plugin latency %v</text>`+"\n", x0, top-15, lat)
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", x0, top, pw, ph)
+		for e := nlo; e <= nhi; e++ {
+			x := px(math.Pow(10, e))
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
+				x, top, x, top+ph, x, top+ph+16, count(math.Pow(10, e)))
+		}
+		for e := lo; e <= hi; e++ {
+			y := py(math.Pow(10, e))
+			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+				x0, y, x0+pw, y, x0-4, y+4, seconds(math.Pow(10, e)))
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">volume groups</text>`+"\n", x0+pw/2, top+ph+34)
+		for _, s := range series {
+			var pts []string
+			for _, r := range rows {
+				if r.latency != lat || s.get(r) <= 0 {
+					continue
+				}
+				x, y := px(float64(r.groups)), py(s.get(r).Seconds())
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s, %d groups: %v</title></circle>`+"\n", x, y, s.color, s.name, r.groups, ms(s.get(r)))
+			}
+			if len(pts) > 1 {
+				fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2" stroke-dasharray="%s"/>`+"\n", strings.Join(pts, " "), s.color, s.dash)
+			}
+		}
+	}
+	for i, s := range series {
+		x := left + i*130
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2" stroke-dasharray="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			x, height-12, x+30, height-12, s.color, s.dash, x+36, height-8, s.name)
+	}
+	fmt.Fprintf(&b, `<text x="8" y="%d" transform="rotate(-90 8 %d)" text-anchor="middle">failover time</text>`+"\n", top+ph/2, top+ph/2)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func count(n float64) string {
+	if n >= 1000 {
+		return fmt.Sprintf("%gk", n/1000)
+	}
+	return fmt.Sprintf("%g", n)
+}
+
+func seconds(s float64) string {
+	if s < 1 {
+		return fmt.Sprintf("%g ms", s*1000)
+	}
+	return fmt.Sprintf("%g s", s)
+}
