@@ -200,7 +200,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		host, port, _ := net.SplitHostPort(o.Layout.Temporal)
 		_, uiPort, _ := net.SplitHostPort(o.Layout.UI)
 		args := []string{"server", "start-dev", "--ip", host, "--port", port,
-			"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn"}
+			"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn",
+			// An activity the workflow's own worker can run starts in the
+			// reply to the workflow task, without a trip through matching.
+			"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
 		for _, name := range SearchAttributes {
 			args = append(args, "--search-attribute", name+"=Keyword")
 		}
