@@ -75,12 +75,13 @@ func BatchInputFor(p *plans.Plan, site, rpc string, force bool, groups []string)
 		return BatchInput{}, err
 	}
 	in.Endpoint = base
-	own := map[string]bool{} // groups with plugin parameters of their own
-	for _, g := range p.VolumeGroups {
-		own[g.Name] = len(g.Parameters) > 0
-	}
+	byName := p.Groups()
 	for _, g := range groups {
-		calls, err := ReplicationInputs(p, site, g, rpc, force)
+		vg, ok := byName[g]
+		if !ok {
+			return BatchInput{}, fmt.Errorf("plan %q has no volume group %q", p.Metadata.Name, g)
+		}
+		calls, err := GroupInputs(p, site, vg, rpc, force)
 		if err != nil {
 			return BatchInput{}, err
 		}
@@ -88,7 +89,7 @@ func BatchInputFor(p *plans.Plan, site, rpc string, force bool, groups []string)
 		for _, c := range calls {
 			it.Sources = append(it.Sources, c.Source)
 		}
-		if len(calls) > 0 && own[g] {
+		if len(calls) > 0 && len(vg.Parameters) > 0 {
 			it.Parameters = calls[0].Endpoint.Parameters
 		}
 		in.Items = append(in.Items, it)

@@ -174,3 +174,31 @@ func TestReplicateBatchReports(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBatchInputFor builds the batch of a whole plan, as a priority
+// round of a large failover does inside its workflow task: the cost per
+// group must not grow with the plan (a lookup by name per group once made
+// 20,000 groups hold the task past the SDK's deadlock detector).
+func BenchmarkBatchInputFor(b *testing.B) {
+	for _, n := range []int{1000, 20000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			p := &plans.Plan{APIVersion: plans.APIVersion, Kind: plans.Kind, Metadata: plans.Metadata{Name: "big"},
+				Sites: []plans.Site{{Name: "a", Storage: plans.Storage{Endpoint: "127.0.0.1:1"}}, {Name: "b", Storage: plans.Storage{Endpoint: "127.0.0.1:2"}}}}
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("g%05d", i)
+				id := fmt.Sprintf("vg-%05d", i)
+				p.VolumeGroups = append(p.VolumeGroups, plans.VolumeGroup{Name: names[i], Sites: map[string]plans.GroupRef{"a": {GroupID: id}, "b": {GroupID: id}}})
+			}
+			p.ApplyDefaults()
+			b.ResetTimer()
+			for b.Loop() {
+				in, err := activities.BatchInputFor(p, "b", activities.RPCPromoteVolume, false, names)
+				if err != nil || len(in.Items) != n {
+					b.Fatalf("%d items, %v", len(in.Items), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/group")
+		})
+	}
+}

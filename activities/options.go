@@ -129,22 +129,25 @@ func first(a, b string) string {
 // volume for a group of loose volumes. The group's parameters go over the
 // site's.
 func ReplicationInputs(p *plans.Plan, site, group, rpc string, force bool) ([]ReplicationInput, error) {
+	for i := range p.VolumeGroups {
+		if p.VolumeGroups[i].Name == group {
+			return GroupInputs(p, site, &p.VolumeGroups[i], rpc, force)
+		}
+	}
+	return nil, fmt.Errorf("plan %q has no volume group %q", p.Metadata.Name, group)
+}
+
+// GroupInputs is ReplicationInputs for a group already looked up, as loops
+// over many groups do with plans.Plan.Groups: a lookup by name per group
+// costs the square of the plan's size.
+func GroupInputs(p *plans.Plan, site string, g *plans.VolumeGroup, rpc string, force bool) ([]ReplicationInput, error) {
 	e, err := EndpointFor(p, site, rpc)
 	if err != nil {
 		return nil, err
 	}
-	var g *plans.VolumeGroup
-	for i := range p.VolumeGroups {
-		if p.VolumeGroups[i].Name == group {
-			g = &p.VolumeGroups[i]
-		}
-	}
-	if g == nil {
-		return nil, fmt.Errorf("plan %q has no volume group %q", p.Metadata.Name, group)
-	}
 	ref, ok := g.Sites[site]
 	if !ok {
-		return nil, fmt.Errorf("volume group %q has nothing on site %q", group, site)
+		return nil, fmt.Errorf("volume group %q has nothing on site %q", g.Name, site)
 	}
 	if len(g.Parameters) > 0 && rpc != RPCGetVolumeReplicationInfo {
 		params := maps.Clone(e.Parameters)

@@ -108,6 +108,16 @@ func (p *Plan) Site(name string) *Site {
 	return nil
 }
 
+// Groups indexes the plan's volume groups by name, for code that looks up
+// many of them: a plan may hold tens of thousands.
+func (p *Plan) Groups() map[string]*VolumeGroup {
+	m := make(map[string]*VolumeGroup, len(p.VolumeGroups))
+	for i := range p.VolumeGroups {
+		m[p.VolumeGroups[i].Name] = &p.VolumeGroups[i]
+	}
+	return m
+}
+
 // Deadline returns the deadline of one call of the named RPC.
 func (p *Plan) Deadline(rpc string) time.Duration {
 	if d, ok := p.Policy.Deadlines[rpc]; ok {

@@ -61,8 +61,8 @@ func roleSample(p *plans.Plan, n int) []plans.VolumeGroup {
 // as single storage calls are (retried); its one attempt is all it gets.
 func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups []plans.VolumeGroup, quick bool) (string, error) {
 	var calls []activities.ReplicationInput
-	for _, g := range groups {
-		ins, err := activities.ReplicationInputs(p, to, g.Name, activities.RPCGetVolumeReplicationInfo, false)
+	for i := range groups {
+		ins, err := activities.GroupInputs(p, to, &groups[i], activities.RPCGetVolumeReplicationInfo, false)
 		if err != nil {
 			return "", err
 		}

@@ -400,8 +400,9 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		owner []string
 	)
 	failed := map[string]string{}
+	byName := p.Groups()
 	for _, g := range names {
-		ins, err := activities.ReplicationInputs(p, s.Primary, g, activities.RPCGetVolumeReplicationInfo, false)
+		ins, err := activities.GroupInputs(p, s.Primary, byName[g], activities.RPCGetVolumeReplicationInfo, false)
 		if err != nil {
 			failed[g] = err.Error()
 			continue
@@ -575,9 +576,10 @@ func groupNames(p *plans.Plan) []string {
 func pollEach(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 	names := groupNames(p)
 	next := make(map[string]GroupHealth, len(names))
+	byName := p.Groups()
 	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
 		h := GroupHealth{Checked: workflow.Now(ctx)}
-		ins, err := activities.ReplicationInputs(p, s.Primary, group, activities.RPCGetVolumeReplicationInfo, false)
+		ins, err := activities.GroupInputs(p, s.Primary, byName[group], activities.RPCGetVolumeReplicationInfo, false)
 		if err == nil {
 			o := activities.CallOptions(p, s.Primary, activities.RPCGetVolumeReplicationInfo)
 			o.ScheduleToCloseTimeout = o.StartToCloseTimeout

@@ -98,8 +98,9 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 		owner      []string
 		notPrimary []string
 	)
+	byName := p.Groups()
 	for _, g := range groupNames(p) {
-		ins, err := activities.ReplicationInputs(p, rec.Primary, g, activities.RPCGetVolumeReplicationInfo, false)
+		ins, err := activities.GroupInputs(p, rec.Primary, byName[g], activities.RPCGetVolumeReplicationInfo, false)
 		if err != nil {
 			notPrimary = append(notPrimary, fmt.Sprintf("%s (%v)", g, err))
 			continue
