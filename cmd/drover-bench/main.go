@@ -195,8 +195,10 @@ type row struct {
 	workflows   int
 	steps       []*workflows.Step
 	parallelism int
-	events      int64 // history events of the failover and its children
-	warnings    int   // the server's history and payload size warnings
+	events      int64         // history events of the failover and its children
+	warnings    int           // the server's history and payload size warnings
+	tasks       int           // workflow tasks of the failover itself
+	turn        time.Duration // median time from one of its workflow tasks to the next
 }
 
 // design is the path the design prescribes: the ideal plus the preflight
@@ -433,7 +435,7 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	if res.State != workflows.StateCompleted {
 		return fmt.Errorf("the failover ended %s", res.State)
 	}
-	if r.workflows, r.events, err = historyCost(ctx, c, wr); err != nil {
+	if r.workflows, r.events, err = historyCost(ctx, c, wr, o.steps && r.groups <= 10, r); err != nil {
 		return err
 	}
 	if log, err := os.ReadFile(filepath.Join(st.Dir, "temporal.log")); err == nil {
@@ -449,17 +451,44 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 
 // historyCost counts the failover and the children its history started,
 // and the history events of them all.
-func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun) (int, int64, error) {
+// It also counts the failover's own workflow tasks and the median time
+// between the starts of two in a row: each is a turn through the server,
+// which persists the step before the next one starts.
+//
+// With timeline it prints the failover's events with their times.
+func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, timeline bool, r *row) (int, int64, error) {
 	ids := []string{wr.GetID()}
 	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var (
+		first   time.Time
+		started []time.Time
+	)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
 			return 0, 0, err
 		}
+		if first.IsZero() {
+			first = e.GetEventTime().AsTime()
+		}
+		if timeline {
+			fmt.Printf("   %6dms %s\n", e.GetEventTime().AsTime().Sub(first).Milliseconds(), e.GetEventType())
+		}
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
+			started = append(started, e.GetEventTime().AsTime())
+		}
 		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
 			ids = append(ids, a.GetWorkflowExecution().GetWorkflowId())
 		}
+	}
+	r.tasks = len(started)
+	if len(started) > 1 {
+		gaps := make([]time.Duration, 0, len(started)-1)
+		for i := 1; i < len(started); i++ {
+			gaps = append(gaps, started[i].Sub(started[i-1]))
+		}
+		slices.Sort(gaps)
+		r.turn = gaps[len(gaps)/2]
 	}
 	var events int64
 	for _, id := range ids {

