@@ -86,7 +86,14 @@
 //     step counts the failed attempts (Step.Retries) and shows the last
 //     error and a note. With a site task queue every attempt is a regular
 //     activity. Workload starts retry the same way, and a health wait
-//     returns with why it waits (the step's note) and goes on. Polls that
+//     returns with why it waits (the step's note) and goes on; its first
+//     check is a local activity that returns at once, so a workload
+//     healthy at once costs no turn through the server;
+//   - an action's changes to the plan's record (its start, a fence, the
+//     primary, an unfence) go aside (record.go): sent from goroutines of
+//     their own while the action goes on, waited for before the action's
+//     end is recorded; a change the record did not take is sent again as
+//     a step that pauses like any other. Polls that
 //     heartbeat and all of Protect's calls stay regular activities that
 //     Temporal retries; Protect polls in batched SurveyReplication
 //     activities;
@@ -109,7 +116,10 @@
 // *-v1*.json from before the workflow's own attempts (changeHandover) and
 // health notes (changeHealthNotes), *-v2-batches.json from before batch
 // activities (changeBatchCalls), failover-v3*.json from before the role
-// check ran beside the preflight (changeRoleCheck version 2).
+// check ran beside the preflight (changeRoleCheck version 2), and
+// failover-v4*, failback-v3*, reprotect-v3* and drill-v1* from before the
+// record's changes went aside (changeNotesAside) and a health wait's first
+// check ran locally (changeHealthLocal).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

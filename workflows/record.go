@@ -33,6 +33,10 @@ const (
 	QueryRecord  = names.QueryRecord
 	SignalRecord = names.SignalRecord
 	changeRecord = "plan-record"
+	// changeNotesAside: an action sends its changes to the record from a
+	// goroutine of its own, in order, and goes on meanwhile; it waits for
+	// them all before it ends.
+	changeNotesAside = "record-notes-aside"
 	// recordRunLength bounds one run of PlanRecord: after this many
 	// changes it continues as new with its state.
 	recordRunLength = 500
@@ -211,7 +215,9 @@ func recording(ctx workflow.Context) bool {
 // note sends a change to the plan's record, starting the record when the
 // plan has none yet. It waits until Temporal has taken the change.
 func note(ctx workflow.Context, plan string, c RecordChange) error {
-	c.At = workflow.Now(ctx)
+	if c.At.IsZero() {
+		c.At = workflow.Now(ctx)
+	}
 	id := RecordID(plan)
 	ctx = workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{})
 	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err == nil {
@@ -255,9 +261,92 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 	info := workflow.GetInfo(ctx)
 	a := &ActionEntry{Action: r.progress.Action, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 		From: r.from, To: r.to, Outcome: outcome, Error: errText, Start: r.progress.Start, End: r.progress.End}
-	if err := note(ctx, r.plan.Metadata.Name, RecordChange{Action: a}); err != nil {
+	c := RecordChange{Action: a}
+	if outcome == StateRunning {
+		_ = r.record(ctx, c)
+		return
+	}
+	// The end goes last: after every change sent aside.
+	if err := r.settle(ctx); err != nil {
+		workflow.GetLogger(ctx).Warn("the plan's record did not take every change", "error", err)
+	}
+	if err := note(ctx, r.plan.Metadata.Name, c); err != nil {
 		workflow.GetLogger(ctx).Warn("the plan's record did not take the action", "error", err)
 	}
+}
+
+// aside sends an action's changes to the plan's record from goroutines
+// of their own: each send waits for Temporal to take it, a turn through
+// the server (two when the record has yet to start) that the action's
+// next step need not wait for. The changes an action sends aside touch
+// different parts of the record (its start, a fence, the primary), so
+// their order does not matter; no other action of the plan runs meanwhile
+// (one action per plan), and the action's end goes after them all
+// (settle).
+type aside struct {
+	pending int
+	failed  []RecordChange
+}
+
+// record sends a change to the plan's record: aside (histories of version
+// 1 of changeNotesAside), or waiting for Temporal to take it.
+func (r *run) record(ctx workflow.Context, c RecordChange) error {
+	a, plan := r.aside, r.plan.Metadata.Name
+	if a == nil {
+		return note(ctx, plan, c)
+	}
+	c.At = workflow.Now(ctx)
+	a.pending++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if err := note(ctx, plan, c); err != nil {
+			workflow.GetLogger(ctx).Warn("the plan's record did not take a change", "error", err)
+			a.failed = append(a.failed, c)
+		}
+		a.pending--
+	})
+	return nil
+}
+
+// settle waits until the record has taken every change sent aside, and
+// sends again, as a step that pauses like any other when it cannot, the
+// changes of state (fences, the primary) that it did not take. An
+// action's own start is best effort, as before.
+func (r *run) settle(ctx workflow.Context) error {
+	a := r.aside
+	if a == nil {
+		return nil
+	}
+	if err := workflow.Await(ctx, func() bool { return a.pending == 0 }); err != nil {
+		return err
+	}
+	var again []RecordChange
+	for _, c := range a.failed {
+		if c.Action == nil {
+			again = append(again, c)
+		}
+	}
+	a.failed = nil
+	if len(again) == 0 {
+		return nil
+	}
+	plan := r.plan.Metadata.Name
+	if r.aborted {
+		// An aborted run has no step left to pause: one more try each.
+		var err error
+		for _, c := range again {
+			err = errors.Join(err, note(ctx, plan, c))
+		}
+		return err
+	}
+	return r.step(ctx, "record the plan's state", false, func(ctx workflow.Context) (string, error) {
+		for len(again) > 0 {
+			if err := note(ctx, plan, again[0]); err != nil {
+				return "", err
+			}
+			again = again[1:]
+		}
+		return "recorded in " + RecordID(plan), nil
+	})
 }
 
 // notePrimary records that site's copies are now primary, as a step (a
@@ -267,8 +356,11 @@ func (r *run) notePrimary(ctx workflow.Context, site string) error {
 		return nil
 	}
 	return r.step(ctx, "record "+site+" as primary", false, func(ctx workflow.Context) (string, error) {
-		if err := note(ctx, r.plan.Metadata.Name, RecordChange{Primary: site}); err != nil {
+		if err := r.record(ctx, RecordChange{Primary: site}); err != nil {
 			return "", err
+		}
+		if r.aside != nil {
+			return "sent to " + RecordID(r.plan.Metadata.Name) + "; the action ends once it has taken it", nil
 		}
 		return "recorded in " + RecordID(r.plan.Metadata.Name), nil
 	})

@@ -202,7 +202,7 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 			}
 		}
 		// The record drops what is no longer fenced, lifted now or before.
-		if err := note(ctx, p.Metadata.Name, RecordChange{Unfenced: &FenceEntry{Site: site, CIDRs: cidrs, Via: via, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
+		if err := r.record(ctx, RecordChange{Unfenced: &FenceEntry{Site: site, CIDRs: cidrs, Via: via, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
 			return "", err
 		}
 		if len(fenced) == 0 {

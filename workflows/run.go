@@ -105,6 +105,7 @@ type run struct {
 	// changes to the plan's record (histories from before it do not).
 	from, to  string
 	recording bool
+	aside     *aside // the sender of changes to the record, when it runs aside
 }
 
 // begin checks that the worker trusts the plan (before anything else),
@@ -123,6 +124,9 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 	}
 	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
 	r.from, r.to, r.recording = from, to, recording(ctx)
+	if r.recording && workflow.GetVersion(ctx, changeNotesAside, workflow.DefaultVersion, 1) == 1 {
+		r.aside = &aside{}
+	}
 	r.noteAction(ctx, StateRunning, "")
 	return r, nil
 }
