@@ -49,10 +49,12 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/identity"
 	"github.com/drover-dr/drover/csiaddons/replication"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/plans"
@@ -191,7 +193,8 @@ type row struct {
 	measured    time.Duration
 	rto         time.Duration
 	sequential  time.Duration
-	peakRSS     int64 // bytes
+	direct      time.Duration // the design's path run by a plain program, policy.parallelism calls in flight
+	peakRSS     int64         // bytes
 	workflows   int
 	steps       []*workflows.Step
 	parallelism int
@@ -234,12 +237,15 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%d groups at %v: %w", n, lat, err)
 		}
 		if time.Duration(n)*lat <= o.seqLimit {
-			if err := sequential(ctx, o, &r); err != nil {
+			if err := sequential(ctx, o, &r, false); err != nil {
 				return fmt.Errorf("%d groups at %v, sequential: %w", n, lat, err)
 			}
 		}
-		fmt.Printf("   measured %v (RTO in the workflow %v), sequential %v, worker peak %d MiB, %.3f history events per group\n",
-			r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.sequential.Round(time.Millisecond), r.peakRSS>>20,
+		if err := sequential(ctx, o, &r, true); err != nil {
+			return fmt.Errorf("%d groups at %v, direct: %w", n, lat, err)
+		}
+		fmt.Printf("   measured %v (RTO in the workflow %v), direct %v, sequential %v, worker peak %d MiB, %.3f history events per group\n",
+			r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.direct.Round(time.Millisecond), r.sequential.Round(time.Millisecond), r.peakRSS>>20,
 			float64(r.events)/float64(n))
 		rows = append(rows, r)
 	}
@@ -519,7 +525,13 @@ func peakRSS(pid int) (int64, error) {
 // sequential is the naive baseline: on fresh sites, fence east's clients
 // through west, promote every group on west one call after another, then
 // run the hooks; no workflow engine, no parallelism, no retries.
-func sequential(ctx context.Context, o options, r *row) (err error) {
+//
+// With direct it runs the design's path instead, as a plain program would
+// at best: west's Probe, the fence, ListClusterFence, then the promotions
+// with policy.parallelism calls in flight, then the hooks. What the
+// storage, the sockets and the machine cost at that parallelism is in it;
+// what Drover adds over it is the engine's.
+func sequential(ctx context.Context, o options, r *row, direct bool) (err error) {
 	st, p, err := startStack(ctx, o, r.groups, r.latency, true)
 	if err != nil {
 		return err
@@ -541,12 +553,42 @@ func sequential(ctx context.Context, o options, r *row) (err error) {
 	for _, c := range p.Site("east").Fence.CIDRs {
 		cidrs = append(cidrs, &fence.CIDR{Cidr: c})
 	}
+	promote := func(g plans.VolumeGroup) error {
+		if _, err := rc.PromoteVolume(ctx, &replication.PromoteVolumeRequest{Force: true, ReplicationSource: groupSource(g.Sites["west"].GroupID), Parameters: g.Parameters}); err != nil {
+			return fmt.Errorf("promote %s: %w", g.Name, err)
+		}
+		return nil
+	}
+	if direct {
+		if _, err := identity.NewIdentityClient(conn).Probe(ctx, &identity.ProbeRequest{}); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+	}
 	if _, err := fc.FenceClusterNetwork(ctx, &fence.FenceClusterNetworkRequest{Cidrs: cidrs}); err != nil {
 		return fmt.Errorf("fence: %w", err)
 	}
-	for _, g := range p.VolumeGroups {
-		if _, err := rc.PromoteVolume(ctx, &replication.PromoteVolumeRequest{Force: true, ReplicationSource: groupSource(g.Sites["west"].GroupID), Parameters: g.Parameters}); err != nil {
-			return fmt.Errorf("promote %s: %w", g.Name, err)
+	if direct {
+		if _, err := fc.ListClusterFence(ctx, &fence.ListClusterFenceRequest{}); err != nil {
+			return fmt.Errorf("list fences: %w", err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(o.parallelism)
+		for _, vg := range p.VolumeGroups {
+			g.Go(func() error {
+				if gctx.Err() != nil {
+					return gctx.Err()
+				}
+				return promote(vg)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+	} else {
+		for _, g := range p.VolumeGroups {
+			if err := promote(g); err != nil {
+				return err
+			}
 		}
 	}
 	for _, c := range []string{"true", "true"} {
@@ -554,7 +596,11 @@ func sequential(ctx context.Context, o options, r *row) (err error) {
 			return err
 		}
 	}
-	r.sequential = time.Since(t0)
+	if direct {
+		r.direct = time.Since(t0)
+	} else {
+		r.sequential = time.Since(t0)
+	}
 	return nil
 }
 
@@ -563,8 +609,8 @@ func render(o options, rows []row) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s with `%s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), command(o))
 	fmt.Fprintf(&b, "Machine: %s.\n\n", machine())
-	b.WriteString("| groups | latency | rounds | ideal | design path | measured | ratio to design | sequential | speed-up | workflows | events per group | worker peak RSS |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| groups | latency | rounds | ideal | design path | direct | measured | ratio to design | ratio to direct | sequential | speed-up | workflows | events per group | worker peak RSS |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		ratio := "—"
 		if r.latency > 0 {
@@ -580,8 +626,12 @@ func render(o options, rows []row) string {
 			}
 			speedup = fmt.Sprintf("%.*f×", prec, x)
 		}
-		fmt.Fprintf(&b, "| %d | %v | %d | %v | %v | %v | %s | %s | %s | %d | %.3f | %d MiB |\n", r.groups, r.latency, r.rounds,
-			ms(r.ideal), ms(r.design()), ms(r.measured), ratio, seq, speedup, r.workflows, float64(r.events)/float64(r.groups), r.peakRSS>>20)
+		direct, toDirect := "not run", "—"
+		if r.direct > 0 {
+			direct, toDirect = ms(r.direct), fmt.Sprintf("%.2f", float64(r.measured)/float64(r.direct))
+		}
+		fmt.Fprintf(&b, "| %d | %v | %d | %v | %v | %s | %v | %s | %s | %s | %s | %d | %.3f | %d MiB |\n", r.groups, r.latency, r.rounds,
+			ms(r.ideal), ms(r.design()), direct, ms(r.measured), ratio, toDirect, seq, speedup, r.workflows, float64(r.events)/float64(r.groups), r.peakRSS>>20)
 	}
 	b.WriteString("\nSequential runs are skipped where they would take longer than " + o.seqLimit.String() + " (groups × latency).\n")
 	b.WriteString(targets(rows))

@@ -46,8 +46,13 @@ func targets(rows []row) string {
 	}{{100, 1.10}, {1000, 1.05}, {5000, 1.05}} {
 		if r := find(t.n, 50*time.Millisecond); r != nil {
 			x := float64(r.measured) / float64(r.design())
-			fmt.Fprintf(&b, "- %d groups at 50 ms within %.2f of the design's path: %.3f (%v against %v) — %s\n",
+			fmt.Fprintf(&b, "- %d groups at 50 ms within %.2f of the design's path: %.3f (%v against %v) — %s",
 				t.n, t.bound, x, ms(r.measured), ms(r.design()), verdict(x <= t.bound))
+			if r.direct > 0 {
+				fmt.Fprintf(&b, "; the same path run directly took %v (%.3f of the design's), Drover %.3f of that", ms(r.direct),
+					float64(r.direct)/float64(r.design()), float64(r.measured)/float64(r.direct))
+			}
+			b.WriteString("\n")
 		}
 	}
 	// An action records a fixed number of events for its steps whatever
@@ -107,7 +112,7 @@ func chart(rows []row) string {
 	minT, maxT := math.Inf(1), 0.0
 	for _, r := range rows {
 		minN, maxN = math.Min(minN, float64(r.groups)), math.Max(maxN, float64(r.groups))
-		for _, d := range []time.Duration{r.measured, r.ideal, r.sequential} {
+		for _, d := range []time.Duration{r.measured, r.ideal, r.sequential, r.direct} {
 			if d > 0 {
 				minT, maxT = math.Min(minT, d.Seconds()), math.Max(maxT, d.Seconds())
 			}
@@ -135,6 +140,7 @@ func chart(rows []row) string {
 		{"measured", "#1f77b4", "", func(r row) time.Duration { return r.measured }},
 		{"ideal", "#2ca02c", "6,4", func(r row) time.Duration { return r.ideal }},
 		{"sequential", "#d62728", "2,3", func(r row) time.Duration { return r.sequential }},
+		{"direct", "#9467bd", "8,3,2,3", func(r row) time.Duration { return r.direct }},
 	}
 	for i, lat := range lats {
 		x0 := float64(left + i*(pw+gap))
