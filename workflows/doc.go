@@ -88,7 +88,9 @@
 //     activity. Workload starts retry the same way, and a health wait
 //     returns with why it waits (the step's note) and goes on; its first
 //     check is a local activity that returns at once, so a workload
-//     healthy at once costs no turn through the server;
+//     healthy at once costs no turn through the server. The failover's
+//     best-effort stop of a lost site's workloads makes its attempts the
+//     same way, within the stop deadline;
 //   - an action's changes to the plan's record (its start, a fence, the
 //     primary, an unfence) go aside (record.go): sent from goroutines of
 //     their own while the action goes on, waited for before the action's
@@ -119,7 +121,9 @@
 // check ran beside the preflight (changeRoleCheck version 2), and
 // failover-v4*, failback-v3*, reprotect-v3* and drill-v1* from before the
 // record's changes went aside (changeNotesAside) and a health wait's first
-// check ran locally (changeHealthLocal).
+// check ran locally (changeHealthLocal), and failover-v5* from before the
+// stop of a lost site's workloads made its own attempts, the first one
+// local (changeStopLostLocal).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's name, state,

@@ -288,6 +288,10 @@ func workloadsOn(p *plans.Plan, site string) []plans.Workload {
 	return out
 }
 
+// changeStopLostLocal marks histories in which the stop of a lost site's
+// workload makes its attempts itself (retried), the first one local.
+const changeStopLostLocal = "stop-lost-local-first"
+
 // stopLost stops the workloads of a lost site, best effort: each gets the
 // stop deadline in all, and a failure is reported, not fatal.
 func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Duration) string {
@@ -309,7 +313,14 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 			if o.StartToCloseTimeout > deadline {
 				o.StartToCloseTimeout = deadline
 			}
-			_, err = call[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in)
+			if workflow.GetVersion(ctx, changeStopLostLocal, workflow.DefaultVersion, 1) == 1 {
+				// The first attempt is local, cut at localBudget; a lost
+				// site's stop that takes longer goes on as a regular
+				// activity within the deadline.
+				_, err = retried[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in, o.TaskQueue == "" && localCalls(ctx))
+			} else {
+				_, err = call[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in)
+			}
 		}
 		if err != nil {
 			lines[i] = fmt.Sprintf("%s: not stopped (%s)", name, ErrorText(err))

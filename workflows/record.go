@@ -215,6 +215,12 @@ func recording(ctx workflow.Context) bool {
 // note sends a change to the plan's record, starting the record when the
 // plan has none yet. It waits until Temporal has taken the change.
 func note(ctx workflow.Context, plan string, c RecordChange) error {
+	return noteWith(ctx, plan, c, nil)
+}
+
+// noteWith is note for a change sent aside: while another change of the
+// same run starts the record, it waits for that and sends to it.
+func noteWith(ctx workflow.Context, plan string, c RecordChange, a *aside) error {
 	if c.At.IsZero() {
 		c.At = workflow.Now(ctx)
 	}
@@ -222,6 +228,19 @@ func note(ctx workflow.Context, plan string, c RecordChange) error {
 	ctx = workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{})
 	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err == nil {
 		return nil
+	}
+	if a != nil && a.starting {
+		if err := workflow.Await(ctx, func() bool { return !a.starting }); err != nil {
+			return err
+		}
+		if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err != nil {
+			return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
+		}
+		return nil
+	}
+	if a != nil {
+		a.starting = true
+		defer func() { a.starting = false }()
 	}
 	// No record yet: start it, holding this change.
 	first := PlanRecord{Plan: plan, Fences: []FenceEntry{}}
@@ -284,8 +303,9 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 // (one action per plan), and the action's end goes after them all
 // (settle).
 type aside struct {
-	pending int
-	failed  []RecordChange
+	pending  int
+	failed   []RecordChange
+	starting bool // a change is starting the record
 }
 
 // record sends a change to the plan's record: aside (histories of version
@@ -298,7 +318,7 @@ func (r *run) record(ctx workflow.Context, c RecordChange) error {
 	c.At = workflow.Now(ctx)
 	a.pending++
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		if err := note(ctx, plan, c); err != nil {
+		if err := noteWith(ctx, plan, c, a); err != nil {
 			workflow.GetLogger(ctx).Warn("the plan's record did not take a change", "error", err)
 			a.failed = append(a.failed, c)
 		}
