@@ -49,6 +49,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -200,6 +202,7 @@ type row struct {
 	parallelism int
 	events      int64         // history events of the failover and its children
 	warnings    int           // the server's history and payload size warnings
+	empty       time.Duration // median start-to-result of a workflow that does nothing, on the same server
 	tasks       int           // workflow tasks of the failover itself
 	turn        time.Duration // median time from one of its workflow tasks to the next
 }
@@ -244,8 +247,9 @@ func run(ctx context.Context, o options) error {
 		if err := sequential(ctx, o, &r, true); err != nil {
 			return fmt.Errorf("%d groups at %v, direct: %w", n, lat, err)
 		}
-		fmt.Printf("   measured %v (RTO in the workflow %v), direct %v, sequential %v, worker peak %d MiB, %.3f history events per group\n",
-			r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.direct.Round(time.Millisecond), r.sequential.Round(time.Millisecond), r.peakRSS>>20,
+		fmt.Printf("   measured %v (RTO in the workflow %v), direct %v, sequential %v, empty workflow %v, worker peak %d MiB, %.3f history events per group\n",
+			r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.direct.Round(time.Millisecond), r.sequential.Round(time.Millisecond),
+			r.empty.Round(time.Millisecond), r.peakRSS>>20,
 			float64(r.events)/float64(n))
 		rows = append(rows, r)
 	}
@@ -416,6 +420,15 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	// A failover that pauses for the operator would wait for ever.
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
+	// The plan's record exists, as it does once Protect has watched the
+	// plan; a plan's very first action starts it itself, two more turns.
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID(p.Metadata.Name), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: p.Metadata.Name, Fences: []workflows.FenceEntry{}}}); err != nil {
+		return fmt.Errorf("start the plan's record: %w", err)
+	}
+	if _, err := workflows.ReadRecord(ctx, c, p.Metadata.Name); err != nil {
+		return fmt.Errorf("read the plan's record: %w", err)
+	}
 	t0 := time.Now()
 	sig, err := st.Sign(p)
 	if err != nil {
@@ -451,8 +464,42 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 			}
 		}
 	}
-	r.peakRSS, err = peakRSS(st.PIDs()["worker"])
+	if r.peakRSS, err = peakRSS(st.PIDs()["worker"]); err != nil {
+		return err
+	}
+	r.empty, err = emptyWorkflow(ctx, c)
 	return err
+}
+
+// emptyWorkflow is the floor of any durable action on this server: the
+// median, over five runs, from the start request to the result of a
+// workflow that does nothing, on a worker in this process. One turn
+// through the server, and the client's two calls.
+func emptyWorkflow(ctx context.Context, c client.Client) (time.Duration, error) {
+	const queue = "drover-bench-empty"
+	w := worker.New(c, queue, worker.Options{})
+	empty := func(workflow.Context) error { return nil }
+	w.RegisterWorkflowWithOptions(empty, workflow.RegisterOptions{Name: "Empty"})
+	if err := w.Start(); err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	var took []time.Duration
+	for i := range 6 {
+		t0 := time.Now()
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("drover-bench-empty-%d", i), TaskQueue: queue}, "Empty")
+		if err != nil {
+			return 0, err
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			return 0, err
+		}
+		if i > 0 { // the first warms the worker's poller up
+			took = append(took, time.Since(t0))
+		}
+	}
+	slices.Sort(took)
+	return took[len(took)/2], nil
 }
 
 // historyCost counts the failover and the children its history started,
