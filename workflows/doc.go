@@ -47,6 +47,10 @@
 // and DroverSite (Attributes), set at start and passed to children; on a
 // namespace without them the workflows start without them.
 //
+// Plans arrive with their defaults filled (plans.ApplyDefaults, run by
+// plans.Parse; a signature covers that effective plan): workflow code
+// reads the policy as it is and applies no default of its own.
+//
 // Trusted plans (trust.go, invariant 9): every action, Protect and Verify
 // first run the VerifyPlan local activity, which checks the plan's
 // signature (Origin.Signature, plans.Sign) against the keys the worker

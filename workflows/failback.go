@@ -132,9 +132,6 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 		return "", err
 	}
 	target := p.Policy.RPOTarget.D()
-	if target <= 0 {
-		target = plans.DefaultRPOTarget
-	}
 	worst := time.Duration(0)
 	for _, in := range ins {
 		info, err := rpcCall[activities.ReplicationInfo](ctx, activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
@@ -160,14 +157,8 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 // limit. s, when given, counts the attempts and keeps the last refusal.
 func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group string, s *Step) (string, error) {
 	limit := p.Policy.Retry.TimeLimit.D()
-	if limit <= 0 {
-		limit = plans.DefaultTimeLimit
-	}
 	deadline := workflow.Now(ctx).Add(limit)
 	wait := p.Policy.Retry.InitialInterval.D()
-	if wait <= 0 {
-		wait = plans.DefaultInitialInterval
-	}
 	for {
 		if s != nil {
 			s.Attempts++

@@ -295,9 +295,6 @@ const changeStopLostLocal = "stop-lost-local-first"
 // stopLost stops the workloads of a lost site, best effort: each gets the
 // stop deadline in all, and a failure is reported, not fatal.
 func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Duration) string {
-	if deadline <= 0 {
-		deadline = plans.DefaultStopDeadline
-	}
 	ws := workloadsOn(p, site)
 	lines := make([]string, len(ws))
 	names := make([]string, len(ws))
@@ -388,9 +385,9 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 		if err != nil {
 			return out.Output, err
 		}
-		timeout := plans.DefaultHealthTimeout
+		var timeout time.Duration
 		for _, w := range ws {
-			if w.Name == name && w.HealthTimeout > 0 {
+			if w.Name == name {
 				timeout = w.HealthTimeout.D()
 			}
 		}

@@ -232,7 +232,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		cancelRound = cancel
 		ended := false
 		if workflow.GetVersion(ctx, changeWatch, workflow.DefaultVersion, 1) == 1 {
-			s.RPOTarget = rpoTarget(p)
+			s.RPOTarget = p.Policy.RPOTarget.D()
 			workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
 		}
 		pollReplication(round, p, s)
@@ -457,7 +457,7 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 // metrics. It ends with the round.
 func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.Duration, ended *bool) {
 	start := workflow.Now(ctx)
-	tick := max(min(interval, rpoTarget(p)/2), 100*time.Millisecond)
+	tick := max(min(interval, p.Policy.RPOTarget.D()/2), 100*time.Millisecond)
 	for {
 		if err := workflow.Sleep(ctx, tick); err != nil || *ended {
 			return
@@ -507,18 +507,11 @@ func (s *ProtectState) reachable(now time.Time) {
 	}
 }
 
-func rpoTarget(p *plans.Plan) time.Duration {
-	if t := p.Policy.RPOTarget.D(); t > 0 {
-		return t
-	}
-	return plans.DefaultRPOTarget
-}
-
 // health finishes a group's record: after an error it keeps the last
 // known sync and counts the lag from it; out of RPO when the lag passes
 // the target or no sync is known.
 func health(h, prev GroupHealth, now time.Time, p *plans.Plan) GroupHealth {
-	target := rpoTarget(p)
+	target := p.Policy.RPOTarget.D()
 	if h.Error != "" {
 		h.LastSync, h.Lag, h.Status, h.Message = prev.LastSync, prev.Lag, "", ""
 		if !prev.LastSync.IsZero() {

@@ -325,11 +325,10 @@ func byPriority[T any](items []T, prio func(T) int, name func(T) string) [][]str
 }
 
 // parallel runs fn for every name, at most limit at a time, and returns
-// the first error after all have ended.
+// the first error after all have ended. The limit is the plan's
+// parallelism, already defaulted; below one it runs one at a time.
 func parallel(ctx workflow.Context, names []string, limit int, fn func(ctx workflow.Context, name string) error) error {
-	if limit <= 0 {
-		limit = plans.DefaultParallelism
-	}
+	limit = max(limit, 1)
 	errs := make([]error, len(names))
 	running, next, finished := 0, 0, 0
 	done := workflow.NewChannel(ctx)
