@@ -208,17 +208,17 @@ type stepKey struct{}
 // retrying records a failed attempt of a call on the running step: its
 // count, its error and what happens next.
 func retrying(ctx workflow.Context, err error, note string) {
-	if st, ok := ctx.Value(stepKey{}).(*Step); ok && st != nil {
-		st.Retries++
-		st.LastError = ErrorText(err)
-		st.Note = note
+	if s, ok := ctx.Value(stepKey{}).(*Step); ok && s != nil {
+		s.Retries++
+		s.LastError = ErrorText(err)
+		s.Note = note
 	}
 }
 
 // noteStep sets the note of the running step.
 func noteStep(ctx workflow.Context, note string) {
-	if st, ok := ctx.Value(stepKey{}).(*Step); ok && st != nil {
-		st.Note = note
+	if s, ok := ctx.Value(stepKey{}).(*Step); ok && s != nil {
+		s.Note = note
 	}
 }
 

@@ -42,51 +42,40 @@ func (f *actionFlags) add(cmd *cobra.Command, needTo bool, destructive bool) {
 	cmd.Flags().BoolVar(&f.override, "override-state", false, "go on although the plan's recorded state or its storage says the action goes the wrong way")
 }
 
+// actionCommand is one DR action's command: PLAN as its one argument,
+// the action flags f, and run called with the plan's name.
+func actionCommand(use, short string, f *actionFlags, needTo, destructive bool, run func(ctx context.Context, plan string) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), args[0]) },
+	}
+	f.add(cmd, needTo, destructive)
+	return cmd
+}
+
 func (a *app) actionCommands() []*cobra.Command {
 	var fo, rp, fb, dr actionFlags
 	var confirmUnfenced bool
 	var from, drillAction string
-	failover := &cobra.Command{
-		Use:   "failover PLAN --to SITE",
-		Short: "Unplanned failover: fence the other site, force-promote on SITE, start the workloads there",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.failover(cmd.Context(), args[0], fo, confirmUnfenced)
-		},
-	}
-	fo.add(failover, true, true)
+	failover := actionCommand("failover PLAN --to SITE",
+		"Unplanned failover: fence the other site, force-promote on SITE, start the workloads there",
+		&fo, true, true, func(ctx context.Context, plan string) error { return a.failover(ctx, plan, fo, confirmUnfenced) })
 	failover.Flags().BoolVar(&confirmUnfenced, "confirm-unfenced", false, "accept a forced promotion without a fence, for a lost site the plan says cannot be fenced")
 
-	reprotect := &cobra.Command{
-		Use:   "reprotect PLAN",
-		Short: "After a failover: make the returned site a replica again (demote, resync, unfence)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.reprotect(cmd.Context(), args[0], from, rp)
-		},
-	}
-	rp.add(reprotect, false, true)
+	reprotect := actionCommand("reprotect PLAN",
+		"After a failover: make the returned site a replica again (demote, resync, unfence)",
+		&rp, false, true, func(ctx context.Context, plan string) error { return a.reprotect(ctx, plan, from, rp) })
 	reprotect.Flags().StringVar(&from, "from", "", "the returned site (default: the site the last failover left)")
 
-	failback := &cobra.Command{
-		Use:   "failback PLAN --to SITE",
-		Short: "Planned move to SITE with no data loss (rolls back if SITE cannot take over)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.failback(cmd.Context(), args[0], fb)
-		},
-	}
-	fb.add(failback, true, true)
+	failback := actionCommand("failback PLAN --to SITE",
+		"Planned move to SITE with no data loss (rolls back if SITE cannot take over)",
+		&fb, true, true, func(ctx context.Context, plan string) error { return a.failback(ctx, plan, fb) })
 
-	drill := &cobra.Command{
-		Use:   "drill PLAN --to SITE",
-		Short: "Rehearse a failover (or failback) to SITE: every check, no change",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.drill(cmd.Context(), args[0], drillAction, dr)
-		},
-	}
-	dr.add(drill, true, false)
+	drill := actionCommand("drill PLAN --to SITE",
+		"Rehearse a failover (or failback) to SITE: every check, no change",
+		&dr, true, false, func(ctx context.Context, plan string) error { return a.drill(ctx, plan, drillAction, dr) })
 	drill.Flags().StringVar(&drillAction, "action", "failover", "the action to rehearse: failover or failback")
 
 	return []*cobra.Command{failover, reprotect, failback, drill, a.protectCommand()}
