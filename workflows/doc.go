@@ -13,6 +13,11 @@
 //     its stale primaries with force, resync until ready, wait for a sync
 //     newer than the resync start, unfence.
 //
+//   - The steps more than one action runs (steps.go): the checks before
+//     an action (checkSites, preflight, fresh), the per-group storage
+//     calls behind GroupOp.do (replicate, resync, waitSync,
+//     promoteAfterFinalSync), and startAll, stopAll and unfence.
+//
 //   - Failback (failback.go): planned move with no data loss: preflight
 //     both sites and require fresh healthy replication, stop, demote
 //     without force, promote without force once the final sync landed,

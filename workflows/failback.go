@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -33,10 +32,6 @@ type FailbackResult struct {
 // ErrRolledBack is the error type of a failback that failed to promote
 // To and put everything back on From.
 const ErrRolledBack = "FailbackRolledBack"
-
-// finalSyncPoll bounds the pause between two non-forced promotions while
-// To waits for From's final sync.
-const finalSyncPoll = 5 * time.Second
 
 // Failback moves the plan from From to To without losing a write:
 //
@@ -122,63 +117,6 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 		return err
 	}
 	return protectFrom(ctx, r, p, to)
-}
-
-// fresh requires a group's replication on its primary to be healthy and
-// no older than the plan's RPO target.
-func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
-	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCGetVolumeReplicationInfo, false)
-	if err != nil {
-		return "", err
-	}
-	target := p.Policy.RPOTarget.D()
-	worst := time.Duration(0)
-	for _, in := range ins {
-		info, err := rpcCall[activities.ReplicationInfo](ctx, activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
-		if err != nil {
-			return "", err
-		}
-		lag := info.Lag
-		switch {
-		case info.Status != "" && info.Status != "HEALTHY":
-			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("replication of %s is %s: %s", in.Source, info.Status, info.StatusMessage), ErrPreflight, nil)
-		case info.LastSyncTime.IsZero():
-			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has no completed sync", in.Source), ErrPreflight, nil)
-		case lag > target:
-			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s lags %v, more than the RPO target %v", in.Source, lag.Round(time.Second), target), ErrPreflight, nil)
-		}
-		worst = max(worst, lag)
-	}
-	return fmt.Sprintf("healthy, lag %v", worst.Round(time.Millisecond)), nil
-}
-
-// promoteAfterFinalSync promotes a group without force, retrying while the
-// storage says the final sync has not landed, within the plan's time
-// limit. s, when given, counts the attempts and keeps the last refusal.
-func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group string, s *Step) (string, error) {
-	limit := p.Policy.Retry.TimeLimit.D()
-	deadline := workflow.Now(ctx).Add(limit)
-	wait := p.Policy.Retry.InitialInterval.D()
-	for {
-		if s != nil {
-			s.Attempts++
-		}
-		out, err := replicate(ctx, p, site, group, activities.RPCPromoteVolume, false, st.PromoteVolume)
-		typ, _, _ := activities.FailureOf(err)
-		if err == nil || typ != activities.ErrFailedPrecondition {
-			return out, err
-		}
-		if s != nil {
-			s.LastError = ErrorText(err)
-		}
-		if workflow.Now(ctx).Add(wait).After(deadline) {
-			return "", fmt.Errorf("the final sync did not land within %v: %w", limit, err)
-		}
-		if err := workflow.Sleep(ctx, wait); err != nil {
-			return "", err
-		}
-		wait = min(2*wait, finalSyncPoll)
-	}
 }
 
 // promoteEach is the failback's promotion, one step per group, by

@@ -1,0 +1,438 @@
+package workflows
+
+// The steps more than one action runs: the checks before an action
+// (checkSites, preflight, fresh), the per-group storage calls a step or a
+// GroupBatch child makes (replicate, resync, waitSync,
+// promoteAfterFinalSync: the pieces of GroupOp.do), and the workload and
+// fence steps (startAll, stopAll, unfence). Each action's file holds its
+// sequence only.
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/plans"
+)
+
+func checkSites(p *plans.Plan, from, to string) error {
+	if p == nil {
+		return temporal.NewNonRetryableApplicationError("no plan", ErrPreflight, nil)
+	}
+	if p.Site(from) == nil || p.Site(to) == nil || from == to {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %q: from %q and to %q must be its two different sites", p.Metadata.Name, from, to), ErrPreflight, nil)
+	}
+	return nil
+}
+
+// preflight checks that a site's storage is ready and can replicate. Its
+// two calls run at once.
+func preflight(ctx workflow.Context, p *plans.Plan, site string) (string, error) {
+	pe, err := activities.EndpointFor(p, site, activities.RPCProbe)
+	if err != nil {
+		return "", err
+	}
+	ce, err := activities.EndpointFor(p, site, activities.RPCGetCapabilities)
+	if err != nil {
+		return "", err
+	}
+	var (
+		probe      activities.ProbeResult
+		caps       activities.CapabilitiesResult
+		perr, cerr error
+	)
+	probeCall := func(ctx workflow.Context) {
+		probe, perr = rpcCall[activities.ProbeResult](ctx, activities.CallOptions(p, site, activities.RPCProbe), st.Probe, activities.IdentityInput{Endpoint: pe})
+	}
+	capsCall := func(ctx workflow.Context) {
+		caps, cerr = rpcCall[activities.CapabilitiesResult](ctx, activities.CallOptions(p, site, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: ce})
+	}
+	if localCalls(ctx) {
+		together(ctx, probeCall, capsCall)
+	} else { // histories from before localCalls made the calls in turn
+		if probeCall(ctx); perr == nil && probe.Ready {
+			capsCall(ctx)
+		}
+	}
+	if perr != nil {
+		return "", perr
+	}
+	if !probe.Ready {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the storage of site %q is not ready (Probe)", site), ErrPreflight, nil)
+	}
+	if cerr != nil {
+		return "", cerr
+	}
+	if m := caps.Missing(activities.CapVolumeReplication); len(m) > 0 {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the storage of site %q lacks %v", site, m), ErrPreflight, nil)
+	}
+	return fmt.Sprintf("storage of %s ready; %d capabilities", site, len(caps.Capabilities)), nil
+}
+
+// workloadsOn lists the plan's workloads that have a part on site.
+func workloadsOn(p *plans.Plan, site string) []plans.Workload {
+	var out []plans.Workload
+	for _, w := range p.Workloads {
+		if _, ok := w.Sites[site]; ok {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// replicate calls one replication rpc for every source of a group on a
+// site.
+func replicate(ctx workflow.Context, p *plans.Plan, site, group, rpc string, force bool, fn any) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, rpc, force)
+	if err != nil {
+		return "", err
+	}
+	for _, in := range ins {
+		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, site, rpc), fn, in); err != nil {
+			return "", err
+		}
+	}
+	how := ""
+	if force {
+		how = " (force)"
+	}
+	return fmt.Sprintf("%s%s: %d source(s)", rpc, how, len(ins)), nil
+}
+
+// changeHealthNotes marks histories in which a health wait returns to
+// the workflow with the reason it waits, for the step's note.
+const changeHealthNotes = "health-notes"
+
+// changeHealthLocal marks histories in which a health wait's first check
+// runs as a local activity.
+const changeHealthLocal = "health-first-local"
+
+// startAll starts the site's workloads by priority and waits until each
+// is healthy; a priority's workloads start together.
+func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
+	ws := workloadsOn(p, site)
+	batches := byPriority(ws, func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+	name := func(w string) string { return fmt.Sprintf("start %s on %s", w, site) }
+	return r.stepBatches(ctx, batches, name, false, func(ctx workflow.Context, name string) (string, error) {
+		in, err := activities.WorkloadInputFor(p, site, name, action)
+		if err != nil {
+			return "", err
+		}
+		o := activities.WorkloadOptions(p, site, in.Workload)
+		var out activities.WorkloadOutput
+		if workflow.GetVersion(ctx, changeHandover, workflow.DefaultVersion, 1) == 1 {
+			out, err = retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, false)
+		} else {
+			out, err = call[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in)
+		}
+		if err != nil {
+			return out.Output, err
+		}
+		var timeout time.Duration
+		for _, w := range ws {
+			if w.Name == name {
+				timeout = w.HealthTimeout.D()
+			}
+		}
+		hin := activities.HealthInput{WorkloadInput: in, Timeout: timeout}
+		hin.Report = workflow.GetVersion(ctx, changeHealthNotes, workflow.DefaultVersion, 1) == 1
+		var h activities.HealthOutcome
+		ho := activities.HealthOptions(p, site, in.Workload, timeout)
+		if hin.Report && ho.TaskQueue == "" && workflow.GetVersion(ctx, changeHealthLocal, workflow.DefaultVersion, 1) == 1 && localCalls(ctx) {
+			// The first look is a local activity: with nothing known yet it
+			// returns at its first check, healthy or not, and a workload
+			// that is healthy at once costs no turn through the server.
+			lo := workflow.LocalActivityOptions{StartToCloseTimeout: localBudget, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}}
+			err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), wl.WaitHealthy, hin).Get(ctx, &h)
+			switch {
+			case err == nil && h.Waiting == "":
+				return strings.TrimSpace(out.Output + "\nhealthy: " + h.Health.Detail), nil
+			case err == nil:
+				noteStep(ctx, "not healthy yet: "+h.Waiting)
+				hin.Known, hin.Since = h.Waiting, h.Since
+			case !activities.Retryable(err):
+				return out.Output, err
+			}
+			// Otherwise (a check slower than the local budget) the wait
+			// goes on as a regular activity.
+		}
+		for {
+			h, err = call[activities.HealthOutcome](ctx, ho, wl.WaitHealthy, hin)
+			if err != nil {
+				return out.Output, err
+			}
+			if h.Waiting == "" {
+				break
+			}
+			// Not healthy yet: say why, and wait on from where it was.
+			noteStep(ctx, "not healthy yet: "+h.Waiting)
+			hin.Known, hin.Since = h.Waiting, h.Since
+		}
+		return strings.TrimSpace(out.Output + "\nhealthy: " + h.Health.Detail), nil
+	})
+}
+
+// changeStopConfirmed marks histories in which a planned stop waits until
+// nothing of the workload runs (WaitStopped); older histories replay the
+// stop request alone.
+const changeStopConfirmed = "stop-confirmed"
+
+// stopAll stops the site's workloads before their volumes are demoted:
+// highest priority number first (the reverse of the start order), each
+// tier confirmed down before the next starts to stop. A workload's step
+// ends only when nothing of it runs on the site (every allocation of its
+// Nomad job terminal, its exec stopped hook exiting 0); one still running
+// after the plan's stopDeadline pauses the step, naming what runs. The
+// steps guard the demotions after them: skipping one needs an override.
+func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
+	batches := byPriority(workloadsOn(p, site), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
+	slices.Reverse(batches)
+	confirm := workflow.GetVersion(ctx, changeStopConfirmed, workflow.DefaultVersion, 1) == 1
+	name := func(w string) string { return fmt.Sprintf("stop %s on %s", w, site) }
+	return r.stepBatches(ctx, batches, name, confirm, func(ctx workflow.Context, name string) (string, error) {
+		in, err := activities.WorkloadInputFor(p, site, name, action)
+		if err != nil {
+			return "", err
+		}
+		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StopWorkload, in)
+		if err != nil || !confirm {
+			return out.Output, err
+		}
+		deadline := p.Policy.StopDeadline.D()
+		s, err := call[activities.StopOutcome](ctx, activities.StopWaitOptions(p, site, in.Workload, deadline), wl.WaitStopped,
+			activities.StopWaitInput{WorkloadInput: in, Deadline: deadline})
+		text := strings.TrimSpace(out.Output)
+		if s.Stopped.Detail != "" {
+			text = strings.TrimSpace(text + "\n" + s.Stopped.Detail)
+		}
+		return text, err
+	})
+}
+
+// unfence lifts the fence of a site's CIDRs (the plan's, and extra ones a
+// failover fenced), through the other site's storage (the fence domain is
+// shared), where they are fenced.
+func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extra []string) error {
+	return r.step(ctx, "unfence "+site, false, func(ctx workflow.Context) (string, error) {
+		cidrs := slices.Clone(p.Site(site).Fence.CIDRs)
+		for _, c := range extra {
+			if !slices.Contains(cidrs, c) {
+				cidrs = append(cidrs, c)
+			}
+		}
+		if !r.recording {
+			return unfenceBefore(ctx, p, via, cidrs)
+		}
+		// Every outcome says what the storage of via lists, so that the
+		// step never reports an unfence it did not make.
+		listed, err := listFence(ctx, p, via)
+		unlisted := cannotList(ctx, err)
+		if unlisted {
+			// Unfencing is idempotent: lift every CIDR the site may hold.
+			listed = cidrs
+		} else if err != nil {
+			return "", err
+		}
+		var fenced, others []string
+		for _, c := range listed {
+			if slices.Contains(cidrs, c) {
+				fenced = append(fenced, c)
+			} else {
+				others = append(others, c)
+			}
+		}
+		still := ""
+		if len(others) > 0 {
+			still = fmt.Sprintf("; %s still lists %s as fenced (not %s's, as recorded or planned)", via, strings.Join(others, ", "), site)
+		}
+		if len(cidrs) == 0 {
+			return fmt.Sprintf("nothing recorded or planned as fenced for %s: nothing unfenced%s", site, still), nil
+		}
+		if len(fenced) > 0 {
+			if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
+				return "", err
+			}
+		}
+		// The record drops what is no longer fenced, lifted now or before.
+		if err := r.record(ctx, RecordChange{Unfenced: &FenceEntry{Site: site, CIDRs: cidrs, Via: via, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
+			return "", err
+		}
+		if len(fenced) == 0 {
+			return fmt.Sprintf("%s lists none of %s as fenced: nothing unfenced%s", via, strings.Join(cidrs, ", "), still), nil
+		}
+		if unlisted {
+			still = fmt.Sprintf(" (%s cannot list its fences: every CIDR recorded or planned was lifted)", via)
+		}
+		return fmt.Sprintf("unfenced %s through %s%s", strings.Join(fenced, ", "), via, still), nil
+	})
+}
+
+// unfenceBefore is the unfence of histories from before the record.
+func unfenceBefore(ctx workflow.Context, p *plans.Plan, via string, cidrs []string) (string, error) {
+	if len(cidrs) == 0 {
+		return "no fence CIDRs", nil
+	}
+	listed, err := listFence(ctx, p, via)
+	if cannotList(ctx, err) {
+		// Unfencing is idempotent: lift every CIDR the site may hold.
+		listed = cidrs
+	} else if err != nil {
+		return "", err
+	}
+	var fenced []string
+	for _, c := range cidrs {
+		if slices.Contains(listed, c) {
+			fenced = append(fenced, c)
+		}
+	}
+	if len(fenced) == 0 {
+		return "not fenced", nil
+	}
+	if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
+		return "", err
+	}
+	return "unfenced " + strings.Join(fenced, ", "), nil
+}
+
+// changeForceResync marks histories in which a reprotect's resync, refused
+// with FAILED_PRECONDITION, is sent again with force.
+const changeForceResync = "force-resync-diverged"
+
+// resync resynchronises every source of a group on site until ready.
+//
+// A driver refuses a resync without force of a copy that diverged
+// (split-brain: both copies were written as primary) with
+// FAILED_PRECONDITION: ceph-csi answers "Force resync to recover volume"
+// (rbdVolume.ResyncVol in internal/rbd/replication.go, before 2023), and
+// its ReplicationServer.ResyncVolume (internal/csi-addons/rbd/replication.go)
+// resyncs the image only when force is set. With discard (reprotect, which
+// by design gives up the returned site's writes after the failover) the
+// resync is then sent with force, and the step's output names what the
+// driver said was discarded. Without it (failback, whose copies must never
+// lose a write) the step fails with an explanation and pauses.
+func resync(ctx workflow.Context, p *plans.Plan, site, group string, discard bool) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, false)
+	if err != nil {
+		return "", err
+	}
+	polls := 0
+	var forced []string
+	for _, in := range ins {
+		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
+			activities.ResyncInput{Call: in})
+		if typ, _, _ := activities.FailureOf(err); typ == activities.ErrFailedPrecondition {
+			if !discard {
+				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s on %s cannot resync without force, and a failback never forces: "+
+					"the copy may have diverged (split-brain) and forcing would discard its writes; find out which copy holds the writes to keep, "+
+					"then retry this step, or abort and move the plan with failover and reprotect instead; the storage said: %s",
+					in.Source, site, ErrorText(err)), activities.ErrFailedPrecondition, nil)
+			}
+			if workflow.GetVersion(ctx, changeForceResync, workflow.DefaultVersion, 1) == 1 {
+				refusal := ErrorText(err)
+				f := in
+				f.Force = true
+				if _, err := rpcCall[activities.ResyncResult](ctx, activities.CallOptions(p, site, activities.RPCResyncVolume), st.ResyncVolume, f); err != nil {
+					return "", fmt.Errorf("forced resync of %s on %s: %w", in.Source, site, err)
+				}
+				polls++
+				forced = append(forced, fmt.Sprintf("forced resync of %s discarded %s's divergent data (driver: %s)", in.Source, site, refusal))
+				out, err = call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
+					activities.ResyncInput{Call: in})
+			}
+		}
+		if err != nil {
+			return "", err
+		}
+		polls += out.Polls
+	}
+	note := fmt.Sprintf("ready after %d ResyncVolume call(s)", polls)
+	if len(forced) > 0 {
+		note += "; " + strings.Join(forced, "; ")
+	}
+	return note, nil
+}
+
+// waitSync waits until the primary copy of every source of a group on
+// site reports a completed sync newer than after.
+func waitSync(ctx workflow.Context, p *plans.Plan, site, group string, after time.Time) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCGetVolumeReplicationInfo, false)
+	if err != nil {
+		return "", err
+	}
+	var last time.Time
+	for _, in := range ins {
+		out, err := call[activities.WaitSyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCGetVolumeReplicationInfo, 0), st.WaitForSync,
+			activities.WaitSyncInput{Call: in, After: after})
+		if err != nil {
+			return "", err
+		}
+		last = out.Info.LastSyncTime
+	}
+	return "synced at " + last.UTC().Format(time.RFC3339Nano), nil
+}
+
+// fresh requires a group's replication on its primary to be healthy and
+// no older than the plan's RPO target.
+func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCGetVolumeReplicationInfo, false)
+	if err != nil {
+		return "", err
+	}
+	target := p.Policy.RPOTarget.D()
+	worst := time.Duration(0)
+	for _, in := range ins {
+		info, err := rpcCall[activities.ReplicationInfo](ctx, activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
+		if err != nil {
+			return "", err
+		}
+		lag := info.Lag
+		switch {
+		case info.Status != "" && info.Status != "HEALTHY":
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("replication of %s is %s: %s", in.Source, info.Status, info.StatusMessage), ErrPreflight, nil)
+		case info.LastSyncTime.IsZero():
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has no completed sync", in.Source), ErrPreflight, nil)
+		case lag > target:
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s lags %v, more than the RPO target %v", in.Source, lag.Round(time.Second), target), ErrPreflight, nil)
+		}
+		worst = max(worst, lag)
+	}
+	return fmt.Sprintf("healthy, lag %v", worst.Round(time.Millisecond)), nil
+}
+
+// finalSyncPoll bounds the pause between two non-forced promotions while
+// To waits for From's final sync.
+const finalSyncPoll = 5 * time.Second
+
+// promoteAfterFinalSync promotes a group without force, retrying while the
+// storage says the final sync has not landed, within the plan's time
+// limit. s, when given, counts the attempts and keeps the last refusal.
+func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group string, s *Step) (string, error) {
+	limit := p.Policy.Retry.TimeLimit.D()
+	deadline := workflow.Now(ctx).Add(limit)
+	wait := p.Policy.Retry.InitialInterval.D()
+	for {
+		if s != nil {
+			s.Attempts++
+		}
+		out, err := replicate(ctx, p, site, group, activities.RPCPromoteVolume, false, st.PromoteVolume)
+		typ, _, _ := activities.FailureOf(err)
+		if err == nil || typ != activities.ErrFailedPrecondition {
+			return out, err
+		}
+		if s != nil {
+			s.LastError = ErrorText(err)
+		}
+		if workflow.Now(ctx).Add(wait).After(deadline) {
+			return "", fmt.Errorf("the final sync did not land within %v: %w", limit, err)
+		}
+		if err := workflow.Sleep(ctx, wait); err != nil {
+			return "", err
+		}
+		wait = min(2*wait, finalSyncPoll)
+	}
+}
