@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compose-spec/compose-go/v2/cli"
 	"gopkg.in/yaml.v3"
 
 	"github.com/drover-dr/drover/internal/stack"
@@ -16,21 +15,16 @@ import (
 	"github.com/drover-dr/drover/sim"
 )
 
-// TestComposeConfig loads docker-compose.yaml with the Compose
-// specification's own loader (what `docker compose config` runs): the
-// schema, interpolation, anchors and the consistency checks must pass,
-// and the services the README promises must be there.
+// TestComposeConfig loads docker-compose.yaml (loadCompose: interpolation,
+// anchors, a strict decode of the Compose keys the file uses and the
+// consistency checks of `docker compose config`), and the services the
+// README promises must be there.
 func TestComposeConfig(t *testing.T) {
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yaml"}, cli.WithWorkingDirectory(".."), cli.WithEnv(nil),
-		cli.WithConsistency(true), cli.WithResolvedPaths(true))
+	p, err := loadCompose("../docker-compose.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := opts.LoadProject(t.Context())
-	if err != nil {
-		t.Fatalf("docker-compose.yaml: %v", err)
-	}
-	names := p.ServiceNames()
+	names := p.serviceNames()
 	for _, want := range []string{"postgresql", "temporal-schema", "temporal", "temporal-namespace", "temporal-ui", "worker", "sim-east", "sim-west", "app-east", "app-west"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("docker-compose.yaml has no service %q (it has %v)", want, names)
@@ -56,10 +50,10 @@ func TestComposeConfig(t *testing.T) {
 	if _, err := os.Stat("../Dockerfile"); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range p.Services {
+	for name, s := range p.Services {
 		for _, port := range s.Ports {
-			if port.HostIP != "127.0.0.1" {
-				t.Errorf("service %s publishes port %d on %q; publish on 127.0.0.1 only", s.Name, port.Target, port.HostIP)
+			if ip, target, _ := parsePort(port); ip != "127.0.0.1" {
+				t.Errorf("service %s publishes port %s on %q; publish on 127.0.0.1 only", name, target, ip)
 			}
 		}
 	}
@@ -108,11 +102,7 @@ func TestComposeFiles(t *testing.T) {
 // server counts as healthy only once the namespace answers, and the
 // worker starts only then.
 func TestComposeTemporal(t *testing.T) {
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yaml"}, cli.WithWorkingDirectory(".."), cli.WithEnv(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := opts.LoadProject(t.Context())
+	p, err := loadCompose("../docker-compose.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +152,7 @@ func TestComposeTemporal(t *testing.T) {
 	}
 	for svc, want := range deps {
 		for on, cond := range want {
-			if got := p.Services[svc].DependsOn[on].Condition; got != cond {
+			if got := p.Services[svc].DependsOn[on]; got != cond {
 				t.Errorf("%s waits for %s with %q; want %q", svc, on, got, cond)
 			}
 		}

@@ -7,8 +7,11 @@
 // secrets from Nomad Variables and health checks on /healthz and
 // /readyz); and the Prometheus alert rules of deploy/prometheus.
 //
-// Its tests validate docker-compose.yaml the way `docker compose config`
-// does, check that its Temporal services are the images Temporal
+// Its tests validate docker-compose.yaml with a small strict loader
+// (gopkg.in/yaml.v3 into the Compose keys the file uses, with Compose's
+// interpolation and the consistency checks of `docker compose config`:
+// services waited for, networks and volumes declared, port syntax),
+// check that its Temporal services are the images Temporal
 // maintains at the server version the Makefile builds, set up by
 // one-shot schema and namespace services, with a health check that waits
 // for the namespace, and load the files it uses. They check that every
