@@ -34,17 +34,17 @@ type composeNetwork struct {
 }
 
 type composeService struct {
-	Image       string             `yaml:"image"`
-	Build       *composeBuild      `yaml:"build"`
-	Restart     string             `yaml:"restart"`
-	DependsOn   composeDependsOn   `yaml:"depends_on"`
-	Environment map[string]*string `yaml:"environment"`
-	Entrypoint  composeCommand     `yaml:"entrypoint"`
-	Command     composeCommand     `yaml:"command"`
-	Volumes     []string           `yaml:"volumes"`
-	Ports       []string           `yaml:"ports"`
-	Networks    composeNetworks    `yaml:"networks"`
-	HealthCheck *composeHealth     `yaml:"healthcheck"`
+	Image       string               `yaml:"image"`
+	Build       *composeBuild        `yaml:"build"`
+	Restart     string               `yaml:"restart"`
+	DependsOn   listOrMap[dependsOn] `yaml:"depends_on"`
+	Environment map[string]*string   `yaml:"environment"`
+	Entrypoint  composeCommand       `yaml:"entrypoint"`
+	Command     composeCommand       `yaml:"command"`
+	Volumes     []string             `yaml:"volumes"`
+	Ports       []string             `yaml:"ports"`
+	Networks    listOrMap[network]   `yaml:"networks"`
+	HealthCheck *composeHealth       `yaml:"healthcheck"`
 }
 
 type composeBuild struct {
@@ -78,60 +78,54 @@ func (c *composeCommand) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// composeDependsOn maps each service waited for to its condition, from
-// either form: a list (condition service_started) or a map.
-type composeDependsOn map[string]string
+// listOrMap is a setting Compose takes in two forms, depends_on and a
+// service's networks: a list of names, or a map of names to settings (T,
+// decoded strictly). Either way it maps each name to one value of its
+// settings, T.value, or T.fromList for a name listed without any.
+type listOrMap[T interface {
+	value() string
+	fromList() string
+}] map[string]string
 
-func (d *composeDependsOn) UnmarshalYAML(n *yaml.Node) error {
-	*d = composeDependsOn{}
+func (l *listOrMap[T]) UnmarshalYAML(n *yaml.Node) error {
+	*l = listOrMap[T]{}
+	var zero T
 	if n.Kind == yaml.SequenceNode {
-		var l []string
-		if err := n.Decode(&l); err != nil {
+		var names []string
+		if err := n.Decode(&names); err != nil {
 			return err
 		}
-		for _, s := range l {
-			(*d)[s] = "service_started"
+		for _, s := range names {
+			(*l)[s] = zero.fromList()
 		}
 		return nil
 	}
-	var m map[string]struct {
-		Condition string `yaml:"condition"`
-	}
+	var m map[string]T
 	if err := decodeStrict(n, &m); err != nil {
 		return err
 	}
-	for s, c := range m {
-		(*d)[s] = c.Condition
+	for s, v := range m {
+		(*l)[s] = v.value()
 	}
 	return nil
 }
 
-// composeNetworks lists the networks a service joins, from either form.
-type composeNetworks map[string]string // network: its ipv4_address
-
-func (c *composeNetworks) UnmarshalYAML(n *yaml.Node) error {
-	*c = composeNetworks{}
-	if n.Kind == yaml.SequenceNode {
-		var l []string
-		if err := n.Decode(&l); err != nil {
-			return err
-		}
-		for _, s := range l {
-			(*c)[s] = ""
-		}
-		return nil
-	}
-	var m map[string]struct {
-		IPv4 string `yaml:"ipv4_address"`
-	}
-	if err := decodeStrict(n, &m); err != nil {
-		return err
-	}
-	for s, a := range m {
-		(*c)[s] = a.IPv4
-	}
-	return nil
+// dependsOn is one service waited for: its condition, service_started
+// when listed.
+type dependsOn struct {
+	Condition string `yaml:"condition"`
 }
+
+func (d dependsOn) value() string  { return d.Condition }
+func (dependsOn) fromList() string { return "service_started" }
+
+// network is one network a service joins: its address there.
+type network struct {
+	IPv4 string `yaml:"ipv4_address"`
+}
+
+func (n network) value() string  { return n.IPv4 }
+func (network) fromList() string { return "" }
 
 // decodeStrict decodes a node refusing unknown keys (Node.Decode does
 // not carry the decoder's KnownFields).
