@@ -84,13 +84,13 @@ func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
 func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
 	p, from, to := in.Plan, in.From, in.To
 	checkRoles, roleVersion := roleCheck(ctx, in)
-	names := []string{"preflight " + to}
+	r.add("preflight "+to, false)
 	if checkRoles {
-		names = append(names, "check roles on "+to)
+		r.add("check roles on "+to, false)
 	}
-	for _, name := range append(names, "stop workloads on "+from, "fence "+from, "verify fence of "+from) {
-		r.add(name, strings.HasPrefix(name, "fence") || strings.HasPrefix(name, "verify"))
-	}
+	r.add("stop workloads on "+from, false)
+	r.add("fence "+from, true) // guards: skipping them needs an override
+	r.add("verify fence of "+from, true)
 
 	pre := func(ctx workflow.Context) error {
 		return r.step(ctx, "preflight "+to, false, func(ctx workflow.Context) (string, error) {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,25 +21,82 @@ import (
 // hundred events each under a parent of a few hundred.
 const GroupsPerChild = 100
 
+// OpKind identifies a kind of per-group operation. It is what a
+// GroupBatch child's input carries and what code switches on; the words
+// a step shows are its Text, kept apart so that they can change.
+type OpKind string
+
 // The kinds of per-group operation.
 const (
-	OpPromote      = "promote"
-	OpDemote       = "demote"
-	OpResync       = "resync"
-	OpWaitSync     = "wait for a sync of"
-	OpCheck        = "check replication of"
-	OpEnable       = "enable replication of"
-	OpDisable      = "disable replication of"
-	OpFinalPromote = "promote after the final sync"
-	ErrGroupsFail  = "GroupsFailed"
-	changeFanOut   = "fan-out-groups"
+	OpPromote      OpKind = "promote"
+	OpDemote       OpKind = "demote"
+	OpResync       OpKind = "resync"
+	OpWaitSync     OpKind = "wait-sync"
+	OpCheck        OpKind = "check"
+	OpEnable       OpKind = "enable"
+	OpDisable      OpKind = "disable"
+	OpFinalPromote OpKind = "final-promote"
 )
+
+const (
+	ErrGroupsFail = "GroupsFailed"
+	changeFanOut  = "fan-out-groups"
+	// changeOpKinds marks the histories whose GroupBatch children take an
+	// OpKind; before it they took the display text, which a child still
+	// reads (UnmarshalJSON), and which a parent replaying such a history
+	// still sends.
+	changeOpKinds = "group-op-kinds"
+)
+
+// opText is the display text of each kind: the first words of its steps'
+// names ("wait for a sync of db on west"), and what GroupOp.Kind held
+// before the kinds had identifiers.
+var opText = []struct {
+	kind OpKind
+	text string
+}{
+	{OpPromote, "promote"},
+	{OpDemote, "demote"},
+	{OpResync, "resync"},
+	{OpWaitSync, "wait for a sync of"},
+	{OpCheck, "check replication of"},
+	{OpEnable, "enable replication of"},
+	{OpDisable, "disable replication of"},
+	{OpFinalPromote, "promote after the final sync"},
+}
+
+// Text is the words a step of this kind shows.
+func (k OpKind) Text() string {
+	for _, t := range opText {
+		if t.kind == k {
+			return t.text
+		}
+	}
+	return string(k)
+}
+
+// UnmarshalJSON reads a kind, or the display text an input recorded
+// before changeOpKinds carries in its place.
+func (k *OpKind) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*k = OpKind(s)
+	for _, t := range opText {
+		if t.text == s {
+			*k = t.kind
+		}
+	}
+	return nil
+}
 
 // GroupOp is one operation on volume groups on one site, in a form a
 // child workflow can take as input.
 type GroupOp struct {
-	Kind string `json:"kind"`
-	// Verb names the steps ("rollback: promote"); Kind by default.
+	Kind OpKind `json:"kind"`
+	// Verb names the steps ("rollback: promote"); the kind's Text by
+	// default.
 	Verb  string `json:"verb,omitempty"`
 	Site  string `json:"site"`
 	Force bool   `json:"force,omitempty"`
@@ -55,7 +113,7 @@ func (op GroupOp) verb() string {
 	if op.Verb != "" {
 		return op.Verb
 	}
-	return op.Kind
+	return op.Kind.Text()
 }
 
 // do runs the operation on one group.
@@ -183,6 +241,9 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 	kind := strings.NewReplacer(" ", "-", ":", "").Replace(op.verb())
 	id := fmt.Sprintf("%s/%s-%s-%d", workflow.GetInfo(ctx).WorkflowExecution.ID, kind, op.Site, r.children)
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TypedSearchAttributes: childAttributes(ctx, "", "")})
+	if workflow.GetVersion(ctx, changeOpKinds, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		op.Kind = OpKind(op.Kind.Text()) // what a child of an older worker reads
+	}
 	var res GroupBatchResult
 	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
 		return nil, err
