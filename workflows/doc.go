@@ -121,6 +121,9 @@
 //     promotion) go to GroupBatch children of up to 100 groups, one step
 //     per batch. Either way, a batch that failed on some groups pauses and
 //     its retry runs only those.
+//     A child's input names its operation by an identifier (OpKind),
+//     the steps by its Text; inputs from before changeOpKinds carry the
+//     text, which a child still reads.
 //
 // Version markers (workflow.GetVersion) keep older histories replaying:
 // testdata/*-v0.json are from before local calls and batches,
