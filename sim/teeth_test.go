@@ -236,3 +236,38 @@ func TestClientRenamed(t *testing.T) {
 		t.Fatalf("clients at %s: %v, want the new name only", nodeA, got)
 	}
 }
+
+// TestCheckComparesInSyncSecondaries: an in-sync secondary's data is
+// checked against the surviving writes like the primary's; a secondary
+// that is out of sync or resyncing is not held to them.
+func TestCheckComparesInSyncSecondaries(t *testing.T) {
+	sum := func(b string) string { h := sha256.Sum256([]byte(b)); return hex.EncodeToString(h[:8]) }
+	good := map[int64]sim.Block{0: {Data: []byte("a"), Seq: 1, Epoch: 1}, 1: {Data: []byte("b"), Seq: 2, Epoch: 1}}
+	primary := &sim.State{Site: "x", Units: []sim.UnitState{{
+		Kind: sim.KindGroup, ID: "g", Role: sim.RolePrimary, Epoch: 1, Seq: 2, Lineage: []sim.Fork{{Epoch: 1}},
+		Blocks: map[string]map[int64]sim.Block{"v": good},
+		Writes: []sim.WriteRecord{
+			{Volume: "v", Block: 0, Seq: 1, Epoch: 1, Time: time.Unix(10, 0), Client: "10.0.0.5", Sum: sum("a")},
+			{Volume: "v", Block: 1, Seq: 2, Epoch: 1, Time: time.Unix(11, 0), Client: "10.0.0.5", Sum: sum("b")},
+		},
+	}}}
+	secondary := func(blocks map[int64]sim.Block, inSync, resyncing bool) *sim.State {
+		return &sim.State{Site: "y", Units: []sim.UnitState{{
+			Kind: sim.KindGroup, ID: "g", Role: sim.RoleSecondary, Epoch: 1, Seq: 2, Lineage: []sim.Fork{{Epoch: 1}},
+			InSync: inSync, Resyncing: resyncing, Blocks: map[string]map[int64]sim.Block{"v": blocks},
+		}}}
+	}
+	if r := sim.Check(primary, secondary(good, true, false)); !r.OK() {
+		t.Fatalf("a secondary with the primary's data: %s", r)
+	}
+	wrong := map[int64]sim.Block{0: good[0], 1: {Data: []byte("c"), Seq: 2, Epoch: 1}}
+	r := sim.Check(primary, secondary(wrong, true, false))
+	if r.OK() || !hasViolation(r, sim.DataMismatch) || !strings.Contains(r.String(), "y") {
+		t.Fatalf("an in-sync secondary with wrong data: %s", r)
+	}
+	for _, s := range []*sim.State{secondary(wrong, false, false), secondary(wrong, true, true)} {
+		if r := sim.Check(primary, s); !r.OK() {
+			t.Fatalf("a secondary out of sync or resyncing is not held to the writes: %s", r)
+		}
+	}
+}
