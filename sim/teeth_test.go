@@ -271,3 +271,25 @@ func TestCheckComparesInSyncSecondaries(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckAloneTakesLearnedUnfences: checked alone, a site's unfence
+// learned from its peer lifts the fence, so a write after it is no fenced
+// write; checked with a peer that never made that unfence, the write is.
+func TestCheckAloneTakesLearnedUnfences(t *testing.T) {
+	sum := func(b string) string { h := sha256.Sum256([]byte(b)); return hex.EncodeToString(h[:8]) }
+	x := &sim.State{Site: "x", Units: []sim.UnitState{{
+		Kind: sim.KindGroup, ID: "g", Role: sim.RolePrimary, Epoch: 1, Seq: 1, Lineage: []sim.Fork{{Epoch: 1}},
+		Blocks: map[string]map[int64]sim.Block{"v": {0: {Data: []byte("a"), Seq: 1, Epoch: 1}}},
+		Writes: []sim.WriteRecord{{Volume: "v", Block: 0, Seq: 1, Epoch: 1, Time: time.Unix(30, 0), Client: "10.0.0.5", Sum: sum("a")}},
+	}}, FenceLog: []sim.FenceEvent{
+		{FenceEntry: sim.FenceEntry{CIDR: "10.0.0.0/24", Fenced: true, Time: time.Unix(10, 0), Origin: "x"}, Learned: time.Unix(10, 0)},
+		{FenceEntry: sim.FenceEntry{CIDR: "10.0.0.0/24", Fenced: false, Time: time.Unix(20, 0), Origin: "y"}, Learned: time.Unix(21, 0)},
+	}}
+	if r := sim.Check(x); !r.OK() {
+		t.Fatalf("alone, an unfence learned from the peer lifts the fence: %s", r)
+	}
+	y := &sim.State{Site: "y"}
+	if r := sim.Check(x, y); r.OK() || !hasViolation(r, sim.FencedWrite) {
+		t.Fatalf("an unfence the peer never made lifts nothing: %s", r)
+	}
+}
