@@ -293,3 +293,34 @@ func TestCheckAloneTakesLearnedUnfences(t *testing.T) {
 		t.Fatalf("an unfence the peer never made lifts nothing: %s", r)
 	}
 }
+
+// TestCheckCutsSyncsAtThePromotion: a write lost with the old primary's
+// epoch is a lost synced write only if a sync that covered it completed
+// before the promotion; one the old primary completed after it (it went
+// on alone) does not count.
+func TestCheckCutsSyncsAtThePromotion(t *testing.T) {
+	sum := func(b string) string { h := sha256.Sum256([]byte(b)); return hex.EncodeToString(h[:8]) }
+	y := &sim.State{Site: "y", Units: []sim.UnitState{{
+		Kind: sim.KindGroup, ID: "g", Role: sim.RolePrimary, Epoch: 2, Seq: 1, Lineage: []sim.Fork{{Epoch: 1}, {Epoch: 2, BaseSeq: 1}},
+		Blocks:      map[string]map[int64]sim.Block{"v": {0: {Data: []byte("a"), Seq: 1, Epoch: 1}}},
+		RoleChanges: []sim.RoleChange{{Time: time.Unix(20, 0), Role: sim.RolePrimary, Epoch: 2, Seq: 1, Force: true}},
+	}}}
+	x := func(syncedAt int64) *sim.State {
+		return &sim.State{Site: "x", Units: []sim.UnitState{{
+			Kind: sim.KindGroup, ID: "g", Role: sim.RoleSecondary, Epoch: 1, Seq: 2, Lineage: []sim.Fork{{Epoch: 1}},
+			Blocks: map[string]map[int64]sim.Block{"v": {0: {Data: []byte("a"), Seq: 1, Epoch: 1}, 1: {Data: []byte("b"), Seq: 2, Epoch: 1}}},
+			Writes: []sim.WriteRecord{
+				{Volume: "v", Block: 0, Seq: 1, Epoch: 1, Time: time.Unix(10, 0), Client: "10.0.0.5", Sum: sum("a")},
+				{Volume: "v", Block: 1, Seq: 2, Epoch: 1, Time: time.Unix(15, 0), Client: "10.0.0.5", Sum: sum("b")},
+			},
+			Syncs: []sim.SyncRecord{{Time: time.Unix(syncedAt, 0), Epoch: 1, Seq: 2}},
+		}}}
+	}
+	r := sim.Check(x(25), y)
+	if !r.OK() || len(r.Lost) != 1 {
+		t.Fatalf("seq 2 synced only after the promotion: %s (lost %d), want it lost, no violation", r, len(r.Lost))
+	}
+	if r := sim.Check(x(18), y); r.OK() || !hasViolation(r, sim.LostSyncedWrite) {
+		t.Fatalf("seq 2 synced before the promotion and lost: %s", r)
+	}
+}
