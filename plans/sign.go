@@ -50,15 +50,27 @@ func KeyID(key ed25519.PublicKey) string {
 // KeyID names the signing key.
 func (s *Signature) KeyID() string { return KeyID(s.Key) }
 
-// CanonicalJSON is the form of a plan that signatures cover: its JSON, as
-// encoding/json writes it (fields in declaration order, map keys sorted).
-// A plan decoded from that JSON encodes to the same bytes, so a worker
-// computes it from the plan in a workflow's input.
+// CanonicalJSON is the form of a plan that signatures cover: the JSON of
+// the plan as an action runs it, defaults applied, as encoding/json writes
+// it (fields in declaration order, map keys sorted). A plan decoded from
+// that JSON encodes to the same bytes, so a worker computes it from the
+// plan in a workflow's input; and a workflow that applies the defaults to
+// its input (as every action does, once) keeps the signature valid for
+// the children and the next runs it hands the plan to.
 func CanonicalJSON(p *Plan) ([]byte, error) {
 	if p == nil {
 		return nil, errors.New("no plan")
 	}
-	return json.Marshal(p)
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var q Plan
+	if err := json.Unmarshal(b, &q); err != nil {
+		return nil, err
+	}
+	q.ApplyDefaults()
+	return json.Marshal(&q)
 }
 
 // statement is what the signature covers.

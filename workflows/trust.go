@@ -47,6 +47,19 @@ const changeTrustedPlan = "trusted-plan"
 // reason. It returns the note the result shows: the signer, or the
 // warning of a worker that does not check.
 func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
+	note, err := verifyPlan(ctx, p, o)
+	if err == nil && p != nil {
+		// The plan's defaults, applied here once for the whole run (a
+		// plan from drctl has them already; one started through the API
+		// may not). Signatures cover the plan with its defaults. Its one map
+		// loop fills missing keys: the order does not matter.
+		//workflowcheck:ignore
+		p.ApplyDefaults()
+	}
+	return note, err
+}
+
+func verifyPlan(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 	if workflow.GetVersion(ctx, changeTrustedPlan, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return "", nil
 	}
