@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -28,13 +27,7 @@ func TestPlanDefaultsAppliedOnce(t *testing.T) {
 	f := newFixture(t)
 	trusted, key, err := plans.GenerateKey()
 	mustOK(t, err)
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
-	workflows.Register(w)
-	w.RegisterActivity(&activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	mustOK(t, w.Start())
-	defer w.Stop()
+	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

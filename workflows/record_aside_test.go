@@ -26,13 +26,7 @@ import (
 func TestRecordHoldsEveryChangeWhenTheActionEnds(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	f := newFixture(t)
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
-	workflows.Register(w)
-	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	mustOK(t, w.Start())
-	defer w.Stop()
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -64,4 +58,17 @@ func TestRecordHoldsEveryChangeWhenTheActionEnds(t *testing.T) {
 	case rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateCompleted:
 		t.Errorf("record's last action %+v, want this failover completed", rec.LastAction)
 	}
+}
+
+// startWorker runs a worker of the fixture's activities, with trust as
+// its plan check, until the test ends.
+func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activities.PlanTrust) {
+	t.Helper()
+	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
+	workflows.Register(w)
+	w.RegisterActivity(trust)
+	w.RegisterActivity(f.storage)
+	w.RegisterActivity(f.workloads)
+	mustOK(t, w.Start())
+	t.Cleanup(w.Stop)
 }
