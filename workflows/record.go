@@ -33,9 +33,9 @@ const (
 	QueryRecord  = names.QueryRecord
 	SignalRecord = names.SignalRecord
 	changeRecord = "plan-record"
-	// changeNotesAside: an action sends its changes to the record from a
-	// goroutine of its own, in order, and goes on meanwhile; it waits for
-	// them all before it ends.
+	// changeNotesAside: an action sends its changes to the record from
+	// goroutines of their own and goes on meanwhile; it waits for them
+	// all before it records its end (aside, settle).
 	changeNotesAside = "record-notes-aside"
 	// recordRunLength bounds one run of PlanRecord: after this many
 	// changes it continues as new with its state.
@@ -233,10 +233,7 @@ func noteWith(ctx workflow.Context, plan string, c RecordChange, a *aside) error
 		if err := workflow.Await(ctx, func() bool { return !a.starting }); err != nil {
 			return err
 		}
-		if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err != nil {
-			return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
-		}
-		return nil
+		return sendAgain(ctx, plan, id, c)
 	}
 	if a != nil {
 		a.starting = true
@@ -255,6 +252,11 @@ func noteWith(ctx workflow.Context, plan string, c RecordChange, a *aside) error
 		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
 	}
 	// Started meanwhile by another action: send the change to it.
+	return sendAgain(ctx, plan, id, c)
+}
+
+// sendAgain sends a change to a record known to be running.
+func sendAgain(ctx workflow.Context, plan, id string, c RecordChange) error {
 	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err != nil {
 		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
 	}
