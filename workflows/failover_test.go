@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,8 @@ type fixture struct {
 	// runs: a test looks at the storage at that moment.
 	onCall func(call)
 	// record holds the changes the actions sent to the plan's record.
-	record []workflows.RecordChange
+	record   []workflows.RecordChange
+	recordMu sync.Mutex // the environment sends changes from goroutines
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
@@ -206,6 +208,8 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	// environment keeps the changes sent to it.
 	env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(f.plan.Metadata.Name), "", workflows.SignalRecord, mock.Anything).Return(
 		func(_, _, _, _ string, arg any) error {
+			f.recordMu.Lock()
+			defer f.recordMu.Unlock()
 			f.record = append(f.record, arg.(workflows.RecordChange))
 			return nil
 		})
