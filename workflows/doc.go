@@ -138,10 +138,15 @@
 // local (changeStopLostLocal).
 //
 // Every action shares the bookkeeping in run.go:
-//   - the "progress" query answers the timeline: each step's name, state,
-//     attempts, start and end, last error and output;
+//   - the "progress" query answers the timeline: each step's ID, name,
+//     state, attempts, start and end, last error and output. The ID
+//     (stepids.go) is the step's kind and subjects ("fence/east",
+//     "start/west/web"), stable across releases; the name is display
+//     text, written next to it in one place;
 //   - a step that fails for good (after its activities' own retries)
-//     pauses and waits for a "resolve" update (retry, skip or abort), or
+//     pauses and waits for a "resolve" update (retry, skip or abort) that
+//     names the step by its ID (or its name, as decisions recorded before
+//     IDs did), or
 //     ends the action when the plan's policy is onFailure: abort; skipping
 //     a guard step (a fence a forced promotion relies on) needs an
 //     explicit override;

@@ -73,15 +73,15 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	if fast {
 		p = drillPlan(p)
 	}
-	check := func(name string, fn func(ctx workflow.Context) (string, error)) bool {
-		s := r.add(name, false)
+	check := func(ref stepRef, fn func(ctx workflow.Context) (string, error)) bool {
+		s := r.add(ref, false)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
 		out, err := fn(ctx)
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err != nil {
 			s.State, s.LastError = StateFailed, ErrorText(err)
 			res.Failed++
-			res.Failures = append(res.Failures, name+": "+s.LastError)
+			res.Failures = append(res.Failures, s.Name+": "+s.LastError)
 			return false
 		}
 		s.State = StateDone
@@ -92,8 +92,8 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	// to answer, but today it should.
 	ready := map[string]bool{}
 	for _, site := range []string{in.From, in.To} {
-		ready[site] = check("storage ready on "+site, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) })
-		check("secrets accepted on "+site, func(ctx workflow.Context) (string, error) {
+		ready[site] = check(newRef(KindCheckStorage, "storage ready on "+site, site), func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) })
+		check(newRef(KindCheckSecrets, "secrets accepted on "+site, site), func(ctx workflow.Context) (string, error) {
 			cidrs, err := listFence(ctx, p, site)
 			if err != nil {
 				return "", err
@@ -101,7 +101,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 			return fmt.Sprintf("ListClusterFence answered: %d CIDRs fenced", len(cidrs)), nil
 		})
 	}
-	check("fencing possible for "+in.From, func(ctx workflow.Context) (string, error) {
+	check(newRef(KindCheckFencing, "fencing possible for "+in.From, in.From), func(ctx workflow.Context) (string, error) {
 		f := p.Site(in.From).Fence
 		switch {
 		case f.Unavailable:
@@ -123,7 +123,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		return "CIDRs from GetFenceClients at failover time", nil
 	})
 	for _, g := range p.VolumeGroups {
-		check(fmt.Sprintf("replication of %s fresh on %s", g.Name, in.From), func(ctx workflow.Context) (string, error) {
+		check(newRef(KindCheckReplication, fmt.Sprintf("replication of %s fresh on %s", g.Name, in.From), in.From, g.Name), func(ctx workflow.Context) (string, error) {
 			if fast && !ready[in.From] {
 				return "", fmt.Errorf("not checked: the storage of %s did not answer (see the check storage ready on %s)", in.From, in.From)
 			}
@@ -131,7 +131,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		})
 	}
 	for _, w := range workloadsOn(p, in.To) {
-		check(fmt.Sprintf("workload %s ready to start on %s", w.Name, in.To), func(ctx workflow.Context) (string, error) {
+		check(newRef(KindCheckWorkload, fmt.Sprintf("workload %s ready to start on %s", w.Name, in.To), in.To, w.Name), func(ctx workflow.Context) (string, error) {
 			wi, err := activities.WorkloadInputFor(p, in.To, w.Name, "drill")
 			if err != nil {
 				return "", err

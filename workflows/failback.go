@@ -65,7 +65,7 @@ func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
 func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResult) error {
 	p, from, to := in.Plan, in.From, in.To
 	for _, site := range []string{from, to} {
-		if err := r.step(ctx, "preflight "+site, false, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) }); err != nil {
+		if err := r.step(ctx, preflightStep(site), false, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) }); err != nil {
 			return err
 		}
 	}
@@ -125,7 +125,7 @@ func promoteEach(ctx workflow.Context, r *run, p *plans.Plan, site string, promo
 	prios := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
 	for _, batch := range prios {
 		err := parallel(ctx, batch, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
-			s := r.add(fmt.Sprintf("promote %s on %s", group, site), false)
+			s := r.add(groupStep(GroupOp{Kind: OpFinalPromote, Verb: "promote", Site: site}, group), false)
 			s.State, s.Start = StateRunning, workflow.Now(ctx)
 			out, err := promoteAfterFinalSync(ctx, p, site, group, s)
 			s.Output, s.End = out, workflow.Now(ctx)
@@ -188,10 +188,10 @@ func demotePromoted(ctx workflow.Context, r *run, p *plans.Plan, site string, pr
 		}
 	}
 	if len(groups) > 0 && fansOut(ctx, p) {
-		return forGroups(ctx, r, subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Force: true, Guard: true})
+		return forGroups(ctx, r, subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Force: true, Guard: true, Rollback: true})
 	}
 	for _, g := range groups {
-		if err := r.step(ctx, fmt.Sprintf("rollback: demote %s on %s", g, site), true, func(ctx workflow.Context) (string, error) {
+		if err := r.step(ctx, groupStep(GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Rollback: true}, g), true, func(ctx workflow.Context) (string, error) {
 			return replicate(ctx, p, site, g, activities.RPCDemoteVolume, true, st.DemoteVolume)
 		}); err != nil {
 			return err
@@ -208,7 +208,7 @@ func rollback(ctx workflow.Context, r *run, p *plans.Plan, from, to string, prom
 	if err := demotePromoted(ctx, r, p, to, promoted); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, GroupOp{Kind: OpPromote, Verb: "rollback: promote", Site: from, Force: true}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpPromote, Verb: "rollback: promote", Site: from, Force: true, Rollback: true}); err != nil {
 		return err
 	}
 	return startAll(ctx, r, p, from, "failback rollback")

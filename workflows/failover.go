@@ -84,22 +84,22 @@ func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
 func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
 	p, from, to := in.Plan, in.From, in.To
 	checkRoles, roleVersion := roleCheck(ctx, in)
-	r.add("preflight "+to, false)
+	r.add(preflightStep(to), false)
 	if checkRoles {
-		r.add("check roles on "+to, false)
+		r.add(checkRolesStep(to), false)
 	}
-	r.add("stop workloads on "+from, false)
-	r.add("fence "+from, true) // guards: skipping them needs an override
-	r.add("verify fence of "+from, true)
+	r.add(stopLostStep(from), false)
+	r.add(fenceStep(from), true) // guards: skipping them needs an override
+	r.add(verifyFenceStep(from), true)
 
 	pre := func(ctx workflow.Context) error {
-		return r.step(ctx, "preflight "+to, false, func(ctx workflow.Context) (string, error) {
+		return r.step(ctx, preflightStep(to), false, func(ctx workflow.Context) (string, error) {
 			return preflight(ctx, p, to)
 		})
 	}
 	roles := func(ctx workflow.Context, groups []plans.VolumeGroup, quick bool) error {
 		// A contradiction ends the action at once, before any side effect.
-		s := r.find("check roles on " + to)
+		s := r.find(checkRolesStep(to).id)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
 		out, err := notPrimaryYet(ctx, p, from, to, groups, quick)
 		s.Output, s.End = out, workflow.Now(ctx)
@@ -141,7 +141,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		}
 	}
 
-	_ = r.step(ctx, "stop workloads on "+from, false, func(ctx workflow.Context) (string, error) {
+	_ = r.step(ctx, stopLostStep(from), false, func(ctx workflow.Context) (string, error) {
 		return stopLost(ctx, p, from, in.Plan.Policy.StopDeadline.D()), nil
 	})
 
@@ -153,7 +153,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	if len(cidrs) == 0 {
 		cidrs = in.Clients
 	}
-	if err := r.step(ctx, "fence "+from, true, func(ctx workflow.Context) (string, error) {
+	if err := r.step(ctx, fenceStep(from), true, func(ctx workflow.Context) (string, error) {
 		switch {
 		case site.Fence.Unavailable && !in.ConfirmUnfenced:
 			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
@@ -178,7 +178,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	}); err != nil {
 		return err
 	}
-	if err := r.step(ctx, "verify fence of "+from, true, func(ctx workflow.Context) (string, error) {
+	if err := r.step(ctx, verifyFenceStep(from), true, func(ctx workflow.Context) (string, error) {
 		if site.Fence.Unavailable {
 			return "nothing to verify: fencing unavailable", nil
 		}

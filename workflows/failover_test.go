@@ -396,7 +396,8 @@ func TestFailoverPausesOnFenceFailure(t *testing.T) {
 		}
 		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionSkip},
 			func() {}, func(err error) { skipRejected = strings.Contains(err.Error(), "needs --override") })
-		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionRetry},
+		// The retry names the step by its ID, as drctl status suggests.
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence/east", Action: workflows.DecisionRetry},
 			func() { retried = true }, nil)
 	}, time.Hour)
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
@@ -407,8 +408,15 @@ func TestFailoverPausesOnFenceFailure(t *testing.T) {
 	var res workflows.FailoverResult
 	mustOK(t, env.GetWorkflowResult(&res))
 	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.Name == "fence east" })
-	if i < 0 || res.Steps[i].Attempts != 2 || res.Steps[i].State != workflows.StateDone {
+	if i < 0 || res.Steps[i].Attempts != 2 || res.Steps[i].State != workflows.StateDone || res.Steps[i].ID != "fence/east" {
 		t.Fatalf("fence step of %+v", res.Steps)
+	}
+	ids := map[string]string{}
+	for _, s := range res.Steps {
+		if s.ID == "" || ids[s.ID] != "" {
+			t.Errorf("step %q has ID %q, empty or also that of %q", s.Name, s.ID, ids[s.ID])
+		}
+		ids[s.ID] = s.Name
 	}
 }
 

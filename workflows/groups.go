@@ -104,6 +104,9 @@ type GroupOp struct {
 	After time.Time `json:"after,omitzero"`
 	// Guard marks the steps as guards (see Step.Guard).
 	Guard bool `json:"guard,omitempty"`
+	// Rollback marks the operation that undoes a failed failback: its
+	// steps' kind is "rollback-" and the op's kind.
+	Rollback bool `json:"rollback,omitempty"`
 	// Discard: OpResync forces the resync of a copy the storage finds
 	// diverged, discarding its writes (reprotect only).
 	Discard bool `json:"discard,omitempty"`
@@ -212,14 +215,6 @@ func batches(p *plans.Plan) [][]string {
 	return out
 }
 
-// batchStep names the step of one batch.
-func batchStep(op GroupOp, batch []string) string {
-	if len(batch) == 1 {
-		return fmt.Sprintf("%s %s on %s (a batch of 1)", op.verb(), batch[0], op.Site)
-	}
-	return fmt.Sprintf("%s %s … %s on %s (%d groups)", op.verb(), batch[0], batch[len(batch)-1], op.Site, len(batch))
-}
-
 // subPlan is p with only the named groups and no workloads.
 func subPlan(p *plans.Plan, groups []string) *plans.Plan {
 	sub := *p
@@ -306,7 +301,7 @@ func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
 		return nil
 	}
 	prios := byPriority(p.VolumeGroups, func(g plans.VolumeGroup) int { return g.Priority }, func(g plans.VolumeGroup) string { return g.Name })
-	name := func(g string) string { return fmt.Sprintf("%s %s on %s", op.verb(), g, op.Site) }
+	name := func(g string) stepRef { return groupStep(op, g) }
 	return r.stepBatches(ctx, prios, name, op.Guard, func(ctx workflow.Context, group string) (string, error) {
 		return op.do(ctx, p, group)
 	})

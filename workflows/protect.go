@@ -362,7 +362,7 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 	if workflow.GetVersion(ctx, changeProtectAfter, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nil
 	}
-	return r.step(ctx, "protect from "+primary, false, func(ctx workflow.Context) (string, error) {
+	return r.step(ctx, protectStep(primary), false, func(ctx workflow.Context) (string, error) {
 		id := ProtectID(p.Metadata.Name)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
 			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON, TypedSearchAttributes: childAttributes(ctx, "protect", primary)})

@@ -360,7 +360,7 @@ func (r *run) settle(ctx workflow.Context) error {
 		}
 		return err
 	}
-	return r.step(ctx, "record the plan's state", false, func(ctx workflow.Context) (string, error) {
+	return r.step(ctx, recordStateStep(), false, func(ctx workflow.Context) (string, error) {
 		for len(again) > 0 {
 			if err := note(ctx, plan, again[0]); err != nil {
 				return "", err
@@ -377,7 +377,7 @@ func (r *run) notePrimary(ctx workflow.Context, site string) error {
 	if !r.recording {
 		return nil
 	}
-	return r.step(ctx, "record "+site+" as primary", false, func(ctx workflow.Context) (string, error) {
+	return r.step(ctx, recordPrimaryStep(site), false, func(ctx workflow.Context) (string, error) {
 		if err := r.record(ctx, RecordChange{Primary: site}); err != nil {
 			return "", err
 		}

@@ -38,6 +38,9 @@ const (
 
 // Step is one line of an action's timeline.
 type Step struct {
+	// ID names the step for code and tools: its kind and subjects
+	// ("fence/east", "start/west/web"); Name is the display text.
+	ID        string    `json:"id,omitempty"`
 	Name      string    `json:"name"`
 	State     string    `json:"state"`
 	Attempts  int       `json:"attempts"`
@@ -76,7 +79,7 @@ type Progress struct {
 
 // Decision is the operator's answer to a paused step (drctl resolve).
 type Decision struct {
-	Step   string `json:"step"`
+	Step   string `json:"step"`   // the step's ID or its name
 	Action string `json:"action"` // retry, skip or abort
 	// Override allows skipping a guard step.
 	Override bool `json:"override,omitempty"`
@@ -138,7 +141,9 @@ func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
 		return nil, err
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve, func(ctx workflow.Context, d Decision) (string, error) {
-		r.decisions[d.Step] = d
+		if s := r.find(d.Step); s != nil { // the validator made sure; a replay finds it again
+			r.decisions[s.Key()] = d
+		}
 		return fmt.Sprintf("%s of step %q accepted", d.Action, d.Step), nil
 	}, workflow.UpdateHandlerOptions{Validator: r.validate})
 	if err != nil {
@@ -148,7 +153,7 @@ func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
 		r.approved[a.Gate], r.approver[a.Gate] = true, a.By
 		return fmt.Sprintf("gate %s approved", a.Gate), nil
 	}, workflow.UpdateHandlerOptions{Validator: func(a Approval) error {
-		if s := r.find("approve " + a.Gate); s == nil || s.State != StateWaiting {
+		if s := r.find(approveStep(a.Gate).id); s == nil || s.State != StateWaiting {
 			return fmt.Errorf("gate %q is not waiting for approval", a.Gate)
 		}
 		return nil
@@ -173,17 +178,33 @@ func (r *run) validate(d Decision) error {
 	return nil
 }
 
-func (r *run) find(name string) *Step {
+// find is the step of that ID or, failing that, of that name (decisions
+// recorded before steps had IDs name them so).
+func (r *run) find(key string) *Step {
 	for _, s := range r.progress.Steps {
-		if s.Name == name {
+		if s.ID == key {
+			return s
+		}
+	}
+	for _, s := range r.progress.Steps {
+		if s.Name == key {
 			return s
 		}
 	}
 	return nil
 }
 
-func (r *run) add(name string, guard bool) *Step {
-	s := &Step{Name: name, State: StatePending, Guard: guard}
+// Key is how to name the step to drctl resolve: its ID, or its name in
+// the progress of an action from before steps had IDs.
+func (s *Step) Key() string {
+	if s.ID != "" {
+		return s.ID
+	}
+	return s.Name
+}
+
+func (r *run) add(ref stepRef, guard bool) *Step {
+	s := &Step{ID: ref.id, Name: ref.name, State: StatePending, Guard: guard}
 	r.progress.Steps = append(r.progress.Steps, s)
 	return s
 }
@@ -192,11 +213,12 @@ func (r *run) add(name string, guard bool) *Step {
 // not cure pauses the step until the operator decides (policy pause), or
 // ends the action (policy abort). It returns an error only when the
 // action must end.
-func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx workflow.Context) (string, error)) error {
-	s := r.find(name)
+func (r *run) step(ctx workflow.Context, ref stepRef, guard bool, fn func(ctx workflow.Context) (string, error)) error {
+	s := r.find(ref.id)
 	if s == nil {
-		s = r.add(name, guard)
+		s = r.add(ref, guard)
 	}
+	name := s.Key()
 	s.State, s.Start = StateRunning, workflow.Now(ctx)
 	ctx = workflow.WithValue(ctx, stepKey{}, s)
 	for {
@@ -221,7 +243,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 			return err
 		}
 		s.State = StatePaused
-		workflow.GetLogger(ctx).Warn("step paused for the operator", "step", name, "error", s.LastError)
+		workflow.GetLogger(ctx).Warn("step paused for the operator", "step", s.Name, "id", s.ID, "error", s.LastError)
 		if err := workflow.Await(ctx, func() bool { _, ok := r.decisions[name]; return ok || r.aborted }); err != nil {
 			return err
 		}
@@ -232,7 +254,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 		case r.aborted || d.Action == DecisionAbort:
 			r.aborted = true
 			s.State, s.End = StateAborted, workflow.Now(ctx)
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("aborted by the operator at step %q: %s", name, s.LastError), ErrAborted, nil)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("aborted by the operator at step %q: %s", s.Name, s.LastError), ErrAborted, nil)
 		case d.Action == DecisionSkip:
 			s.State, s.End = StateSkipped, workflow.Now(ctx)
 			return nil
@@ -244,7 +266,7 @@ func (r *run) step(ctx workflow.Context, name string, guard bool, fn func(ctx wo
 // stepBatches adds one step per item (named by name), then runs the
 // batches one after another, each batch's steps at most
 // policy.parallelism at a time.
-func (r *run) stepBatches(ctx workflow.Context, batches [][]string, name func(item string) string, guard bool,
+func (r *run) stepBatches(ctx workflow.Context, batches [][]string, name func(item string) stepRef, guard bool,
 	fn func(ctx workflow.Context, item string) (string, error)) error {
 	for _, batch := range batches {
 		for _, it := range batch {
@@ -267,7 +289,7 @@ func (r *run) gate(ctx workflow.Context, gate string) error {
 	if !slices.Contains(r.plan.Policy.Approvals, gate) {
 		return nil
 	}
-	s := r.add("approve "+gate, false)
+	s := r.add(approveStep(gate), false)
 	s.State, s.Start = StateWaiting, workflow.Now(ctx)
 	if err := workflow.Await(ctx, func() bool { return r.approved[gate] }); err != nil {
 		return err

@@ -117,7 +117,7 @@ const changeHealthLocal = "health-first-local"
 func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
 	ws := workloadsOn(p, site)
 	batches := byPriority(ws, func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
-	name := func(w string) string { return fmt.Sprintf("start %s on %s", w, site) }
+	name := func(w string) stepRef { return startStep(site, w) }
 	return r.stepBatches(ctx, batches, name, false, func(ctx workflow.Context, name string) (string, error) {
 		in, err := activities.WorkloadInputFor(p, site, name, action)
 		if err != nil {
@@ -193,7 +193,7 @@ func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) e
 	batches := byPriority(workloadsOn(p, site), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
 	slices.Reverse(batches)
 	confirm := workflow.GetVersion(ctx, changeStopConfirmed, workflow.DefaultVersion, 1) == 1
-	name := func(w string) string { return fmt.Sprintf("stop %s on %s", w, site) }
+	name := func(w string) stepRef { return stopStep(site, w) }
 	return r.stepBatches(ctx, batches, name, confirm, func(ctx workflow.Context, name string) (string, error) {
 		in, err := activities.WorkloadInputFor(p, site, name, action)
 		if err != nil {
@@ -218,7 +218,7 @@ func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) e
 // failover fenced), through the other site's storage (the fence domain is
 // shared), where they are fenced.
 func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extra []string) error {
-	return r.step(ctx, "unfence "+site, false, func(ctx workflow.Context) (string, error) {
+	return r.step(ctx, unfenceStep(site), false, func(ctx workflow.Context) (string, error) {
 		cidrs := slices.Clone(p.Site(site).Fence.CIDRs)
 		for _, c := range extra {
 			if !slices.Contains(cidrs, c) {

@@ -26,29 +26,7 @@ func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
 	dir := t.TempDir()
 	plan := func(file, name, extra string) string {
-		path := filepath.Join(dir, file)
-		body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
-kind: FailoverPlan
-metadata: {name: %s}
-sites:
-  - name: east
-    storage: {endpoint: %q}
-    fence: {cidrs: [%s/32]}
-    orchestrator: {exec: {}}
-  - name: west
-    storage: {endpoint: %q}
-    fence: {cidrs: [%s/32]}
-    orchestrator: {exec: {}}
-volumeGroups:
-  - name: db
-    sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
-policy:
-  retry: {initialInterval: 50ms, maximumInterval: 200ms}
-%s`, name, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB, extra)
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return onePlan(t, filepath.Join(dir, file), name, east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), extra)
 	}
 	shop := plan("shop.yaml", "shop", "")
 	gated := plan("gated.yaml", "shop", "  approvals: [beforeFence]\n")
@@ -95,4 +73,32 @@ policy:
 	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
 	c.ok(nil, "cancel", "shop", "--yes")
 	untouched("an overridden failover cancelled at its gate")
+}
+
+// onePlan writes a plan of one group, db, over the sites east and west to
+// path: eastFence is east's fence in YAML, extra goes under policy.
+func onePlan(t *testing.T, path, name string, east, west *simtest.Site, eastFence, extra string) string {
+	t.Helper()
+	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: %s}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: %s
+    orchestrator: {exec: {}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+volumeGroups:
+  - name: db
+    sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
+policy:
+  retry: {initialInterval: 50ms, maximumInterval: 200ms}
+%s`, name, east.Endpoint(), eastFence, west.Endpoint(), simtest.NodeB, extra)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

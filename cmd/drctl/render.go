@@ -193,12 +193,16 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		fmt.Fprintf(w, "paused for the operator: step %q after %d %s\n  error: %s\n", s.Name, s.Attempts, plural(s.Attempts, "try", "tries"), strings.Join(strings.Fields(s.LastError), " "))
 		step := ""
 		if len(stepsIn(p, workflows.StatePaused)) > 1 {
-			step = fmt.Sprintf(" --step %q", s.Name)
+			step = " --step " + s.Key()
 		}
 		fmt.Fprintf(w, "  next: drctl resolve %s%s --retry (run it again), --skip (go on without it) or --abort (end the action)\n", plan, step)
 	}
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
-		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", waiting, plan)
+		names := make([]string, len(waiting))
+		for i, s := range waiting {
+			names[i] = s.Name
+		}
+		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", names, plan)
 	}
 }
 

@@ -109,7 +109,7 @@ func (a *app) runCommands() []*cobra.Command {
 	resolve.Flags().BoolVar(&skip, "skip", false, "mark the step skipped and go on")
 	resolve.Flags().BoolVar(&abort, "abort", false, "end the action here")
 	resolve.Flags().BoolVar(&override, "override", false, "allow skipping a step later steps rely on (a fence)")
-	resolve.Flags().StringVar(&step, "step", "", "the paused step (default: the only one paused)")
+	resolve.Flags().StringVar(&step, "step", "", "the paused step, by its ID (fence/east) or its name (default: the only one paused)")
 	resolve.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (skip and abort ask)")
 
 	var gate string
@@ -320,11 +320,11 @@ func (a *app) summary(r *result) {
 }
 
 // find the steps of an action in a state.
-func stepsIn(p *workflows.Progress, state string) []string {
-	var out []string
+func stepsIn(p *workflows.Progress, state string) []*workflows.Step {
+	var out []*workflows.Step
 	for _, s := range p.Steps {
 		if s.State == state {
-			out = append(out, s.Name)
+			out = append(out, s)
 		}
 	}
 	return out
@@ -333,7 +333,7 @@ func stepsIn(p *workflows.Progress, state string) []string {
 // pick connects, reads the action's progress and picks the step in state
 // that the operator means: the one named, or the only one. what names
 // such steps in messages, flag the option that names one.
-func (a *app) pick(ctx context.Context, id, state, named, what, flag string, trim func(string) string) (client.Client, *workflows.Progress, string, error) {
+func (a *app) pick(ctx context.Context, id, state, named, what, flag string, trim func(*workflows.Step) string) (client.Client, *workflows.Progress, string, error) {
 	c, err := a.dial(ctx)
 	if err != nil {
 		return nil, nil, "", err
@@ -359,7 +359,7 @@ func (a *app) pick(ctx context.Context, id, state, named, what, flag string, tri
 }
 
 func (a *app) resolve(ctx context.Context, id, step, decision string, override, yes bool) error {
-	c, _, step, err := a.pick(ctx, id, workflows.StatePaused, step, "paused step", "--step", func(s string) string { return s })
+	c, _, step, err := a.pick(ctx, id, workflows.StatePaused, step, "paused step", "--step", (*workflows.Step).Key)
 	if err != nil {
 		return err
 	}
@@ -382,7 +382,12 @@ func (a *app) resolve(ctx context.Context, id, step, decision string, override, 
 
 func (a *app) approve(ctx context.Context, id, gate, by string, yes bool) error {
 	c, p, gate, err := a.pick(ctx, id, workflows.StateWaiting, gate, "approval gate waiting", "--gate",
-		func(s string) string { return strings.TrimPrefix(s, "approve ") })
+		func(s *workflows.Step) string {
+			if s.Kind() == workflows.KindApprove {
+				return strings.TrimPrefix(s.ID, string(workflows.KindApprove)+"/")
+			}
+			return strings.TrimPrefix(s.Name, "approve ") // an action from before steps had IDs
+		})
 	if err != nil {
 		return err
 	}

@@ -703,7 +703,7 @@ func render(o options, rows []row) string {
 				if s.End.IsZero() || s.Start.IsZero() {
 					continue
 				}
-				if strings.HasPrefix(s.Name, "promote ") {
+				if s.Kind() == workflows.StepKind(workflows.OpPromote) {
 					if promotions == 0 || s.Start.Before(first) {
 						first = s.Start
 					}

@@ -1,0 +1,117 @@
+package workflows
+
+// Every step has an ID made of its kind and its subjects
+// ("fence/east", "start/west/web", "promote/west/db"), and a display
+// name ("fence east", "start web on west"). Code, decisions and tools
+// go by the ID; the name is for people and may change between releases.
+// All the names are written here, next to their IDs.
+
+import (
+	"fmt"
+	"strings"
+)
+
+// StepKind is what a step does: the first part of its ID.
+type StepKind string
+
+// The kinds of step. A per-group step's kind is its operation's OpKind
+// ("promote", "wait-sync", …), or "rollback-" and the OpKind when it
+// undoes a failed failback.
+const (
+	KindPreflight     StepKind = "preflight"
+	KindCheckRoles    StepKind = "check-roles"
+	KindStopLost      StepKind = "stop-workloads" // a failover's best-effort stop of every workload of the lost site
+	KindStop          StepKind = "stop"
+	KindFence         StepKind = "fence"
+	KindVerifyFence   StepKind = "verify-fence"
+	KindUnfence       StepKind = "unfence"
+	KindStart         StepKind = "start"
+	KindApprove       StepKind = "approve"
+	KindRecordState   StepKind = "record-state"
+	KindRecordPrimary StepKind = "record-primary"
+	KindProtect       StepKind = "protect"
+	// The checks of a drill.
+	KindCheckStorage     StepKind = "check-storage"
+	KindCheckSecrets     StepKind = "check-secrets"
+	KindCheckFencing     StepKind = "check-fencing"
+	KindCheckReplication StepKind = "check-replication"
+	KindCheckWorkload    StepKind = "check-workload"
+)
+
+// Kind is the kind of the step, from its ID ("" for a step from before
+// steps had IDs).
+func (s *Step) Kind() StepKind {
+	k, _, _ := strings.Cut(s.ID, "/")
+	return StepKind(k)
+}
+
+// stepRef is a step's ID and display name.
+type stepRef struct {
+	id   string
+	name string
+}
+
+func newRef(kind StepKind, name string, subjects ...string) stepRef {
+	return stepRef{id: strings.Join(append([]string{string(kind)}, subjects...), "/"), name: name}
+}
+
+func preflightStep(site string) stepRef {
+	return newRef(KindPreflight, "preflight "+site, site)
+}
+
+func checkRolesStep(site string) stepRef {
+	return newRef(KindCheckRoles, "check roles on "+site, site)
+}
+
+func stopLostStep(site string) stepRef {
+	return newRef(KindStopLost, "stop workloads on "+site, site)
+}
+
+func stopStep(site, workload string) stepRef {
+	return newRef(KindStop, fmt.Sprintf("stop %s on %s", workload, site), site, workload)
+}
+
+func fenceStep(site string) stepRef { return newRef(KindFence, "fence "+site, site) }
+
+func verifyFenceStep(site string) stepRef {
+	return newRef(KindVerifyFence, "verify fence of "+site, site)
+}
+
+func unfenceStep(site string) stepRef { return newRef(KindUnfence, "unfence "+site, site) }
+
+func startStep(site, workload string) stepRef {
+	return newRef(KindStart, fmt.Sprintf("start %s on %s", workload, site), site, workload)
+}
+
+func approveStep(gate string) stepRef { return newRef(KindApprove, "approve "+gate, gate) }
+
+func recordStateStep() stepRef { return newRef(KindRecordState, "record the plan's state") }
+
+func recordPrimaryStep(site string) stepRef {
+	return newRef(KindRecordPrimary, "record "+site+" as primary", site)
+}
+
+func protectStep(site string) stepRef { return newRef(KindProtect, "protect from "+site, site) }
+
+// stepKind is the kind of op's steps.
+func (op GroupOp) stepKind() StepKind {
+	if op.Rollback {
+		return StepKind("rollback-" + string(op.Kind))
+	}
+	return StepKind(op.Kind)
+}
+
+// groupStep is op's step for one group.
+func groupStep(op GroupOp, group string) stepRef {
+	return newRef(op.stepKind(), fmt.Sprintf("%s %s on %s", op.verb(), group, op.Site), op.Site, group)
+}
+
+// batchStep is op's step for a batch of groups, named by its first and
+// last group.
+func batchStep(op GroupOp, batch []string) stepRef {
+	if len(batch) == 1 {
+		return newRef(op.stepKind(), fmt.Sprintf("%s %s on %s (a batch of 1)", op.verb(), batch[0], op.Site), op.Site, batch[0])
+	}
+	return newRef(op.stepKind(), fmt.Sprintf("%s %s … %s on %s (%d groups)", op.verb(), batch[0], batch[len(batch)-1], op.Site, len(batch)),
+		op.Site, batch[0]+".."+batch[len(batch)-1])
+}
