@@ -15,6 +15,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/internal/testpki"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 )
@@ -119,4 +120,22 @@ func setFaults(t *testing.T, s *simtest.Site, rules ...sim.FaultRule) {
 	if err := s.SetFaults(rules); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// pkiFiles writes the key pairs of a storage server and a client signed by
+// one CA, and one signed by another CA (wrong), into a temporary folder.
+func pkiFiles(t *testing.T) (server, client, wrong testpki.Files) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := testpki.NewCA("storage-ca")
+	mustOK(t, err)
+	server, err = ca.WriteFiles(dir, "server")
+	mustOK(t, err)
+	client, err = ca.WriteFiles(dir, "client")
+	mustOK(t, err)
+	impostor, err := testpki.NewCA("impostor")
+	mustOK(t, err)
+	wrong, err = impostor.WriteFiles(dir, "wrong")
+	mustOK(t, err)
+	return server, client, wrong
 }

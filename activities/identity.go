@@ -72,7 +72,7 @@ func (s *Storage) GetCapabilities(ctx context.Context, in IdentityInput) (Capabi
 			return err
 		}
 		for _, c := range r.GetCapabilities() {
-			if name := capabilityName(c); name != "" {
+			if name := CapabilityName(c); name != "" {
 				out.Capabilities = append(out.Capabilities, name)
 			}
 		}
@@ -81,7 +81,10 @@ func (s *Storage) GetCapabilities(ctx context.Context, in IdentityInput) (Capabi
 	return out, err
 }
 
-func capabilityName(c *identity.Capability) string {
+// CapabilityName names a capability as Kind.TYPE
+// ("NetworkFence.NETWORK_FENCE"), or "" for a kind this version does not
+// know.
+func CapabilityName(c *identity.Capability) string {
 	type named interface{ String() string }
 	var kind string
 	var typ named

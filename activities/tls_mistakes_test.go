@@ -2,7 +2,6 @@ package activities_test
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
-	"github.com/drover-dr/drover/internal/testpki"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 )
@@ -23,17 +21,7 @@ import (
 // or untrusted client certificate, a plaintext plan against a TLS
 // endpoint and a TLS plan against a plaintext one.
 func TestTLSMistakesAreFinal(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := testpki.NewCA("storage-ca")
-	mustOK(t, err)
-	server, err := ca.WriteFiles(dir, "server")
-	mustOK(t, err)
-	client, err := ca.WriteFiles(dir, "client")
-	mustOK(t, err)
-	impostor, err := testpki.NewCA("impostor")
-	mustOK(t, err)
-	wrong, err := impostor.WriteFiles(filepath.Join(dir), "wrong")
-	mustOK(t, err)
+	server, client, wrong := pkiFiles(t)
 
 	tlsAddr, plainAddr := simtest.FreeAddr(t), simtest.FreeAddr(t)
 	simtest.StartPair(t, simtest.Options{
@@ -87,15 +75,7 @@ func TestTLSMistakesAreFinal(t *testing.T) {
 // calls on the same endpoint, which would fail with "the client
 // connection is closing" instead of their own answer.
 func TestTLSFailureLeavesOtherCallsAlone(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := testpki.NewCA("storage-ca")
-	mustOK(t, err)
-	server, err := ca.WriteFiles(dir, "server")
-	mustOK(t, err)
-	impostor, err := testpki.NewCA("impostor")
-	mustOK(t, err)
-	wrong, err := impostor.WriteFiles(dir, "wrong")
-	mustOK(t, err)
+	server, _, wrong := pkiFiles(t)
 	addr := simtest.FreeAddr(t)
 	simtest.StartPair(t, simtest.Options{TweakA: func(c *sim.Config) {
 		c.GRPCAddr = addr

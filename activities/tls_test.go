@@ -7,7 +7,6 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
-	"github.com/drover-dr/drover/internal/testpki"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 )
@@ -18,17 +17,7 @@ import (
 // retry can fix them). TestTLSMistakesAreFinal covers the rest: server
 // name, client certificate, and plaintext against TLS either way.
 func TestTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := testpki.NewCA("storage-ca")
-	mustOK(t, err)
-	server, err := ca.WriteFiles(dir, "server")
-	mustOK(t, err)
-	client, err := ca.WriteFiles(dir, "client")
-	mustOK(t, err)
-	impostor, err := testpki.NewCA("impostor")
-	mustOK(t, err)
-	wrong, err := impostor.WriteFiles(filepath.Join(dir), "wrong")
-	mustOK(t, err)
+	server, client, wrong := pkiFiles(t)
 
 	addr := simtest.FreeAddr(t)
 	a, _ := simtest.StartPair(t, simtest.Options{TweakA: func(c *sim.Config) {
@@ -54,7 +43,7 @@ func TestTLS(t *testing.T) {
 		want string
 	}{
 		{"wrong CA", &plans.TLS{CA: wrong.CA, Cert: client.Cert, Key: client.Key, ServerName: "localhost"}, "x509"},
-		{"unreadable CA", &plans.TLS{CA: filepath.Join(dir, "missing.pem")}, "read CA file"},
+		{"unreadable CA", &plans.TLS{CA: filepath.Join(t.TempDir(), "missing.pem")}, "read CA file"},
 		{"cert without key", &plans.TLS{CA: client.CA, Cert: client.Cert}, "needs both cert and key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

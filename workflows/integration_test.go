@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -39,13 +38,7 @@ func TestActionsOnDevServer(t *testing.T) {
 
 func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix string) {
 	f := newFixtureN(t, extra) // extra groups at priorities 2 and 3
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
-	workflows.Register(w)
-	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	mustOK(t, w.Start())
-	defer w.Stop()
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/worker"
-
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/plans"
@@ -30,13 +28,7 @@ func TestProgressWhileCallsRetry(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	f := newFixture(t)
 	f.plan.Policy.Retry.MaximumInterval = plans.Duration(5 * time.Second)
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
-	workflows.Register(w)
-	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	mustOK(t, w.Start())
-	defer w.Stop()
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

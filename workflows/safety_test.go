@@ -74,13 +74,21 @@ func TestFailoverWithNothingToFence(t *testing.T) {
 
 	// The failure itself is NotFenced: with onFailure abort the action
 	// ends with it.
+	endsNotFenced(t, f)
+}
+
+// endsNotFenced runs the failover again with onFailure abort: it must end
+// with NotFenced and promote nothing.
+func endsNotFenced(t *testing.T, f *fixture) {
+	t.Helper()
 	f.plan.Policy.OnFailure = "abort"
-	env2, calls2 := f.env(t)
-	env2.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-	if err := env2.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrNotFenced {
+	env, calls := f.env(t)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrNotFenced {
 		t.Fatalf("error %v, want NotFenced", err)
 	}
-	noPromotion(t, f, *calls2)
+	noPromotion(t, f, *calls)
 }
 
 // TestFailoverFencesRecordedClients: with no CIDRs in the plan, the
@@ -158,13 +166,7 @@ func TestFailoverVerifiesTheFence(t *testing.T) {
 		t.Fatalf("the fault should have left nothing fenced, west lists %v", got)
 	}
 
-	f.plan.Policy.OnFailure = "abort"
-	env2, calls2 := f.env(t)
-	env2.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-	if err := env2.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrNotFenced {
-		t.Fatalf("error %v, want NotFenced", err)
-	}
-	noPromotion(t, f, *calls2)
+	endsNotFenced(t, f)
 }
 
 // TestFailbackRollbackDemotesFirst: a failback whose promotion fails

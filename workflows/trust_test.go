@@ -13,7 +13,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -38,13 +37,7 @@ func TestForgedPlansAreRefused(t *testing.T) {
 	mustOK(t, err)
 	_, otherKey, err := plans.GenerateKey()
 	mustOK(t, err)
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
-	workflows.Register(w)
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	w.RegisterActivity(&activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
-	mustOK(t, w.Start())
-	defer w.Stop()
+	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

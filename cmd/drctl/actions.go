@@ -207,11 +207,7 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if err != nil {
 		return err
 	}
-	last, err := lastAction(ctx, c, p.Metadata.Name)
-	if err != nil {
-		return err
-	}
-	fo, res, err := last.failover(ctx, c)
+	last, fo, res, err := lastFailover(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
 	}
@@ -287,11 +283,7 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 	if in.Origin, err = a.origin(file, p); err != nil {
 		return err
 	}
-	last, err := lastAction(ctx, c, p.Metadata.Name)
-	if err != nil {
-		return err
-	}
-	fo, res, err := last.failover(ctx, c)
+	_, fo, res, err := lastFailover(ctx, c, p.Metadata.Name)
 	if err != nil {
 		return err
 	}
@@ -418,6 +410,17 @@ func lastAction(ctx context.Context, c client.Client, plan string) (*last, error
 
 // failover returns the run's input and result when it is a completed
 // Failover, nils otherwise.
+// lastFailover is the plan's last action and, when it is a completed
+// failover, its input and result.
+func lastFailover(ctx context.Context, c client.Client, plan string) (*last, *workflows.FailoverInput, *workflows.FailoverResult, error) {
+	l, err := lastAction(ctx, c, plan)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fo, res, err := l.failover(ctx, c)
+	return l, fo, res, err
+}
+
 func (l *last) failover(ctx context.Context, c client.Client) (*workflows.FailoverInput, *workflows.FailoverResult, error) {
 	if !l.is("Failover", enums.WORKFLOW_EXECUTION_STATUS_COMPLETED) {
 		return nil, nil, nil

@@ -97,27 +97,13 @@ var listFence = serviceCall{"ListClusterFence", "/fence.FenceController/ListClus
 	},
 	func() proto.Message { return &fence.ListClusterFenceResponse{} }}
 
+// capName is a capability's name as the worker reports it
+// ("NetworkFence.NETWORK_FENCE"), or "unknown".
 func capName(c *identity.Capability) string {
-	type named interface{ String() string }
-	var kind string
-	var typ named
-	switch t := c.GetType().(type) {
-	case *identity.Capability_Service_:
-		kind, typ = "Service", t.Service.GetType()
-	case *identity.Capability_ReclaimSpace_:
-		kind, typ = "ReclaimSpace", t.ReclaimSpace.GetType()
-	case *identity.Capability_NetworkFence_:
-		kind, typ = "NetworkFence", t.NetworkFence.GetType()
-	case *identity.Capability_VolumeReplication_:
-		kind, typ = "VolumeReplication", t.VolumeReplication.GetType()
-	case *identity.Capability_VolumeGroup_:
-		kind, typ = "VolumeGroup", t.VolumeGroup.GetType()
-	case *identity.Capability_EncryptionKeyRotation_:
-		kind, typ = "EncryptionKeyRotation", t.EncryptionKeyRotation.GetType()
-	default:
-		return "unknown"
+	if n := activities.CapabilityName(c); n != "" {
+		return n
 	}
-	return kind + "." + typ.String()
+	return "unknown"
 }
 
 func (r *runner) identity(ctx context.Context, s *Site) {
