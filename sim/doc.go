@@ -72,8 +72,9 @@
 // FaultRule injects latency and error codes per RPC, by count or
 // probability, at start-up or at run time, or makes a fence call answer
 // success without taking effect; Site.Down/Up and SetLink take a
-// site or its link away and back. State lives in a directory (site.json
-// and one file per unit) written atomically, so a killed site restarts with
+// site or its link away and back; SetReady makes Probe answer not ready
+// while the site serves. State lives in a directory (site.json and one
+// file per unit) written atomically, so a killed site restarts with
 // every acknowledged write and role. Check verifies, over the sites'
 // states, that no two primaries accepted writes at once, that no fenced
 // client's write was accepted (an unfence counts only if a site of the

@@ -326,6 +326,16 @@ func (s *Site) SetLink(up bool) {
 	s.log.Info("replication link", "up", up)
 }
 
+// SetReady sets what Probe answers while the site is up, as a driver
+// that serves but is not ready (its storage cluster out of reach, say)
+// answers ready=false. Up makes the site ready again.
+func (s *Site) SetReady(ready bool) {
+	s.mu.Lock()
+	s.ready = ready && !s.down
+	s.mu.Unlock()
+	s.log.Info("probe readiness", "ready", ready)
+}
+
 // IsDown reports whether the site is down.
 func (s *Site) IsDown() bool {
 	s.mu.Lock()

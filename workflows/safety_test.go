@@ -44,6 +44,41 @@ func noPromotion(t *testing.T, f *fixture, calls []call) {
 	}
 }
 
+// TestFailoverNeedsReadyReplicatingStorage: a failover whose surviving
+// site's storage answers Probe not ready, or does not advertise volume
+// replication, stops at the preflight: nothing fenced, nothing promoted.
+func TestFailoverNeedsReadyReplicatingStorage(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+		setup      func(t *testing.T, f *fixture)
+	}{
+		{"not ready", `the storage of site "west" is not ready (Probe)`, func(t *testing.T, f *fixture) { f.west.SetReady(false) }},
+		{"no replication", `the storage of site "west" lacks [VolumeReplication.VOLUME_REPLICATION]`, func(t *testing.T, f *fixture) {
+			// West's identity service is another driver's, one that
+			// does not replicate.
+			other, _ := simtest.StartPair(t, simtest.Options{TweakA: func(c *sim.Config) { c.Unimplemented = []string{"PromoteVolume"} }})
+			f.plan.Sites[1].Storage.Identity = other.Endpoint()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.east.Down()
+			c.setup(t, f)
+			f.plan.Policy.OnFailure = "abort"
+			env, calls := f.env(t)
+			env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+			var ae *temporal.ApplicationError
+			if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrPreflight || !strings.Contains(ae.Error(), c.want) {
+				t.Fatalf("error %v, want a %s error saying %s", err, workflows.ErrPreflight, c.want)
+			}
+			noPromotion(t, f, *calls)
+			if i := indexOf(*calls, "FenceClusterNetwork", "", ""); i >= 0 {
+				t.Fatalf("fenced though the preflight failed: %v", (*calls)[i])
+			}
+		})
+	}
+}
+
 // TestFailoverWithNothingToFence: the lost site lists no fence CIDRs and
 // Protect recorded no clients for it. The fence step must pause with
 // NotFenced, and nothing may be promoted; with onFailure abort, the action
@@ -94,7 +129,8 @@ func endsNotFenced(t *testing.T, f *fixture) {
 // TestFailoverFencesRecordedClients: with no CIDRs in the plan, the
 // failover fences exactly the clients Protect recorded for the lost site:
 // those and no others are fenced on the storage, a recorded client cannot
-// write to the promoted copies, and another site's client still can.
+// write to the promoted copies, and another site's client still can. The
+// reprotect after it lifts them all.
 func TestFailoverFencesRecordedClients(t *testing.T) {
 	f := newFixture(t)
 	f.east.Down()
@@ -133,6 +169,22 @@ func TestFailoverFencesRecordedClients(t *testing.T) {
 	defer other.Close()
 	if _, err := other.Write(ctx, "v1", 1, []byte("from west")); err != nil {
 		t.Fatalf("west's own client was refused: %v", err)
+	}
+
+	// The reprotect lifts exactly what the failover fenced, though the
+	// plan lists none of it: nothing stays fenced on either site.
+	mustOK(t, f.east.Up())
+	var rp workflows.ReprotectResult
+	_, err = f.run(t, workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: res.Fenced}, &rp)
+	mustOK(t, err)
+	for _, site := range []*simtest.Site{f.west, f.east} {
+		if got := site.FencedCIDRs(); len(got) != 0 {
+			t.Fatalf("after the reprotect %s still lists %v as fenced", site.Config.Name, got)
+		}
+	}
+	i := slices.IndexFunc(rp.Steps, func(s *workflows.Step) bool { return s.ID == "unfence/east" })
+	if i < 0 || !strings.Contains(rp.Steps[i].Output, strings.Join(recorded, ", ")) {
+		t.Fatalf("unfence step of %+v, want it to name %v", rp.Steps, recorded)
 	}
 }
 
