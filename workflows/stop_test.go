@@ -2,12 +2,18 @@ package workflows_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/orchestrators"
@@ -243,5 +249,41 @@ func TestStopPastDeadlinePauses(t *testing.T) {
 	// The operator cannot skip a stop step without an override.
 	if skipRefused == nil || !strings.Contains(skipRefused.Error(), "needs --override") {
 		t.Fatalf("skip of the paused stop step: %v; want a refusal", skipRefused)
+	}
+}
+
+// TestLostSiteStopCutAndRunAgain: in a failover, the best-effort stop of
+// a lost site's workload makes its first attempt as a local activity cut
+// at one second, then runs the hook again as a regular activity within
+// the stop deadline, as the README tells hook writers. A stop hook that
+// takes 1.5 s is started twice, the first run cut before its end, the
+// second run to its end, and the step reports the workload stopped.
+func TestLostSiteStopCutAndRunAgain(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	log := filepath.Join(t.TempDir(), "stop.log")
+	for i, w := range f.plan.Workloads {
+		if w.Name == "web" {
+			f.plan.Workloads[i].Sites["east"].Exec.Stop = fmt.Sprintf(`echo begun >> %s; sleep 1.5; echo ended >> %s`, log, log)
+		}
+	}
+	f.east.Down()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	var res workflows.FailoverResult
+	mustOK(t, run.Get(ctx, &res))
+	allDone(t, res.Progress)
+	b, err := os.ReadFile(log)
+	mustOK(t, err)
+	if got := strings.Fields(string(b)); !slices.Equal(got, []string{"begun", "begun", "ended"}) {
+		t.Errorf("the stop hook ran as %v, want begun (cut at 1 s), begun, ended", got)
+	}
+	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "stop-workloads/east" })
+	if i < 0 || !strings.Contains(res.Steps[i].Output, "web: stopped") {
+		t.Fatalf("stop step of %+v, want web reported stopped", res.Steps)
 	}
 }
