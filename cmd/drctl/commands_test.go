@@ -20,6 +20,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/replication"
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
@@ -591,6 +592,22 @@ func TestRecordOutlivesHistories(t *testing.T) {
 		t.Fatalf("verify after a hand unfence: exit %d %+v\n%s%s", code, st.Verify, out, errs)
 	}
 	if _, err := fc.FenceClusterNetwork(t.Context(), &fence.FenceClusterNetworkRequest{Cidrs: cidr}); err != nil {
+		t.Fatal(err)
+	}
+	// Someone demotes the recorded primary's copy of db by hand: --verify
+	// names west as not replicating from there.
+	rc := replication.NewControllerClient(conn)
+	db := &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{
+		Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: "vg-1"}}}
+	if _, err := rc.DemoteVolume(t.Context(), &replication.DemoteVolumeRequest{ReplicationSource: db, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = c.run("-o", "json", "status", shop, "--verify")
+	if err := json.Unmarshal([]byte(out), &st); code != 1 || err != nil || st.Verify == nil || len(st.Verify.Drift) != 1 ||
+		!strings.Contains(st.Verify.Drift[0], "the record names west as primary, but its storage says it does not replicate from there for 1 group(s): db") {
+		t.Fatalf("verify after a hand demotion: exit %d %+v\n%s%s", code, st.Verify, out, errs)
+	}
+	if _, err := rc.PromoteVolume(t.Context(), &replication.PromoteVolumeRequest{ReplicationSource: db, Force: true}); err != nil {
 		t.Fatal(err)
 	}
 
