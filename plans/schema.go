@@ -96,6 +96,7 @@ func constrain(root map[string]any) {
 	}
 	name := nameRE.String()
 	set(at("metadata", "name"), "pattern", name)
+	set(at("metadata", "tier"), "minimum", 0)
 	set(at("sites"), "minItems", 2, "maxItems", 2)
 	set(at("sites", "[]", "name"), "pattern", name)
 	set(at("sites", "[]", "storage", "callParameters"), "propertyNames", map[string]any{"enum": RPCs})

@@ -77,6 +77,7 @@ func TestSchemaMatchesValidate(t *testing.T) {
 		{"minimal.yaml", "sites.0.name", "East"},
 		{"minimal.yaml", "volumeGroups.0.name", "-data"},
 		{"minimal.yaml", "volumeGroups.0.priority", -1},
+		{"minimal.yaml", "metadata.tier", -1},
 		{"minimal.yaml", "volumeGroups", []any{}},
 		{"minimal.yaml", "sites", func(m map[string]any) any { return m["sites"].([]any)[:1] }},
 		{"minimal.yaml", "sites", func(m map[string]any) any {

@@ -30,6 +30,7 @@ type Metadata struct {
 	Name        string            `yaml:"name" json:"name" required:"true" doc:"Plan name: lower-case letters, digits and dashes; DR action ids derive from it."`
 	Description string            `yaml:"description,omitempty" json:"description,omitempty"`
 	Labels      map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+	Tier        int               `yaml:"tier,omitempty" json:"tier,omitempty" doc:"Order of the plan in a site action (drctl failover --site): lower tiers go first, the plans of a tier together (default 0)."`
 }
 
 // Site is one of the two sites: its storage endpoints, the client networks

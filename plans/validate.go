@@ -64,6 +64,9 @@ func (p *Plan) validate(d *decoder) {
 	if d.present["metadata.name"] && !nameRE.MatchString(p.Metadata.Name) {
 		bad("metadata.name", "%q is not a valid name: use lower-case letters, digits and dashes, at most 63", p.Metadata.Name)
 	}
+	if p.Metadata.Tier < 0 {
+		bad("metadata.tier", "%d is not a tier: use 0 or more (lower tiers go first in a site action)", p.Metadata.Tier)
+	}
 
 	// Sites.
 	siteNames := map[string]int{}

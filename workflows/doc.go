@@ -48,6 +48,15 @@
 //     (ListClusterFence on each site, replication on the recorded
 //     primary) and names each drift; it changes nothing.
 //
+//   - SiteFailover (site.go): a lost site's plans failed over as one site
+//     action (SiteActionID, one per site at a time): every plan's
+//     signature checked first, one fence per storage system of the
+//     surviving site for the union of the plans' CIDRs (verified), then
+//     each plan's own Failover as a child under the plan's action id,
+//     tier by tier (metadata.tier), with SiteFence telling it what is
+//     fenced already. A plan running another action is reported busy;
+//     a tier with a plan that did not complete pauses the site action.
+//
 // Every workflow carries the search attributes DroverPlan, DroverAction
 // and DroverSite (Attributes), set at start and passed to children; on a
 // namespace without them the workflows start without them.

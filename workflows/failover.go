@@ -33,6 +33,10 @@ type FailoverInput struct {
 	// Clients are From's client CIDRs as Protect last recorded them; they
 	// are fenced when the plan lists no CIDRs for From.
 	Clients []string `json:"clients,omitempty"`
+	// SiteFence is set by a site action that fenced From's clients
+	// through To's storage for every plan there: the fence step fences
+	// only what it lacks, and the verify step reads them back as always.
+	SiteFence *SiteFence `json:"siteFence,omitempty"`
 }
 
 // FailoverResult is the timeline with the achieved recovery figures.
@@ -164,8 +168,18 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"site %q lists no fence CIDRs and no clients were recorded for it", from), ErrNotFenced, nil)
 		}
-		if err := fenceCIDRs(ctx, p, to, activities.RPCFenceClusterNetwork, cidrs); err != nil {
-			return "", err
+		var lacking []string
+		if in.SiteFence != nil {
+			for _, c := range cidrs {
+				if !slices.Contains(in.SiteFence.CIDRs, c) {
+					lacking = append(lacking, c)
+				}
+			}
+		}
+		if in.SiteFence == nil || len(lacking) > 0 {
+			if err := fenceCIDRs(ctx, p, to, activities.RPCFenceClusterNetwork, cidrs); err != nil {
+				return "", err
+			}
 		}
 		if r.recording {
 			// What is fenced must outlive this history: reprotect lifts it.
@@ -174,6 +188,9 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 			}
 		}
 		res.Fenced = cidrs
+		if in.SiteFence != nil && len(lacking) == 0 {
+			return fmt.Sprintf("%s fenced through %s by the site action %s", strings.Join(cidrs, ", "), to, in.SiteFence.Action), nil
+		}
 		return "fenced " + strings.Join(cidrs, ", ") + " through " + to, nil
 	}); err != nil {
 		return err

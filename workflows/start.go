@@ -37,6 +37,7 @@ func Register(w interface{ RegisterWorkflow(any) }) {
 	w.RegisterWorkflow(GroupBatch)
 	w.RegisterWorkflow(PlanRecorder)
 	w.RegisterWorkflow(Verify)
+	w.RegisterWorkflow(SiteFailover)
 }
 
 // BusyError refuses an action because another one of the plan runs.

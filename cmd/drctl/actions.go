@@ -59,10 +59,24 @@ func (a *app) actionCommands() []*cobra.Command {
 	var fo, rp, fb, dr actionFlags
 	var confirmUnfenced bool
 	var from, drillAction string
-	failover := actionCommand("failover PLAN --to SITE",
+	var lost string
+	var plansAtOnce int
+	failover := actionCommand("failover PLAN --to SITE | failover --site LOST --to SITE PLAN|DIR...",
 		"Unplanned failover: fence the other site, force-promote on SITE, start the workloads there",
 		&fo, true, true, func(ctx context.Context, plan string) error { return a.failover(ctx, plan, fo, confirmUnfenced) })
 	failover.Flags().BoolVar(&confirmUnfenced, "confirm-unfenced", false, "accept a forced promotion without a fence, for a lost site the plan says cannot be fenced")
+	failover.Flags().StringVar(&lost, "site", "", "fail over every plan (files, or directories of them) that uses this lost site, tier by tier, as one site action")
+	failover.Flags().IntVar(&plansAtOnce, "plans-at-once", workflows.DefaultSiteParallelism, "with --site: the plans of a tier that fail over at once")
+	failover.Args = cobra.MinimumNArgs(1)
+	failover.RunE = func(cmd *cobra.Command, args []string) error {
+		if lost != "" {
+			return a.siteFailover(cmd.Context(), args, lost, plansAtOnce, fo, confirmUnfenced)
+		}
+		if len(args) != 1 {
+			return badInput("failover takes one plan; to fail over every plan of a lost site, name it with --site")
+		}
+		return a.failover(cmd.Context(), args[0], fo, confirmUnfenced)
+	}
 
 	reprotect := actionCommand("reprotect PLAN",
 		"After a failover: make the returned site a replica again (demote, resync, unfence)",
@@ -156,24 +170,8 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if in.Origin, err = a.origin(file, p); err != nil {
 		return err
 	}
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
-	cancel()
-	switch {
-	case perr == nil && ps.Primary == from:
-		in.LastSync, in.Clients = ps.LastSync(), ps.Clients[from]
-		if in.LastSync.IsZero() && !a.json() {
-			fmt.Fprintf(a.stderr, "note: the protection of plan %q has recorded no completed sync from %s yet; the RPO will be unknown\n", p.Metadata.Name, from)
-		}
-	case perr != nil && (isUnavailable(perr) || isNamespaceNotFound(perr)):
-		// Nothing would start either: say why rather than note a
-		// protection state that could not be asked for.
-		return temporalError("read the protection state of plan "+p.Metadata.Name, perr)
-	case a.json():
-	case perr == nil || isNotFound(perr):
-		fmt.Fprintf(a.stderr, "note: no protection state of plan %q from %s (drctl protect start); the RPO will be unknown\n", p.Metadata.Name, from)
-	default:
-		fmt.Fprintf(a.stderr, "note: the protection state of plan %q could not be read (%v); the RPO will be unknown\n", p.Metadata.Name, perr)
+	if in.LastSync, in.Clients, err = a.protection(ctx, c, p, from); err != nil {
+		return err
 	}
 	fence := p.Site(from).Fence.CIDRs
 	if len(fence) == 0 {
@@ -185,6 +183,33 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 		return err
 	}
 	return a.start(ctx, c, p, "failover", workflows.Failover, in, f.wait)
+}
+
+// protection is what the plan's protection last recorded from the site
+// now lost: its last completed sync and its clients. It notes on stderr
+// when there is none (the RPO will be unknown), and fails only when
+// Temporal cannot be asked.
+func (a *app) protection(ctx context.Context, c client.Client, p *plans.Plan, from string) (time.Time, []string, error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
+	cancel()
+	switch {
+	case perr == nil && ps.Primary == from:
+		if ps.LastSync().IsZero() && !a.json() {
+			fmt.Fprintf(a.stderr, "note: the protection of plan %q has recorded no completed sync from %s yet; the RPO will be unknown\n", p.Metadata.Name, from)
+		}
+		return ps.LastSync(), ps.Clients[from], nil
+	case perr != nil && (isUnavailable(perr) || isNamespaceNotFound(perr)):
+		// Nothing would start either: say why rather than note a
+		// protection state that could not be asked for.
+		return time.Time{}, nil, temporalError("read the protection state of plan "+p.Metadata.Name, perr)
+	case a.json():
+	case perr == nil || isNotFound(perr):
+		fmt.Fprintf(a.stderr, "note: no protection state of plan %q from %s (drctl protect start); the RPO will be unknown\n", p.Metadata.Name, from)
+	default:
+		fmt.Fprintf(a.stderr, "note: the protection state of plan %q could not be read (%v); the RPO will be unknown\n", p.Metadata.Name, perr)
+	}
+	return time.Time{}, nil, nil
 }
 
 func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) error {

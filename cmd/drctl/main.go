@@ -3,6 +3,8 @@
 //
 //	drctl plan validate|show|schema     check and explain plans (no Temporal needed)
 //	drctl failover PLAN --to SITE       unplanned failover to SITE
+//	drctl failover --site LOST --to SITE PLAN|DIR...
+//	                                    every plan of a lost site, tier by tier
 //	drctl reprotect PLAN                make the returned site a replica again
 //	drctl failback PLAN --to SITE       planned move back, no data loss
 //	drctl drill PLAN --to SITE          rehearse without changing anything

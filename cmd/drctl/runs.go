@@ -32,7 +32,7 @@ var actionTypes = append(slices.Clone(names.ActionTypes), names.Protect)
 
 // runID is the workflow id a RUN argument stands for.
 func runID(arg string) string {
-	if strings.HasPrefix(arg, names.ActionIDPrefix) || strings.HasPrefix(arg, names.ProtectIDPrefix) {
+	if strings.HasPrefix(arg, names.ActionIDPrefix) || strings.HasPrefix(arg, names.ProtectIDPrefix) || strings.HasPrefix(arg, names.SiteActionIDPrefix) {
 		return arg
 	}
 	return workflows.ActionID(planName(arg))
@@ -164,6 +164,8 @@ type result struct {
 	Failed     int           `json:"failed"`
 	Failures   []string      `json:"failures"`
 	Would      []string      `json:"would"`
+	// Plans: a site action's outcome per plan.
+	Plans []workflows.PlanOutcome `json:"plans"`
 }
 
 // outcome is what watch and --wait print at the end (-o json).
@@ -230,6 +232,7 @@ wait:
 				fmt.Fprintf(a.stderr, "(progress from %s again)\n", id)
 			}
 			misses, said = 0, ""
+			planSteps(ctx, c, p)
 			live.show(p, id)
 		}
 	}
@@ -248,7 +251,7 @@ wait:
 		} else {
 			a.summary(&r)
 		}
-		if r.OK != nil && !*r.OK {
+		if r.OK != nil && !*r.OK || r.Action == workflows.ActionSiteFailover && !sitePlansAllDone(&r) {
 			return silent(exitFailed)
 		}
 		return nil
@@ -295,6 +298,10 @@ func closeState(err error) string {
 // summary is the closing line of a completed action.
 func (a *app) summary(r *result) {
 	took := r.End.Sub(r.Start).Round(time.Millisecond)
+	if r.Action == workflows.ActionSiteFailover {
+		a.siteSummary(r, took)
+		return
+	}
 	fmt.Fprintf(a.stdout, "%s of plan %q completed in %v\n", r.Action, r.Plan, took)
 	switch r.Action {
 	case "failover":
@@ -613,19 +620,27 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		return err
 	}
 	id := runID(arg)
-	name := planName(arg)
-	st := planStatus{Plan: name}
-	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-	rec, rerr := workflows.ReadRecord(rctx, c, name)
-	rcancel()
-	if rerr != nil && !a.json() {
-		fmt.Fprintf(a.stderr, "drctl: %v\n", rerr)
+	name, actionID := planName(arg), workflows.ActionID(planName(arg))
+	// A site action has no record or protection of its own: only its
+	// steps.
+	site, siteAction := strings.CutPrefix(id, names.SiteActionIDPrefix)
+	if siteAction {
+		name, actionID = "site-"+site, id
 	}
-	st.Record = rec
+	st := planStatus{Plan: name}
+	if !siteAction {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		rec, rerr := workflows.ReadRecord(rctx, c, name)
+		rcancel()
+		if rerr != nil && !a.json() {
+			fmt.Fprintf(a.stderr, "drctl: %v\n", rerr)
+		}
+		st.Record = rec
+	}
 	onlyProtect := strings.HasPrefix(id, workflows.ProtectIDPrefix)
-	onlyAction := strings.HasPrefix(arg, names.ActionIDPrefix)
+	onlyAction := strings.HasPrefix(arg, names.ActionIDPrefix) || siteAction
 	if !onlyProtect {
-		d, err := c.DescribeWorkflowExecution(ctx, workflows.ActionID(name), "")
+		d, err := c.DescribeWorkflowExecution(ctx, actionID, "")
 		if err == nil {
 			x := executionOf(d.GetWorkflowExecutionInfo())
 			as := &actionStatus{execution: x}

@@ -28,6 +28,9 @@ const (
 	RecordIDPrefix = "drover-record-"
 	// VerifyIDPrefix: a comparison of the record with storage.
 	VerifyIDPrefix = "drover-verify-"
+	// SiteActionIDPrefix, followed by a site's name rather than a plan's:
+	// the one site action (drctl failover --site) on that site at a time.
+	SiteActionIDPrefix = "drover-site-action-"
 )
 
 // ActionID is the workflow id of a plan's DR action.
@@ -55,6 +58,7 @@ const (
 	GroupBatch   = "GroupBatch"
 	PlanRecorder = "PlanRecorder"
 	Verify       = "Verify"
+	SiteFailover = "SiteFailover"
 )
 
 // ActionTypes are the workflow types of DR actions.

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/workflows"
+)
+
+// planFiles expands the arguments of a site action: plan files as they
+// are, directories to the plan files in them (*.yaml, *.yml, *.json),
+// sorted.
+func planFiles(args []string) ([]string, error) {
+	var out []string
+	for _, arg := range args {
+		fi, err := os.Stat(arg)
+		if err != nil {
+			return nil, badInput("%v", err)
+		}
+		if !fi.IsDir() {
+			out = append(out, arg)
+			continue
+		}
+		entries, err := os.ReadDir(arg)
+		if err != nil {
+			return nil, badInput("%v", err)
+		}
+		n := len(out)
+		for _, e := range entries {
+			if path := filepath.Join(arg, e.Name()); !e.IsDir() && isPlanFile(path) {
+				out = append(out, path)
+			}
+		}
+		if len(out) == n {
+			return nil, badInput("directory %s holds no plan files (*.yaml, *.yml, *.json)", arg)
+		}
+	}
+	return out, nil
+}
+
+// siteFailover fails over, as one site action, every plan among args
+// that uses the lost site and the site taking over.
+func (a *app) siteFailover(ctx context.Context, args []string, lost string, plansAtOnce int, f actionFlags, confirmUnfenced bool) error {
+	if f.to == "" {
+		return badInput("give the site that takes over with --to")
+	}
+	if f.to == lost {
+		return badInput("--site %s --to %s: the lost site cannot take over", lost, f.to)
+	}
+	if plansAtOnce < 1 {
+		return badInput("--plans-at-once %d: give 1 or more", plansAtOnce)
+	}
+	files, err := planFiles(args)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	in := workflows.SiteFailoverInput{Origin: workflows.Origin{By: a.identity()}, From: lost, To: f.to, Parallelism: plansAtOnce}
+	seen := map[string]string{}
+	var lines []string
+	for _, file := range files {
+		p, err := loadPlan(file)
+		if err != nil {
+			return err
+		}
+		name := p.Metadata.Name
+		if other, dup := seen[name]; dup {
+			return badInput("plan %q is in both %s and %s", name, other, file)
+		}
+		seen[name] = file
+		if p.Site(lost) == nil || p.Site(f.to) == nil {
+			fmt.Fprintf(a.stderr, "note: plan %q (%s) does not have both sites %s and %s: left out\n", name, file, lost, f.to)
+			continue
+		}
+		if err := a.checkDirection(ctx, c, p, "failover", lost, f.to, f.override); err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) && ee.code == exitBadInput {
+				// One plan already moved, or not protected from the lost
+				// site: the others still go.
+				fmt.Fprintf(a.stderr, "note: plan %q left out: %v\n", name, err)
+				continue
+			}
+			return err
+		}
+		o, err := a.origin(file, p)
+		if err != nil {
+			return err
+		}
+		sp := workflows.SitePlan{Plan: p, Signature: o.Signature, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
+		if sp.LastSync, sp.Clients, err = a.protection(ctx, c, p, lost); err != nil {
+			return err
+		}
+		in.Plans = append(in.Plans, sp)
+		fence := p.Site(lost).Fence.CIDRs
+		if len(fence) == 0 {
+			fence = sp.Clients
+		}
+		lines = append(lines, fmt.Sprintf("  tier %d: plan %q, fence %v, force-promote %s on %s, start %d workload(s)",
+			p.Metadata.Tier, name, fence, groupCount(p), f.to, len(p.Workloads)))
+	}
+	if len(in.Plans) == 0 {
+		return badInput("none of the %d plan(s) given fails over from %s to %s", len(files), lost, f.to)
+	}
+	slices.Sort(lines)
+	what := fmt.Sprintf("Fail over %d plan(s) from the lost site %s to %s, lower tiers first, fencing %s's clients once per storage system:\n%s",
+		len(in.Plans), lost, f.to, lost, strings.Join(lines, "\n"))
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	run, err := workflows.StartSite(ctx, c, in)
+	var busy *workflows.SiteBusyError
+	if errors.As(err, &busy) {
+		return failed("%v", err)
+	}
+	if err != nil {
+		return temporalError("start the site failover", err)
+	}
+	if !f.wait {
+		if a.json() {
+			writeJSON(a.stdout, map[string]string{"site": lost, "action": workflows.ActionSiteFailover, "workflowId": run.GetID(), "runId": run.GetRunID(), "state": workflows.StateRunning})
+			return nil
+		}
+		fmt.Fprintf(a.stdout, "site failover of %s started: workflow %s, run %s\nfollow it with: drctl watch %s\n", lost, run.GetID(), run.GetRunID(), run.GetID())
+		return nil
+	}
+	if !a.json() {
+		fmt.Fprintf(a.stdout, "site failover of %s started: workflow %s, run %s\n", lost, run.GetID(), run.GetRunID())
+	}
+	return a.follow(ctx, c, run.GetID(), run.GetRunID())
+}
+
+// siteSummary prints a site action's outcome: a row per plan, and the
+// site-wide RTO.
+func (a *app) siteSummary(r *result, took time.Duration) {
+	fmt.Fprintf(a.stdout, "%s from %s ended in %v: site-wide RTO %v\n", r.Action, strings.TrimPrefix(r.Plan, "site-"), took, r.RTO.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PLAN\tTIER\tOUTCOME\tRTO\tRPO\tWORKFLOW")
+	for _, o := range r.Plans {
+		rto, rpo := "-", "-"
+		if o.State == workflows.StateCompleted {
+			rto = o.RTO.Round(time.Millisecond).String()
+			rpo = "unknown"
+			if o.RPOKnown {
+				rpo = o.RPO.Round(time.Millisecond).String()
+			}
+		}
+		state := o.State
+		if o.Error != "" {
+			state += ": " + o.Error
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", o.Plan, o.Tier, state, rto, rpo, o.Workflow)
+	}
+	tw.Flush()
+}
+
+// sitePlansAllDone: every plan of a site action completed.
+func sitePlansAllDone(r *result) bool {
+	return !slices.ContainsFunc(r.Plans, func(o workflows.PlanOutcome) bool { return o.State != workflows.StateCompleted })
+}
+
+// planSteps shows, in a site action's progress, where each running plan's
+// own action is: the step it runs (or waits or pauses at), as the note of
+// the plan's row. A plan whose progress cannot be read keeps its row as
+// it is.
+func planSteps(ctx context.Context, c client.Client, p *workflows.Progress) {
+	if p == nil || p.Action != workflows.ActionSiteFailover {
+		return
+	}
+	for _, s := range p.Steps {
+		if s.Kind() != workflows.KindPlanFailover || s.State != workflows.StateRunning {
+			continue
+		}
+		plan := strings.TrimPrefix(s.ID, string(workflows.KindPlanFailover)+"/")
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cp, err := queryProgress(qctx, c, workflows.ActionID(plan), "")
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, cs := range cp.Steps {
+			if cs.State == workflows.StateRunning || cs.State == workflows.StatePaused || cs.State == workflows.StateWaiting {
+				s.Note = fmt.Sprintf("%s: %s", cs.State, cs.Name)
+				break
+			}
+		}
+	}
+}

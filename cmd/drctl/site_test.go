@@ -1,0 +1,223 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// siteStack is a dev server, a worker and a pair of simulated sites with
+// groups vg-1 and vg-2 and the volume solo, and a directory for plans.
+type siteStack struct {
+	c          cli
+	east, west *simtest.Site
+	dir        string
+}
+
+// plan writes plan name into the stack's directory (or into dir when
+// given): one group, data, from ref on each site; east fenced by cidr.
+func (st *siteStack) plan(t *testing.T, dir, name, sites string, tier int, ref, cidr, extra string) string {
+	t.Helper()
+	if dir == "" {
+		dir = st.dir
+	}
+	path := filepath.Join(dir, name+".yaml")
+	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: %s, tier: %d}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s]}
+    orchestrator: {exec: {}}
+  - name: %s
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+volumeGroups:
+  - name: data
+    sites: {east: %s, %s: %s}
+policy:
+  retry: {initialInterval: 50ms, maximumInterval: 200ms}
+%s`, name, tier, st.east.Endpoint(), cidr, sites, st.west.Endpoint(), simtest.NodeB, ref, sites, ref, extra)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func newSiteStack(t *testing.T) *siteStack {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
+		Groups:  []sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1"}}, {ID: "vg-2", Volumes: []string{"v2"}}},
+		Volumes: []string{"solo"},
+		TweakA:  func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+	return &siteStack{c: cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}, east: east, west: west, dir: t.TempDir()}
+}
+
+// protect starts the protection of the plans from east and waits for a
+// sync of each.
+func (st *siteStack) protect(paths ...string) {
+	for _, p := range paths {
+		st.c.ok(nil, "protect", "start", p, "--primary", "east", "--interval", "200ms")
+	}
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".yaml")
+		st.c.eventually("protection of "+name, name, func(s statusOut) bool {
+			return s.Protection != nil && !s.Protection.Groups["data"].LastSync.IsZero()
+		})
+	}
+}
+
+// TestSiteFailover: `drctl failover --site east --to west DIR` fails over,
+// as one site action, the three plans of a directory that use east (a
+// fourth, on other sites, is left out with a note): tier 0 (shop and
+// logs) before tier 1 (loose), one fence for the three plans' CIDRs that
+// each plan's own failover finds made, each plan under its own action id
+// with its RTO, and a site-wide RTO over them all.
+func TestSiteFailover(t *testing.T) {
+	st := newSiteStack(t)
+	c, west, dir := st.c, st.west, st.dir
+	cidrs := []string{simtest.NodeA + "/32", "127.0.0.9/32", "127.0.0.10/32"}
+	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", cidrs[0], "")
+	logs := st.plan(t, "", "logs", "west", 0, "{groupID: vg-2}", cidrs[1], "")
+	loose := st.plan(t, "", "loose", "west", 1, "{volumes: [solo]}", cidrs[2], "")
+	st.plan(t, "", "elsewhere", "north", 0, "{groupID: vg-1}", cidrs[0], "")
+	st.protect(shop, logs, loose)
+	st.east.Down()
+
+	code, out, errs := c.run("-o", "json", "failover", "--site", "east", "--to", "west", dir, "--yes", "--wait")
+	if code != 0 {
+		t.Fatalf("site failover: exit %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(errs, `plan "elsewhere"`) {
+		t.Errorf("no note of the plan left out: %s", errs)
+	}
+	var o outcome
+	var res workflows.SiteFailoverResult
+	if err := json.Unmarshal([]byte(out), &o); err != nil || json.Unmarshal(o.Result, &res) != nil {
+		t.Fatalf("site failover output: %v\n%s", err, out)
+	}
+	if o.WorkflowID != workflows.SiteActionID("east") || o.Status != "completed" || len(res.Plans) != 3 {
+		t.Fatalf("site failover: %+v %+v", o, res)
+	}
+	for _, p := range res.Plans {
+		if p.State != workflows.StateCompleted || p.RTO <= 0 || p.RTO > res.RTO || p.Workflow != workflows.ActionID(p.Plan) {
+			t.Errorf("plan %s: %+v, want completed with an RTO within the site's %v", p.Plan, p, res.RTO)
+		}
+	}
+	// Tier 1 started once tier 0 had ended.
+	at := func(plan string) *workflows.Step {
+		i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "plan-failover/"+plan })
+		if i < 0 {
+			t.Fatalf("no step for plan %s in %+v", plan, res.Steps)
+		}
+		return res.Steps[i]
+	}
+	if l := at("loose"); l.Start.Before(at("shop").End) || l.Start.Before(at("logs").End) {
+		t.Errorf("tier 1 (loose) started %v, before tier 0 ended (shop %v, logs %v)", l.Start, at("shop").End, at("logs").End)
+	}
+	// One fence, for all three plans' CIDRs; each plan found its own.
+	got := west.FencedCIDRs()
+	slices.Sort(got)
+	slices.Sort(cidrs)
+	if !slices.Equal(got, cidrs) {
+		t.Errorf("west lists %v as fenced, want %v", got, cidrs)
+	}
+	for _, name := range []string{"shop", "logs", "loose"} {
+		var po outcome
+		c.ok(&po, "watch", name)
+		var fr workflows.FailoverResult
+		if err := json.Unmarshal(po.Result, &fr); err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(fr.Steps, func(s *workflows.Step) bool { return s.ID == "fence/east" })
+		if i < 0 || !strings.Contains(fr.Steps[i].Output, "by the site action "+workflows.SiteActionID("east")) {
+			t.Errorf("plan %s's fence step: %+v, want the site action's fence found", name, fr.Steps)
+		}
+	}
+	// The text form: the step table, then a row per plan.
+	code, out, errs = c.run("watch", workflows.SiteActionID("east"))
+	t.Logf("drctl watch %s:\n%s", workflows.SiteActionID("east"), out)
+	for _, want := range []string{"site failover from east ended", "site-wide RTO", "fail over plan loose", "tier 1: 1 plan(s)"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("watch of the site action: exit %d, lacks %q\n%s%s", code, want, out, errs)
+		}
+	}
+	if r := sim.Check(west.Snapshot()); !r.OK() {
+		t.Errorf("invariants on west: %s", r)
+	}
+}
+
+// TestSiteFailoverLeavesABusyPlanAlone: a plan already running an action
+// (a failover waiting at its approval gate) is not restarted by the site
+// action: it is reported busy and its tier pauses the site action. drctl
+// resolve --retry on the site action tries the plan again (still busy,
+// it pauses again, the plan's own action untouched); once that action is
+// cancelled, --retry fails the plan over and the site action completes.
+func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
+	st := newSiteStack(t)
+	c := st.c
+	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "")
+	loose := st.plan(t, "", "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "")
+	gated := st.plan(t, t.TempDir(), "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "  approvals: [beforeFence]\n")
+	st.protect(shop, loose)
+	st.east.Down()
+	c.ok(nil, "failover", gated, "--to", "west", "--yes")
+	c.eventually("loose's gate", "loose", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
+
+	c.ok(nil, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
+	site := workflows.SiteActionID("east")
+	tries := func() int {
+		code, out, _ := c.run("-o", "json", "status", site)
+		var s struct {
+			Action *struct{ Progress *workflows.Progress }
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &s) != nil || s.Action == nil || s.Action.Progress == nil {
+			return 0
+		}
+		for _, st := range s.Action.Progress.Steps {
+			if st.ID == "tier/1" && st.State == workflows.StatePaused {
+				return st.Attempts
+			}
+		}
+		return 0
+	}
+	simtest.Eventually(t, time.Minute, "tier 1 to pause", func() bool { return tries() == 1 })
+	c.ok(nil, "resolve", site, "--retry")
+	simtest.Eventually(t, time.Minute, "tier 1 to pause again", func() bool { return tries() == 2 })
+	c.eventually("loose's own failover still at its gate", "loose", func(s statusOut) bool {
+		return s.Action != nil && s.Action.Status == "running" && stepIn(s, "waiting for approval")
+	})
+	c.ok(nil, "cancel", "loose", "--yes")
+	c.eventually("loose's own failover cancelled", "loose", func(s statusOut) bool { return s.Action != nil && s.Action.Status != "running" })
+	c.ok(nil, "resolve", site, "--retry")
+	var o outcome
+	c.ok(&o, "watch", site)
+	var res workflows.SiteFailoverResult
+	if err := json.Unmarshal(o.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Plans {
+		if p.State != workflows.StateCompleted {
+			t.Errorf("plan %s: %+v, want completed after the retry", p.Plan, p)
+		}
+	}
+	if i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "tier/1" }); i < 0 || res.Steps[i].Attempts != 3 {
+		t.Errorf("tier 1: %+v, want done at its third try", res.Steps)
+	}
+}

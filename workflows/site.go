@@ -1,0 +1,412 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/plans"
+)
+
+// A site action acts on every plan that uses a site: SiteFailover fails
+// them all over when the site is lost. It checks each plan's signature,
+// fences the lost site's clients once per storage system (the union of
+// the CIDRs of the plans whose surviving copies live there), verifies
+// the fences, then runs each plan's own Failover as a child, tier by tier
+// (metadata.tier, lowest first), the plans of a tier at most
+// Parallelism at a time. Each child keeps its plan's workflow id, so the
+// one-action rule holds: a plan already running an action is reported,
+// not restarted; it pauses and is resolved per plan as always.
+
+// ActionSiteFailover is a site failover's action, in its progress.
+const ActionSiteFailover = "site failover"
+
+// SiteActionID is the workflow id of a site action on site: one at a
+// time per site.
+func SiteActionID(site string) string { return names.SiteActionIDPrefix + site }
+
+// SitePlan is one plan of a site action, with what its own action would
+// be started with.
+type SitePlan struct {
+	Plan      *plans.Plan      `json:"plan"`
+	Signature *plans.Signature `json:"signature,omitempty"`
+	// LastSync and Clients are what the plan's protection last recorded
+	// (see FailoverInput).
+	LastSync        time.Time `json:"lastSync,omitzero"`
+	Clients         []string  `json:"clients,omitempty"`
+	ConfirmUnfenced bool      `json:"confirmUnfenced,omitempty"`
+	OverrideState   bool      `json:"overrideState,omitempty"`
+}
+
+// SiteFailoverInput fails over, from From to To, every plan listed.
+type SiteFailoverInput struct {
+	Origin
+	From  string     `json:"from"`
+	To    string     `json:"to"`
+	Plans []SitePlan `json:"plans"`
+	// Parallelism bounds the plans of a tier that fail over at once
+	// (default DefaultSiteParallelism).
+	Parallelism int `json:"parallelism,omitempty"`
+}
+
+// DefaultSiteParallelism is how many plans of a tier fail over at once
+// unless the site action says otherwise.
+const DefaultSiteParallelism = 4
+
+// SiteFence is what a site action fenced through the surviving site's
+// storage system for a plan: the plan's failover finds its CIDRs fenced
+// and only verifies them.
+type SiteFence struct {
+	Action string   `json:"action"` // the site action's workflow id
+	CIDRs  []string `json:"cidrs"`
+}
+
+// PlanOutcome is what became of one plan of a site action.
+type PlanOutcome struct {
+	Plan     string        `json:"plan"`
+	Tier     int           `json:"tier"`
+	Workflow string        `json:"workflow"`
+	RunID    string        `json:"runId,omitempty"`
+	State    string        `json:"state"` // completed, aborted, busy or refused
+	RTO      time.Duration `json:"rto,omitempty"`
+	RPO      time.Duration `json:"rpo,omitempty"`
+	RPOKnown bool          `json:"rpoKnown,omitempty"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// Plan outcomes beyond the step states.
+const (
+	OutcomeBusy    = "busy"    // the plan was running another action
+	OutcomeRefused = "refused" // the plan was not trusted or does not fit
+)
+
+// SiteFailoverResult is the site action's timeline, each plan's outcome
+// and the site-wide RTO: from the start to the last plan's workloads
+// healthy.
+type SiteFailoverResult struct {
+	Progress
+	From  string        `json:"from"`
+	To    string        `json:"to"`
+	RTO   time.Duration `json:"rto"`
+	Plans []PlanOutcome `json:"plans"`
+}
+
+// Step kinds of a site action.
+const (
+	KindTrustPlan    StepKind = "trust-plan"
+	KindSiteFence    StepKind = "site-fence"
+	KindSiteVerify   StepKind = "site-verify-fence"
+	KindTier         StepKind = "tier"
+	KindPlanFailover StepKind = "plan-failover"
+)
+
+// SiteBusyError refuses a site action because one runs on the site.
+type SiteBusyError struct{ Site, ID, RunID string }
+
+func (e *SiteBusyError) Error() string {
+	return fmt.Sprintf("a site action on %s is running already (workflow %s, run %s); follow it with drctl watch %s", e.Site, e.ID, e.RunID, e.ID)
+}
+
+// StartSite starts a site action, or refuses with a *SiteBusyError when
+// one runs on the site already.
+func StartSite(ctx context.Context, c client.Client, in SiteFailoverInput) (client.WorkflowRun, error) {
+	id := SiteActionID(in.From)
+	run, err := withAttributes(ctx, c, client.StartWorkflowOptions{
+		ID:                                       id,
+		Memo:                                     in.Origin.memo(),
+		TaskQueue:                                TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+	}, Attributes("site-"+in.From, "site-failover", in.To), SiteFailover, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil, &SiteBusyError{Site: in.From, ID: id, RunID: started.RunId}
+	}
+	return run, err
+}
+
+// SiteFailover fails a lost site's plans over (see above). It ends with
+// an error only when the operator aborts it; plans that did not complete
+// are in the result.
+func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResult, error) {
+	parallelism := in.Parallelism
+	if parallelism <= 0 {
+		parallelism = DefaultSiteParallelism
+	}
+	// The site action's own steps pause for the operator, as a plan's do.
+	own := &plans.Plan{Metadata: plans.Metadata{Name: "site-" + in.From}, Policy: plans.Policy{Parallelism: parallelism, OnFailure: "pause"}}
+	r, err := newRun(ctx, ActionSiteFailover, own)
+	if err != nil {
+		return nil, err
+	}
+	r.origin, r.progress.By = in.Origin, in.By
+	res := &SiteFailoverResult{From: in.From, To: in.To}
+	outcome := map[string]*PlanOutcome{}
+	var order []string // plans by tier, then name
+	sorted := slices.Clone(in.Plans)
+	slices.SortStableFunc(sorted, func(a, b SitePlan) int {
+		if a.Plan == nil || b.Plan == nil {
+			return 0
+		}
+		if a.Plan.Metadata.Tier != b.Plan.Metadata.Tier {
+			return a.Plan.Metadata.Tier - b.Plan.Metadata.Tier
+		}
+		return strings.Compare(a.Plan.Metadata.Name, b.Plan.Metadata.Name)
+	})
+	byName := map[string]SitePlan{}
+	for i, sp := range sorted {
+		if sp.Plan == nil || sp.Plan.Metadata.Name == "" {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site failover: plan %d of the input has no plan", i), ErrPreflight, nil)
+		}
+		name := sp.Plan.Metadata.Name
+		if _, dup := byName[name]; dup {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site failover: plan %q is listed twice", name), ErrPreflight, nil)
+		}
+		byName[name] = sp
+		order = append(order, name)
+		outcome[name] = &PlanOutcome{Plan: name, Tier: sp.Plan.Metadata.Tier, Workflow: ActionID(name)}
+	}
+
+	// Every plan's signature first, before any of its endpoints is used;
+	// a plan that is not trusted, or does not have both sites, is left
+	// out, and its CIDRs with it.
+	var trusted []string
+	for _, name := range order {
+		sp := byName[name]
+		s := r.add(newRef(KindTrustPlan, "trust plan "+name, name), false)
+		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+		note, err := trust(ctx, sp.Plan, Origin{Signature: sp.Signature, By: in.By})
+		if err == nil {
+			err = checkSites(sp.Plan, in.From, in.To)
+		}
+		s.End = workflow.Now(ctx)
+		if err != nil {
+			s.State, s.LastError = StateFailed, ErrorText(err)
+			outcome[name].State, outcome[name].Error = OutcomeRefused, ErrorText(err)
+			continue
+		}
+		s.State, s.Output = StateDone, note
+		trusted = append(trusted, name)
+	}
+
+	// One fence per storage system of the surviving site.
+	fences, err := siteFences(ctx, r, in, byName, trusted)
+	if err != nil {
+		return r.siteEnd(ctx, res, outcome, order, err)
+	}
+
+	// The plans' own failovers, tier by tier.
+	var tiers [][]string
+	for _, name := range trusted {
+		t := byName[name].Plan.Metadata.Tier
+		if len(tiers) == 0 || byName[tiers[len(tiers)-1][0]].Plan.Metadata.Tier != t {
+			tiers = append(tiers, nil)
+		}
+		tiers[len(tiers)-1] = append(tiers[len(tiers)-1], name)
+	}
+	for _, tier := range tiers {
+		t := byName[tier[0]].Plan.Metadata.Tier
+		for _, name := range tier {
+			r.add(newRef(KindPlanFailover, fmt.Sprintf("fail over plan %s", name), name), false)
+		}
+		err := r.step(ctx, newRef(KindTier, fmt.Sprintf("tier %d: %d plan(s)", t, len(tier)), fmt.Sprint(t)), false, func(ctx workflow.Context) (string, error) {
+			var left []string
+			for _, name := range tier {
+				if outcome[name].State != StateCompleted {
+					left = append(left, name)
+				}
+			}
+			_ = parallel(ctx, left, parallelism, func(ctx workflow.Context, name string) error {
+				r.failoverPlan(ctx, in, byName[name], fences[name], outcome[name])
+				return nil
+			})
+			var failed []string
+			for _, name := range tier {
+				if o := outcome[name]; o.State != StateCompleted {
+					failed = append(failed, fmt.Sprintf("%s %s (%s)", name, o.State, o.Error))
+				}
+			}
+			if len(failed) > 0 {
+				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%d of %d plan(s) of tier %d did not complete: %s",
+					len(failed), len(tier), t, strings.Join(failed, "; ")), ErrGroupsFail, nil)
+			}
+			return fmt.Sprintf("%d plan(s) failed over", len(tier)), nil
+		})
+		if err != nil {
+			return r.siteEnd(ctx, res, outcome, order, err)
+		}
+	}
+	return r.siteEnd(ctx, res, outcome, order, nil)
+}
+
+// siteEnd closes the site action's timeline and result.
+func (r *run) siteEnd(ctx workflow.Context, res *SiteFailoverResult, outcome map[string]*PlanOutcome, order []string, err error) (*SiteFailoverResult, error) {
+	for _, name := range order {
+		res.Plans = append(res.Plans, *outcome[name])
+	}
+	r.progress.End = workflow.Now(ctx)
+	r.progress.State = StateCompleted
+	if err != nil {
+		r.progress.State = StateAborted
+	}
+	res.RTO = r.progress.End.Sub(r.progress.Start)
+	res.Progress = *r.progress
+	return res, err
+}
+
+// storageKey names the storage system a plan reaches a site's fence
+// service on: its address and plugin parameters (one driver may serve
+// several clusters, told apart by a parameter such as clusterID).
+func storageKey(e activities.Endpoint) string {
+	keys := make([]string, 0, len(e.Parameters))
+	// The keys are sorted below: the map's order does not matter.
+	//workflowcheck:ignore
+	for k := range e.Parameters {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	key := e.Address
+	for _, k := range keys {
+		key += " " + k + "=" + e.Parameters[k]
+	}
+	return key
+}
+
+// siteFences fences the lost site's clients once per storage system of
+// the surviving site, for the trusted plans that can be fenced, and
+// verifies each fence. It returns the fence each plan found made.
+func siteFences(ctx workflow.Context, r *run, in SiteFailoverInput, byName map[string]SitePlan, trusted []string) (map[string]*SiteFence, error) {
+	type system struct {
+		key   string
+		plan  *plans.Plan // the first plan that reaches it: its endpoint and secrets make the calls
+		plans []string
+		cidrs []string
+	}
+	var systems []*system
+	for _, name := range trusted {
+		sp := byName[name]
+		site := sp.Plan.Site(in.From)
+		cidrs := site.Fence.CIDRs
+		if len(cidrs) == 0 {
+			cidrs = sp.Clients
+		}
+		if site.Fence.Unavailable || len(cidrs) == 0 {
+			continue // its own failover decides (confirmation, or NotFenced)
+		}
+		e, err := activities.EndpointFor(sp.Plan, in.To, activities.RPCFenceClusterNetwork)
+		if err != nil {
+			continue // its own failover reports it
+		}
+		key := storageKey(e)
+		i := slices.IndexFunc(systems, func(s *system) bool { return s.key == key })
+		if i < 0 {
+			systems = append(systems, &system{key: key, plan: sp.Plan})
+			i = len(systems) - 1
+		}
+		s := systems[i]
+		s.plans = append(s.plans, name)
+		for _, c := range cidrs {
+			if !slices.Contains(s.cidrs, c) {
+				s.cidrs = append(s.cidrs, c)
+			}
+		}
+	}
+	fences := map[string]*SiteFence{}
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
+	for n, s := range systems {
+		sys := fmt.Sprint(n + 1)
+		label := fmt.Sprintf("fence %s through the storage of %s at %s", in.From, in.To, s.key)
+		if err := r.step(ctx, newRef(KindSiteFence, label, in.To, sys), true, func(ctx workflow.Context) (string, error) {
+			if err := fenceCIDRs(ctx, s.plan, in.To, activities.RPCFenceClusterNetwork, s.cidrs); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("fenced %s for %d plan(s): %s", strings.Join(s.cidrs, ", "), len(s.plans), strings.Join(s.plans, ", ")), nil
+		}); err != nil {
+			return nil, err
+		}
+		if err := r.step(ctx, newRef(KindSiteVerify, fmt.Sprintf("verify the fence of %s through the storage of %s at %s", in.From, in.To, s.key), in.To, sys), true, func(ctx workflow.Context) (string, error) {
+			listed, err := listFence(ctx, s.plan, in.To)
+			if cannotList(ctx, err) {
+				return fmt.Sprintf("%d CIDRs fenced as FenceClusterNetwork acknowledged; not read back: the storage does not implement ListClusterFence", len(s.cidrs)), nil
+			}
+			if err != nil {
+				return "", err
+			}
+			var missing []string
+			for _, c := range s.cidrs {
+				if !slices.Contains(listed, c) {
+					missing = append(missing, c)
+				}
+			}
+			if len(missing) > 0 {
+				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+					"the storage of %q at %s does not list %s as fenced (it lists %v)", in.To, s.key, strings.Join(missing, ", "), listed), ErrNotFenced, nil)
+			}
+			return fmt.Sprintf("%d CIDRs fenced", len(s.cidrs)), nil
+		}); err != nil {
+			return nil, err
+		}
+		for _, name := range s.plans {
+			fences[name] = &SiteFence{Action: id, CIDRs: s.cidrs}
+		}
+	}
+	return fences, nil
+}
+
+// failoverPlan runs one plan's Failover as a child under the plan's own
+// action id and records its outcome in o and in the plan's step.
+func (r *run) failoverPlan(ctx workflow.Context, in SiteFailoverInput, sp SitePlan, fence *SiteFence, o *PlanOutcome) {
+	name := sp.Plan.Metadata.Name
+	s := r.find(newRef(KindPlanFailover, "", name).id)
+	s.State, s.Start, s.End, s.LastError, s.Output = StateRunning, workflow.Now(ctx), time.Time{}, "", ""
+	s.Attempts++
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            ActionID(name),
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		// A plan's failover goes on if the site action is ended.
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		TypedSearchAttributes: Attributes(name, "failover", in.To),
+		Memo:                  Origin{By: in.By}.memo(),
+	})
+	f := workflow.ExecuteChildWorkflow(cctx, Failover, FailoverInput{
+		Origin: Origin{Signature: sp.Signature, By: in.By}, Plan: sp.Plan, From: in.From, To: in.To,
+		ConfirmUnfenced: sp.ConfirmUnfenced, OverrideState: sp.OverrideState, LastSync: sp.LastSync, Clients: sp.Clients,
+		SiteFence: fence,
+	})
+	var exec workflow.Execution
+	err := f.GetChildWorkflowExecution().Get(ctx, &exec)
+	var busy *temporal.ChildWorkflowExecutionAlreadyStartedError
+	switch {
+	case errors.As(err, &busy):
+		o.State, o.Error = OutcomeBusy, fmt.Sprintf("plan %q already runs an action (workflow %s); it was left alone", name, ActionID(name))
+	case err != nil:
+		o.State, o.Error = StateAborted, ErrorText(err)
+	default:
+		o.RunID = exec.RunID
+		s.Output = "running as workflow " + exec.ID
+		var fr FailoverResult
+		if err := f.Get(ctx, &fr); err != nil {
+			o.State, o.Error = StateAborted, ErrorText(err)
+		} else {
+			o.State, o.Error, o.RTO, o.RPO, o.RPOKnown = StateCompleted, "", fr.RTO, fr.RPO, fr.RPOKnown
+		}
+	}
+	s.End = workflow.Now(ctx)
+	if o.State == StateCompleted {
+		s.State, s.Output = StateDone, fmt.Sprintf("completed as workflow %s, RTO %v", ActionID(name), o.RTO.Round(time.Millisecond))
+		return
+	}
+	s.State, s.LastError = StateFailed, o.Error
+}

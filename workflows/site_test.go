@@ -1,0 +1,200 @@
+package workflows_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// sitePlans splits the fixture's plan into three plans over the same pair
+// of sites, one group each: shop (db and the workloads) and logs in tier
+// 0, loose in tier 1. shop and logs list east's CIDRs; loose lists none,
+// and protection recorded a client for it.
+func sitePlans(t *testing.T, f *fixture) []workflows.SitePlan {
+	t.Helper()
+	one := func(name string, tier int, group string, eastCIDRs []string, workloads bool) *plans.Plan {
+		p := *f.plan
+		p.Metadata = plans.Metadata{Name: name, Tier: tier}
+		p.Sites = slices.Clone(f.plan.Sites)
+		p.Sites[0].Fence = plans.Fence{CIDRs: eastCIDRs}
+		i := slices.IndexFunc(f.plan.VolumeGroups, func(g plans.VolumeGroup) bool { return g.Name == group })
+		p.VolumeGroups = []plans.VolumeGroup{f.plan.VolumeGroups[i]}
+		if !workloads {
+			p.Workloads = nil
+		}
+		return &p
+	}
+	return []workflows.SitePlan{
+		// Listed out of order: the site action orders them by tier.
+		{Plan: one("loose", 1, "loose", nil, false), Clients: []string{"127.0.0.10/32"}},
+		{Plan: one("shop", 0, "db", []string{simtest.NodeA + "/32"}, true)},
+		{Plan: one("logs", 0, "logs", []string{"127.0.0.9/32"}, false)},
+	}
+}
+
+// TestSiteFailoverFencesOncePerStorageInTiers: a site failover of three
+// plans whose surviving copies live on one storage system fences the
+// lost site's clients there once, for the union of the plans' CIDRs
+// (listed or recorded), verifies it, and fails the plans over tier by
+// tier: no promotion of the tier-1 plan starts before tier 0's plans are
+// promoted and their workloads healthy. Each plan's own failover finds its CIDRs fenced
+// without fencing again, and every plan completes with its RTO.
+func TestSiteFailoverFencesOncePerStorageInTiers(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	sps := sitePlans(t, f)
+	env, calls := f.env(t)
+	for _, name := range []string{"logs", "loose"} {
+		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
+	}
+	env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.SiteFailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	allDone(t, res.Progress)
+
+	union := []string{simtest.NodeA + "/32", "127.0.0.10/32", "127.0.0.9/32"}
+	fences := 0
+	for _, c := range *calls {
+		if c.name == "FenceClusterNetwork" {
+			fences++
+		}
+	}
+	got := f.west.FencedCIDRs()
+	slices.Sort(got)
+	slices.Sort(union)
+	if fences != 1 || !slices.Equal(got, union) {
+		t.Fatalf("%d fence call(s), west lists %v: want one call fencing %v", fences, got, union)
+	}
+	// Tier 0 ends with shop's workloads started and healthy.
+	lastTier0 := max(lastIndexOfSubject(*calls, "PromoteVolume", "vg-1"), lastIndexOfSubject(*calls, "PromoteVolume", "vg-2"),
+		lastIndexOfSubject(*calls, "WaitHealthy", "web"), lastIndexOfSubject(*calls, "WaitHealthy", "pg"))
+	firstTier1 := indexOf(*calls, "PromoteVolume", "west", "solo")
+	if lastTier0 < 0 || firstTier1 < 0 || firstTier1 < lastTier0 {
+		t.Fatalf("tier 1 promoted at call %d, tier 0's last promotion at %d: %v", firstTier1, lastTier0, *calls)
+	}
+	if len(res.Plans) != 3 {
+		t.Fatalf("outcomes %+v, want three", res.Plans)
+	}
+	for i, want := range []string{"logs", "shop", "loose"} {
+		o := res.Plans[i]
+		if o.Plan != want || o.State != workflows.StateCompleted || o.RTO < 0 || o.RTO > res.RTO || o.Workflow != workflows.ActionID(want) {
+			t.Errorf("outcome %d: %+v, want %s completed with an RTO within the site's %v", i, o, want, res.RTO)
+		}
+	}
+	for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+		if u := f.west.Snapshot().Unit(key); u == nil || u.Role != sim.RolePrimary {
+			t.Fatalf("%s on west: %+v, want primary", key, u)
+		}
+	}
+	// The shop plan's record learned its own CIDRs as fenced.
+	f.recordMu.Lock()
+	defer f.recordMu.Unlock()
+	i := slices.IndexFunc(f.record, func(c workflows.RecordChange) bool { return c.Fenced != nil })
+	if i < 0 || !slices.Equal(f.record[i].Fenced.CIDRs, []string{simtest.NodeA + "/32"}) {
+		t.Fatalf("shop's record changes %+v, want its CIDR fenced", f.record)
+	}
+}
+
+// TestSiteFailoverLeavesOutPlansThatDoNotFit: a plan of the site action
+// that does not have both sites is refused before anything is done, and
+// its CIDRs are not fenced; the others fail over.
+func TestSiteFailoverLeavesOutPlansThatDoNotFit(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	sps := sitePlans(t, f)
+	odd := *sps[2].Plan
+	odd.Sites = slices.Clone(odd.Sites)
+	odd.Sites[1].Name = "north" // logs: east and north, no west
+	for i := range odd.VolumeGroups {
+		g := odd.VolumeGroups[i]
+		g.Sites = map[string]plans.GroupRef{"east": g.Sites["east"], "north": g.Sites["west"]}
+		odd.VolumeGroups = []plans.VolumeGroup{g}
+	}
+	sps[2].Plan = &odd
+	env, calls := f.env(t)
+	env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID("loose"), "", workflows.SignalRecord, mock.Anything).Return(nil)
+	env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.SiteFailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	var logs workflows.PlanOutcome
+	for _, o := range res.Plans {
+		if o.Plan == "logs" {
+			logs = o
+		} else if o.State != workflows.StateCompleted {
+			t.Errorf("plan %s: %+v, want completed", o.Plan, o)
+		}
+	}
+	if logs.State != workflows.OutcomeRefused || !strings.Contains(logs.Error, `"north"`) && !strings.Contains(logs.Error, "west") {
+		t.Fatalf("logs: %+v, want refused for want of site west", logs)
+	}
+	if slices.Contains(f.west.FencedCIDRs(), "127.0.0.9/32") {
+		t.Fatalf("the refused plan's CIDR was fenced: %v", f.west.FencedCIDRs())
+	}
+	if indexOf(*calls, "PromoteVolume", "west", "vg-2") >= 0 {
+		t.Fatalf("the refused plan's group was promoted: %v", *calls)
+	}
+}
+
+func lastIndexOfSubject(calls []call, name, subject string) int {
+	last := -1
+	for i, c := range calls {
+		if c.name == name && c.subject == subject {
+			last = i
+		}
+	}
+	return last
+}
+
+// TestSiteFailoverTierPausesAndSkips: a plan of tier 0 whose own failover
+// ends aborted (its workload cannot start, its policy aborts) pauses the
+// site action at tier 0 before tier 1 starts; resolve --skip goes on to
+// tier 1, and the result names the aborted plan with its error.
+func TestSiteFailoverTierPausesAndSkips(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	sps := sitePlans(t, f)
+	logs := sps[2].Plan
+	logs.Policy.OnFailure = "abort"
+	broken := plans.ExecHooks{Start: "echo cannot start >&2; exit 1", Stop: "true"}
+	logs.Workloads = []plans.Workload{{Name: "ingest", Sites: map[string]plans.WorkloadRef{"east": {Exec: &broken}, "west": {Exec: &broken}}}}
+	env, calls := f.env(t)
+	for _, name := range []string{"logs", "loose"} {
+		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
+	}
+	var paused *workflows.Step
+	promotedWhilePaused := false
+	env.RegisterDelayedCallback(func() {
+		paused = pausedStep(t, env)
+		promotedWhilePaused = indexOf(*calls, "PromoteVolume", "west", "solo") >= 0
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "tier/0", Action: workflows.DecisionSkip}, nil, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+	mustOK(t, env.GetWorkflowError())
+	if paused == nil || paused.ID != "tier/0" || !strings.Contains(paused.LastError, "logs aborted") {
+		t.Fatalf("paused step %+v, want tier 0 paused naming logs", paused)
+	}
+	if promotedWhilePaused {
+		t.Fatal("tier 1 was promoted while tier 0 was paused")
+	}
+	var res workflows.SiteFailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	want := map[string]string{"logs": workflows.StateAborted, "shop": workflows.StateCompleted, "loose": workflows.StateCompleted}
+	for _, o := range res.Plans {
+		if o.State != want[o.Plan] {
+			t.Errorf("plan %s: %+v, want %s", o.Plan, o, want[o.Plan])
+		}
+	}
+	if indexOf(*calls, "PromoteVolume", "west", "solo") < 0 {
+		t.Fatal("tier 1 never ran after the skip")
+	}
+}
