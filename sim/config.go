@@ -160,6 +160,11 @@ var Methods = map[string][]string{
 	"identity.Identity":      {"GetIdentity", "GetCapabilities", "Probe"},
 	"fence.FenceController":  {"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients"},
 	"replication.Controller": {"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo", "GetReplicationDestinationInfo"},
+	// The CSI services (csi.go). Probe is both CSI-Addons' and CSI's: a
+	// rule or an unimplemented entry for it covers both.
+	"csi.v1.Identity":        {"GetPluginInfo", "GetPluginCapabilities", "Probe"},
+	"csi.v1.Controller":      {"ControllerGetCapabilities", "CreateVolume", "DeleteVolume", "CreateSnapshot", "DeleteSnapshot", "ListSnapshots"},
+	"csi.v1.GroupController": {"GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"},
 }
 
 func knownMethod(name string) bool {

@@ -118,6 +118,9 @@ func (s *Site) handleWrite(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if s.cloneBlock(w, r, addr, true) {
+		return
+	}
 	u, vol, n, ok := s.blockTarget(w, r)
 	if !ok {
 		return
@@ -170,7 +173,11 @@ func (s *Site) handleWrite(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Site) handleRead(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.admit(w, r); !ok {
+	addr, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	if s.cloneBlock(w, r, addr, false) {
 		return
 	}
 	u, vol, n, ok := s.blockTarget(w, r)

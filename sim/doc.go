@@ -13,6 +13,16 @@
 // while the site is down. cmd/drover-sim runs one or several sites per
 // process.
 //
+// Beside CSI-Addons, a site serves the CSI spec's csi.v1 Identity,
+// Controller and GroupController for test recoveries (csi.go):
+// point-in-time snapshots of its copies (CreateSnapshot, and
+// CreateVolumeGroupSnapshot, which cuts a group's volumes at one point),
+// writable volumes created from them (CreateVolume; independent of the
+// replica, never replicated, on the same data path and behind the same
+// fence), ListSnapshots and the deletes. A replicated volume cannot be
+// deleted through CSI. ReplicasUnchanged (check.go) compares two states
+// of a site to show that its replicas were left alone.
+//
 // # The storage model
 //
 // The unit of replication is a volume group, or a volume that belongs to

@@ -10,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -51,6 +53,7 @@ type Site struct {
 	volumes map[string]string // volume id -> unit key
 	unimpl  map[string]bool
 	profile *profile
+	csiMu   sync.Mutex // one CSI create or delete at a time
 	breaks  *breaks
 
 	mu       sync.Mutex // guards the fields below and sf
@@ -252,6 +255,9 @@ func (s *Site) listen() error {
 	identity.RegisterIdentityServer(gs, &identityServer{s: s})
 	fence.RegisterFenceControllerServer(gs, &fenceServer{s: s})
 	replication.RegisterControllerServer(gs, &replicationServer{s: s})
+	csi.RegisterIdentityServer(gs, &csiIdentity{s: s})
+	csi.RegisterControllerServer(gs, &csiController{s: s})
+	csi.RegisterGroupControllerServer(gs, &csiGroupController{s: s})
 	ds := &http.Server{Handler: s.dataHandler(), ReadHeaderTimeout: 5 * time.Second}
 
 	s.mu.Lock()
@@ -428,7 +434,25 @@ func (s *Site) Snapshot() *State {
 	for _, c := range s.sf.Clients {
 		st.Clients = append(st.Clients, c)
 	}
+	for _, sn := range s.sf.Snapshots {
+		c := *sn
+		c.Blocks = cloneBlocks(sn.Blocks)
+		st.Snapshots = append(st.Snapshots, c)
+	}
+	for _, g := range s.sf.GroupSnapshots {
+		c := *g
+		c.Snapshots, c.Volumes = slices.Clone(g.Snapshots), slices.Clone(g.Volumes)
+		st.GroupSnapshots = append(st.GroupSnapshots, c)
+	}
+	for _, cl := range s.sf.Clones {
+		c := *cl
+		c.Blocks, c.Writes = cloneBlocks(cl.Blocks), slices.Clone(cl.Writes)
+		st.Clones = append(st.Clones, c)
+	}
 	s.mu.Unlock()
+	sort.Slice(st.Snapshots, func(i, j int) bool { return st.Snapshots[i].ID < st.Snapshots[j].ID })
+	sort.Slice(st.GroupSnapshots, func(i, j int) bool { return st.GroupSnapshots[i].ID < st.GroupSnapshots[j].ID })
+	sort.Slice(st.Clones, func(i, j int) bool { return st.Clones[i].ID < st.Clones[j].ID })
 	sort.Slice(st.Fences, func(i, j int) bool { return st.Fences[i].CIDR < st.Fences[j].CIDR })
 	sort.Slice(st.Clients, func(i, j int) bool { return st.Clients[i].Addr < st.Clients[j].Addr })
 	return st

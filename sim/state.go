@@ -170,6 +170,10 @@ type siteFile struct {
 	Fences   map[string]FenceEntry `json:"fences"`
 	FenceLog []FenceEvent          `json:"fenceLog,omitempty"`
 	Clients  map[string]ClientSeen `json:"clients,omitempty"`
+	// The CSI objects (csi.go).
+	Snapshots      map[string]*SnapshotState      `json:"snapshots,omitempty"`
+	GroupSnapshots map[string]*GroupSnapshotState `json:"groupSnapshots,omitempty"`
+	Clones         map[string]*CloneState         `json:"clones,omitempty"`
 }
 
 // State is a whole site's state as the checker and operators see it.
@@ -180,6 +184,10 @@ type State struct {
 	Fences   []FenceEntry `json:"fences"`
 	FenceLog []FenceEvent `json:"fenceLog"`
 	Clients  []ClientSeen `json:"clients"`
+	// Snapshots, group snapshots and clones made through CSI, by ID.
+	Snapshots      []SnapshotState      `json:"snapshots,omitempty"`
+	GroupSnapshots []GroupSnapshotState `json:"groupSnapshots,omitempty"`
+	Clones         []CloneState         `json:"clones,omitempty"`
 }
 
 // Unit returns the copy of the named unit ("vg/ID" or "vol/ID"), or nil.
