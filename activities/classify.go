@@ -85,6 +85,27 @@ var perRPC = map[string]map[codes.Code]Outcome{
 	RPCDemoteVolume:             {codes.NotFound: Retry},
 	RPCResyncVolume:             {codes.NotFound: Retry},
 	RPCGetVolumeReplicationInfo: {codes.NotFound: Retry},
+
+	// The CSI controller calls, from csi-spec.txt's error tables.
+	// CreateVolume: NOT_FOUND "Source does not exist … verify … before
+	// retrying with exponential back off"; ALREADY_EXISTS (incompatible)
+	// and OUT_OF_RANGE "MUST fix the arguments": fail, as by default.
+	RPCCreateVolume: {codes.NotFound: Retry},
+	// DeleteVolume: FAILED_PRECONDITION "Volume in use … retry with
+	// exponential back off"; a missing volume "MUST reply 0 OK", so a
+	// NOT_FOUND from a plugin that says it otherwise means the same.
+	RPCDeleteVolume: {codes.FailedPrecondition: Retry, codes.NotFound: Done},
+	// CreateSnapshot: ALREADY_EXISTS (incompatible) fails, ABORTED
+	// (operation pending) retries, RESOURCE_EXHAUSTED "Caller SHOULD fail
+	// this request".
+	RPCCreateSnapshot: {codes.ResourceExhausted: Fail},
+	// DeleteSnapshot: FAILED_PRECONDITION "Snapshot in use … retry with
+	// exponential back off"; missing is OK, as for DeleteVolume.
+	RPCDeleteSnapshot: {codes.FailedPrecondition: Retry, codes.NotFound: Done},
+	// The group snapshot calls have no table in csi-spec.txt; they follow
+	// their single-snapshot counterparts.
+	RPCCreateVolumeGroupSnapshot: {codes.ResourceExhausted: Fail},
+	RPCDeleteVolumeGroupSnapshot: {codes.FailedPrecondition: Retry, codes.NotFound: Done},
 }
 
 // Classify returns the outcome of an RPC answering code.
@@ -111,10 +132,10 @@ type Rule struct {
 // then code order. Codes that no table names fail as Unexpected.
 func Table() []Rule {
 	var rows []Rule
-	for _, group := range [][]string{IdentityRPCs, FenceRPCs, ReplicationRPCs} {
+	for _, group := range [][]string{IdentityRPCs, FenceRPCs, ReplicationRPCs, CSIRPCs} {
 		for _, rpc := range group {
 			for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
-				rows = append(rows, Rule{RPC: rpc, Code: c, Outcome: Classify(rpc, c), Type: TypeOf(c)})
+				rows = append(rows, Rule{RPC: rpc, Code: c, Outcome: Classify(rpc, c), Type: TypeFor(rpc, c)})
 			}
 		}
 	}
@@ -135,6 +156,8 @@ const (
 	ErrNotAuthenticated   = "NotAuthenticated"   // UNAUTHENTICATED
 	ErrUnknown            = "UnknownError"       // UNKNOWN
 	ErrFailedPrecondition = "FailedPrecondition" // FAILED_PRECONDITION
+	ErrAlreadyExists      = "AlreadyExists"      // ALREADY_EXISTS: a CSI name taken with other arguments
+	ErrInUse              = "InUse"              // FAILED_PRECONDITION of a CSI delete: still in use, retried
 	ErrUnexpected         = "Unexpected"         // any other code
 	ErrTLS                = "TLSFailure"         // the TLS handshake failed
 	ErrBadEndpoint        = "BadEndpoint"        // the endpoint cannot be dialed as configured
@@ -152,6 +175,7 @@ var typeOfCode = map[codes.Code]string{
 	codes.Unauthenticated:    ErrNotAuthenticated,
 	codes.Unknown:            ErrUnknown,
 	codes.FailedPrecondition: ErrFailedPrecondition,
+	codes.AlreadyExists:      ErrAlreadyExists,
 }
 
 // TypeOf returns the application error type for a gRPC code.
@@ -160,6 +184,17 @@ func TypeOf(c codes.Code) string {
 		return t
 	}
 	return ErrUnexpected
+}
+
+// TypeFor is the application error type of rpc answering c: TypeOf(c),
+// but InUse for a FAILED_PRECONDITION the RPC's table retries (a CSI
+// delete of a volume or snapshot still in use), so that
+// FailedPrecondition stays final everywhere: the workflow decides.
+func TypeFor(rpc string, c codes.Code) string {
+	if c == codes.FailedPrecondition && Classify(rpc, c) == Retry {
+		return ErrInUse
+	}
+	return TypeOf(c)
 }
 
 // NonRetryableTypes are the error types that are final for every RPC. A
@@ -173,9 +208,9 @@ func NonRetryableTypes() []string {
 	//workflowcheck:ignore
 	for c, t := range typeOfCode {
 		final := true
-		for _, group := range [][]string{IdentityRPCs, FenceRPCs, ReplicationRPCs} {
+		for _, group := range [][]string{IdentityRPCs, FenceRPCs, ReplicationRPCs, CSIRPCs} {
 			for _, rpc := range group {
-				if o := Classify(rpc, c); o == Retry || o == Done {
+				if o := Classify(rpc, c); TypeFor(rpc, c) == t && (o == Retry || o == Done) {
 					final = false
 				}
 			}
@@ -227,9 +262,9 @@ func classify(rpc string, e Endpoint, subject string, err error, secrets map[str
 	case Done:
 		return nil
 	case Retry:
-		return temporal.NewApplicationErrorWithOptions(f.String(), TypeOf(code), temporal.ApplicationErrorOptions{Details: []any{f}})
+		return temporal.NewApplicationErrorWithOptions(f.String(), TypeFor(rpc, code), temporal.ApplicationErrorOptions{Details: []any{f}})
 	default: // Fail and HandBack: Temporal must not retry either
-		return temporal.NewNonRetryableApplicationError(f.String(), TypeOf(code), nil, f)
+		return temporal.NewNonRetryableApplicationError(f.String(), TypeFor(rpc, code), nil, f)
 	}
 }
 

@@ -24,6 +24,16 @@
 // given time has completed. Both heartbeat their PollProgress; an attempt
 // that follows a crash or a retried error resumes from it.
 //
+// The CSI controller (csi.go), for test recoveries, through the site's
+// storage.csi endpoint: CreateSnapshot, CreateVolumeGroupSnapshot (a
+// group's volumes at one point in time), CreateVolume (a writable copy of
+// a snapshot), DeleteVolume, DeleteSnapshot, DeleteVolumeGroupSnapshot.
+// The caller names what it creates, so a retried create finds the first
+// one's object; the deletes answer OK for what is gone. Their rows of the
+// classification table come from the CSI spec's error tables; a delete
+// refused as "in use" (FAILED_PRECONDITION) is retried under the type
+// InUse, so that FailedPrecondition stays final for every RPC.
+//
 // Two activities batch one site's calls for a large plan.
 // SurveyReplication makes Protect's GetVolumeReplicationInfo calls of a
 // poll round. ReplicateBatch makes one of the single calls (BatchRPCs:

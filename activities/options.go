@@ -80,6 +80,8 @@ func service(rpc string) string {
 		return "identity"
 	case slices.Contains(FenceRPCs, rpc):
 		return "fence"
+	case slices.Contains(CSIRPCs, rpc):
+		return "csi"
 	default:
 		return "replication"
 	}
@@ -101,6 +103,8 @@ func EndpointFor(p *plans.Plan, site, rpc string) (Endpoint, error) {
 		addr = first(st.Identity, addr)
 	case "fence":
 		addr = first(st.Fence, addr)
+	case "csi":
+		addr = first(st.CSI, addr)
 	default:
 		addr = first(st.Replication, addr)
 	}

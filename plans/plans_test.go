@@ -155,7 +155,7 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:26:14: policy.rpoTarget: "5 minutes" is not a duration (e.g. 30s, 5m, 1h30m, 2d)`,
 			`plan.yaml:27:14: policy.onFailure: "retry" is not pause or abort`,
 			`plan.yaml:28:15: policy.approvals[0]: unknown gate "beforeLunch" (one of beforeFence, beforePromote, beforeStart, beforeDemote)`,
-			`plan.yaml:29:15: policy.deadlines.Promote: unknown RPC "Promote" (one of default, GetIdentity, GetCapabilities, Probe, FenceClusterNetwork, UnfenceClusterNetwork, ListClusterFence, GetFenceClients, EnableVolumeReplication, DisableVolumeReplication, PromoteVolume, DemoteVolume, ResyncVolume, GetVolumeReplicationInfo)`}},
+			`plan.yaml:29:15: policy.deadlines.Promote: unknown RPC "Promote" (one of default, GetIdentity, GetCapabilities, Probe, FenceClusterNetwork, UnfenceClusterNetwork, ListClusterFence, GetFenceClients, EnableVolumeReplication, DisableVolumeReplication, PromoteVolume, DemoteVolume, ResyncVolume, GetVolumeReplicationInfo, CreateSnapshot, DeleteSnapshot, CreateVolume, DeleteVolume, CreateVolumeGroupSnapshot, DeleteVolumeGroupSnapshot)`}},
 		{"missing required keys", "kind: FailoverPlan\n", "", []string{
 			`plan.yaml:1:1: kind: required key is missing`}},
 		{"orchestrator mismatch", "east: {nomad: {job: pg}}", "east: {exec: {start: a, stop: b}}", []string{

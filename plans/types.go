@@ -43,12 +43,14 @@ type Site struct {
 	Orchestrator Orchestrator `yaml:"orchestrator" json:"orchestrator" required:"true"`
 }
 
-// Storage is how to reach a site's CSI-Addons driver.
+// Storage is how to reach a site's CSI-Addons driver, and its CSI
+// controller.
 type Storage struct {
 	Endpoint       string                       `yaml:"endpoint,omitempty" json:"endpoint,omitempty" doc:"CSI-Addons endpoint for all three services: unix:///path or host:port."`
 	Identity       string                       `yaml:"identity,omitempty" json:"identity,omitempty" doc:"Endpoint of the identity service, when it differs from endpoint."`
 	Fence          string                       `yaml:"fence,omitempty" json:"fence,omitempty" doc:"Endpoint of the fence service, when it differs from endpoint."`
 	Replication    string                       `yaml:"replication,omitempty" json:"replication,omitempty" doc:"Endpoint of the replication service, when it differs from endpoint."`
+	CSI            string                       `yaml:"csi,omitempty" json:"csi,omitempty" doc:"Endpoint of the CSI controller (Controller and GroupController services: snapshots and copies for a test recovery), when it differs from endpoint."`
 	TLS            *TLS                         `yaml:"tls,omitempty" json:"tls,omitempty"`
 	Secret         *SecretRef                   `yaml:"secret,omitempty" json:"secret,omitempty" doc:"Secrets sent with every fence and replication call, resolved on the worker."`
 	Parameters     map[string]string            `yaml:"parameters,omitempty" json:"parameters,omitempty" doc:"Plugin parameters sent with every call (ceph-csi wants clusterID)."`

@@ -12,12 +12,13 @@ import (
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-// RPCs are the CSI-Addons RPC names a plan may set deadlines and call
-// parameters for.
+// RPCs are the CSI-Addons RPC names, and the CSI controller's a test
+// recovery calls, that a plan may set deadlines and call parameters for.
 var RPCs = []string{
 	"GetIdentity", "GetCapabilities", "Probe",
 	"FenceClusterNetwork", "UnfenceClusterNetwork", "ListClusterFence", "GetFenceClients",
 	"EnableVolumeReplication", "DisableVolumeReplication", "PromoteVolume", "DemoteVolume", "ResyncVolume", "GetVolumeReplicationInfo",
+	"CreateSnapshot", "DeleteSnapshot", "CreateVolume", "DeleteVolume", "CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot",
 }
 
 // Gates are the approval gates a plan may set.
@@ -80,7 +81,7 @@ func (p *Plan) validate(d *decoder) {
 		if st.Endpoint == "" && (st.Identity == "" || st.Fence == "" || st.Replication == "") && d.present[sp+".storage"] {
 			bad(sp+".storage", "give endpoint, or all of identity, fence and replication")
 		}
-		for _, k := range []struct{ key, v string }{{"endpoint", st.Endpoint}, {"identity", st.Identity}, {"fence", st.Fence}, {"replication", st.Replication}} {
+		for _, k := range []struct{ key, v string }{{"endpoint", st.Endpoint}, {"identity", st.Identity}, {"fence", st.Fence}, {"replication", st.Replication}, {"csi", st.CSI}} {
 			if k.v != "" {
 				if err := checkEndpoint(k.v); err != nil {
 					bad(sp+".storage."+k.key, "%v", err)
