@@ -264,3 +264,21 @@ func TestCSIFaults(t *testing.T) {
 	_, err = cc.CreateSnapshot(ctxT(t), &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v1"})
 	mustOK(t, err)
 }
+
+// TestFaultsAimedAtOneUnit: a rule with a subject fires on the calls on
+// that unit only.
+func TestFaultsAimedAtOneUnit(t *testing.T) {
+	a, _ := startPair(t, pairOpts{})
+	for _, src := range []*replication.ReplicationSource{group("vg-1"), group("vg-2"), volume("solo")} {
+		enable(t, a, src)
+	}
+	r, err := sim.ParseFaultRule("PromoteVolume:UNAVAILABLE,p=1,subject=vg-2")
+	mustOK(t, err)
+	mustOK(t, a.SetFaults([]sim.FaultRule{r}))
+	_, err = a.rc.PromoteVolume(ctxT(t), &replication.PromoteVolumeRequest{ReplicationSource: group("vg-1")})
+	mustOK(t, err)
+	_, err = a.rc.PromoteVolume(ctxT(t), &replication.PromoteVolumeRequest{ReplicationSource: group("vg-2")})
+	wantCode(t, err, codes.Unavailable)
+	_, err = a.rc.PromoteVolume(ctxT(t), &replication.PromoteVolumeRequest{ReplicationSource: volume("solo")})
+	mustOK(t, err)
+}

@@ -31,6 +31,9 @@ type FaultRule struct {
 	Latency     time.Duration `yaml:"latency,omitempty" json:"latency,omitempty"`
 	Message     string        `yaml:"message,omitempty" json:"message,omitempty"`
 	Discard     bool          `yaml:"discard,omitempty" json:"discard,omitempty"`
+	// Subject limits the rule to the calls of a replication RPC on one
+	// unit: a volume group's ID, or a volume's that belongs to none.
+	Subject string `yaml:"subject,omitempty" json:"subject,omitempty"`
 }
 
 // discardable lists the RPCs a Discard rule applies to: those whose effect
@@ -38,7 +41,7 @@ type FaultRule struct {
 var discardable = []string{"FenceClusterNetwork", "UnfenceClusterNetwork"}
 
 // ParseFaultRule reads the command-line form
-// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,discard]".
+// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,subject=ID][,discard]".
 func ParseFaultRule(s string) (FaultRule, error) {
 	parts := strings.Split(s, ",")
 	var r FaultRule
@@ -66,6 +69,8 @@ func ParseFaultRule(s string) (FaultRule, error) {
 			r.Latency, err = time.ParseDuration(v)
 		case "msg", "message":
 			r.Message = v
+		case "subject":
+			r.Subject = v
 		default:
 			err = fmt.Errorf("unknown key %q", k)
 		}
@@ -159,12 +164,18 @@ func (f *faults) counts() map[string]int {
 // inject applies the rules for method: it waits out their latency (or the
 // caller's deadline) and returns the injected error, if one fires.
 func (f *faults) inject(ctx context.Context, method string) error {
+	return f.injectOn(ctx, method, "")
+}
+
+// injectOn is inject for a call on one unit (subject): rules with a
+// Subject apply only to calls on that unit.
+func (f *faults) injectOn(ctx context.Context, method, subject string) error {
 	f.mu.Lock()
 	var latency time.Duration
 	var fire *FaultRule
 	for i := range f.rules {
 		r := &f.rules[i]
-		if r.Method != method && r.Method != "*" {
+		if r.Method != method && r.Method != "*" || r.Subject != "" && r.Subject != subject {
 			continue
 		}
 		latency += r.Latency

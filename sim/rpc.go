@@ -288,7 +288,7 @@ func (s *Site) withUnit(ctx context.Context, method string, secrets map[string]s
 		return status.Errorf(codes.Aborted, "an operation is already pending for %s %q", u.st.Kind, u.st.ID)
 	}
 	defer u.op.Unlock()
-	if err := s.faults.inject(ctx, method); err != nil {
+	if err := s.faults.injectOn(ctx, method, u.st.ID); err != nil {
 		return err
 	}
 	return fn(u)

@@ -144,3 +144,61 @@ func TestBatchRetriesShowOnTheStep(t *testing.T) {
 	}
 	allRoles(t, f.west, sim.RolePrimary)
 }
+
+// TestBatchHonoursMaximumAttempts: in a plan that fans out, a group whose
+// promotion keeps failing with a retryable code is tried exactly
+// policy.retry.maximumAttempts times, then the step fails naming it; the
+// other groups are promoted once each.
+func TestBatchHonoursMaximumAttempts(t *testing.T) {
+	f := newFixtureN(t, 150)
+	f.east.Down()
+	f.plan.Policy.Retry.MaximumAttempts = 3
+	f.plan.Policy.OnFailure = "abort"
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Probability: 1, Subject: "vg-0001", Message: "pool offline"}}))
+	env, calls := f.env(t)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || !strings.Contains(ae.Error(), "vg-0001") || !strings.Contains(ae.Error(), "pool offline") {
+		t.Fatalf("error %v, want the step to fail naming vg-0001", err)
+	}
+	per := map[string]int{}
+	for _, c := range *calls {
+		if c.name == "PromoteVolume" {
+			per[c.subject]++
+		}
+	}
+	// vg-0003 shares vg-0001's priority (vg-0002's comes after the
+	// failure).
+	if per["vg-0001"] != 3 || per["vg-0003"] != 1 {
+		t.Fatalf("vg-0001 tried %d times, vg-0003 %d; want maximumAttempts (3) and 1", per["vg-0001"], per["vg-0003"])
+	}
+}
+
+// TestBatchStopsAtTheTimeLimit: a group that keeps failing is tried
+// again only while the next try would start before the call's time limit
+// is spent; then the step fails, naming the group.
+func TestBatchStopsAtTheTimeLimit(t *testing.T) {
+	f := newFixtureN(t, 150)
+	f.east.Down()
+	f.plan.Policy.Retry = plans.Retry{InitialInterval: plans.Duration(time.Second), MaximumInterval: plans.Duration(time.Second),
+		BackoffCoefficient: 1, TimeLimit: plans.Duration(5 * time.Second)}
+	f.plan.Policy.OnFailure = "abort"
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Probability: 1, Subject: "vg-0001", Message: "pool offline"}}))
+	env, calls := f.env(t)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || !strings.Contains(ae.Error(), "vg-0001") {
+		t.Fatalf("error %v, want the step to fail naming vg-0001", err)
+	}
+	n := 0
+	for _, c := range *calls {
+		if c.name == "PromoteVolume" && c.subject == "vg-0001" {
+			n++
+		}
+	}
+	// Tries at 0 s, 1 s, 2 s, 3 s and 4 s start within the 5 s limit;
+	// a sixth would start at 5 s, when the limit is spent.
+	if n != 5 {
+		t.Fatalf("vg-0001 tried %d times within a 5 s limit at 1 s intervals, want 5", n)
+	}
+}
