@@ -115,6 +115,9 @@ func TestInvalidPlans(t *testing.T) {
 		new  string
 		want []string // every error, in order
 	}{
+		{"members without a storage group", "      west: {groupID: vg-db}", "      west: {volumes: [v1], members: [v1, v1]}", []string{
+			`plan.yaml:24:29: volumeGroups[0].sites.west.members: members name a storage group's volumes: give them with groupID (loose volumes are listed under volumes)`,
+			`plan.yaml:24:43: volumeGroups[0].sites.west.members[1]: member "v1" is empty or listed twice`}},
 		{"bad CIDR", "cidrs: [10.1.0.0/24]", "cidrs: [10.1.0.0/24, 10.0.0/24]",
 			[]string{`plan.yaml:17:28: sites[1].fence.cidrs[1]: "10.0.0/24" is not a CIDR`}},
 		{"unknown key with a suggestion", "    fence:\n      cidrs: [10.0.0.0/24]", "    fense:\n      cidrs: [10.0.0.0/24]",

@@ -132,6 +132,7 @@ type VolumeGroup struct {
 type GroupRef struct {
 	GroupID string   `yaml:"groupID,omitempty" json:"groupID,omitempty"`
 	Volumes []string `yaml:"volumes,omitempty" json:"volumes,omitempty"`
+	Members []string `yaml:"members,omitempty" json:"members,omitempty" doc:"With groupID: the group's volumes on this site, which a test recovery snapshots together."`
 }
 
 // Workload is an application that uses volume groups.
@@ -159,11 +160,17 @@ type NomadJob struct {
 
 // ExecHooks are the commands that stop, start and check a workload.
 type ExecHooks struct {
-	Start   string   `yaml:"start" json:"start" required:"true"`
-	Stop    string   `yaml:"stop" json:"stop" required:"true" doc:"Stops the workload and returns only once it has stopped: a planned move demotes its volumes right after."`
-	Stopped string   `yaml:"stopped,omitempty" json:"stopped,omitempty" doc:"Exits 0 once nothing of the workload runs; polled after stop until it does, within policy.stopDeadline, before any volume is demoted."`
-	Health  string   `yaml:"health,omitempty" json:"health,omitempty" doc:"Exits 0 when healthy; retried until healthTimeout."`
-	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Time limit of one hook (default: the site's exec timeout)."`
+	Start   string `yaml:"start" json:"start" required:"true"`
+	Stop    string `yaml:"stop" json:"stop" required:"true" doc:"Stops the workload and returns only once it has stopped: a planned move demotes its volumes right after."`
+	Stopped string `yaml:"stopped,omitempty" json:"stopped,omitempty" doc:"Exits 0 once nothing of the workload runs; polled after stop until it does, within policy.stopDeadline, before any volume is demoted."`
+	Health  string `yaml:"health,omitempty" json:"health,omitempty" doc:"Exits 0 when healthy; retried until healthTimeout."`
+	// The hooks of a test recovery (drctl test-recovery): they run the
+	// workload on copies of its volumes, in isolation, with DROVER_COPY_*
+	// naming the copies.
+	TestStart  string   `yaml:"testStart,omitempty" json:"testStart,omitempty" doc:"Starts the workload for a test recovery, on the copies DROVER_COPY_<VOLUME> names; without it the workload is left out of test recoveries."`
+	TestStop   string   `yaml:"testStop,omitempty" json:"testStop,omitempty" doc:"Stops the test recovery's workload and returns once it has stopped."`
+	TestHealth string   `yaml:"testHealth,omitempty" json:"testHealth,omitempty" doc:"Exits 0 when the test recovery's workload is healthy."`
+	Timeout    Duration `yaml:"timeout,omitempty" json:"timeout,omitempty" doc:"Time limit of one hook (default: the site's exec timeout)."`
 	// Env and SecretEnv are this workload's hook environment, over the
 	// site's.
 	Env       map[string]string    `yaml:"env,omitempty" json:"env,omitempty" doc:"Environment of this workload's hooks, over the site's: literal values."`
@@ -174,13 +181,14 @@ type ExecHooks struct {
 
 // Policy is how DR actions behave.
 type Policy struct {
-	Parallelism  int                 `yaml:"parallelism,omitempty" json:"parallelism,omitempty" doc:"Volume groups promoted at once (default 10)."`
-	RPOTarget    Duration            `yaml:"rpoTarget,omitempty" json:"rpoTarget,omitempty" doc:"Replication lag above this marks the plan out of RPO (default 5m)."`
-	Retry        Retry               `yaml:"retry,omitempty" json:"retry,omitempty"`
-	Deadlines    map[string]Duration `yaml:"deadlines,omitempty" json:"deadlines,omitempty" doc:"Deadline of one call, by RPC name, and 'default'."`
-	StopDeadline Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for a workload to stop (default 30s): in a failover, the best-effort stop of the lost site's workloads; in a reprotect or failback, the wait until nothing of a workload runs, past which the stop step pauses naming what still runs."`
-	OnFailure    string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
-	Approvals    []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
+	Parallelism   int                 `yaml:"parallelism,omitempty" json:"parallelism,omitempty" doc:"Volume groups promoted at once (default 10)."`
+	RPOTarget     Duration            `yaml:"rpoTarget,omitempty" json:"rpoTarget,omitempty" doc:"Replication lag above this marks the plan out of RPO (default 5m)."`
+	Retry         Retry               `yaml:"retry,omitempty" json:"retry,omitempty"`
+	Deadlines     map[string]Duration `yaml:"deadlines,omitempty" json:"deadlines,omitempty" doc:"Deadline of one call, by RPC name, and 'default'."`
+	StopDeadline  Duration            `yaml:"stopDeadline,omitempty" json:"stopDeadline,omitempty" doc:"Time allowed for a workload to stop (default 30s): in a failover, the best-effort stop of the lost site's workloads; in a reprotect or failback, the wait until nothing of a workload runs, past which the stop step pauses naming what still runs."`
+	OnFailure     string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
+	Approvals     []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
+	TestTimeLimit Duration            `yaml:"testTimeLimit,omitempty" json:"testTimeLimit,omitempty" doc:"How long a test recovery's workloads run on their copies before it cleans up without the operator's word (default 1h)."`
 }
 
 // Retry is the back-off of storage and orchestrator calls.

@@ -159,6 +159,15 @@ func (p *Plan) validate(d *decoder) {
 				bad(rp, "give groupID or volumes, not both")
 			case ref.GroupID == "" && len(ref.Volumes) == 0:
 				bad(rp, "give groupID or volumes")
+			case ref.GroupID == "" && len(ref.Members) > 0:
+				bad(rp+".members", "members name a storage group's volumes: give them with groupID (loose volumes are listed under volumes)")
+			}
+			seenMember := map[string]bool{}
+			for j, v := range ref.Members {
+				if v == "" || seenMember[v] {
+					bad(fmt.Sprintf("%s.members[%d]", rp, j), "member %q is empty or listed twice", v)
+				}
+				seenMember[v] = true
 			}
 			seen := map[string]bool{}
 			for j, v := range ref.Volumes {

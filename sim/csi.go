@@ -129,12 +129,10 @@ func (i *csiIdentity) GetPluginCapabilities(ctx context.Context, _ *csi.GetPlugi
 }
 
 func (i *csiIdentity) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	if err := i.s.faults.inject(ctx, "Probe"); err != nil {
+	ready, err := i.s.probe(ctx)
+	if err != nil {
 		return nil, err
 	}
-	i.s.mu.Lock()
-	ready := i.s.ready && !i.s.down
-	i.s.mu.Unlock()
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(ready)}, nil
 }
 

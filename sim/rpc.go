@@ -94,16 +94,25 @@ func (i *identityServer) GetCapabilities(ctx context.Context, _ *identity.GetCap
 }
 
 func (i *identityServer) Probe(ctx context.Context, _ *identity.ProbeRequest) (*identity.ProbeResponse, error) {
-	if err := i.s.implemented("Probe"); err != nil {
+	ready, err := i.s.probe(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := i.s.faults.inject(ctx, "Probe"); err != nil {
-		return nil, err
-	}
-	i.s.mu.Lock()
-	ready := i.s.ready && !i.s.down
-	i.s.mu.Unlock()
 	return &identity.ProbeResponse{Ready: wrapperspb.Bool(ready)}, nil
+}
+
+// probe is what Probe answers, on either identity service: CSI-Addons'
+// or the CSI spec's.
+func (s *Site) probe(ctx context.Context) (bool, error) {
+	if err := s.implemented("Probe"); err != nil {
+		return false, err
+	}
+	if err := s.faults.inject(ctx, "Probe"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready && !s.down, nil
 }
 
 // ---- fence ----

@@ -48,6 +48,13 @@
 //     (ListClusterFence on each site, replication on the recorded
 //     primary) and names each drift; it changes nothing.
 //
+//   - TestRecovery (testrecovery.go): the plan's workloads brought up at
+//     a site on point-in-time copies of its replicas (CSI snapshots and
+//     volumes made from them), in isolation, then cleaned away; under
+//     TestRecoveryID, never fencing, promoting or demoting, writing
+//     nothing to the record; the cleanup runs in a disconnected context
+//     whether the test ends, fails or is cancelled.
+//
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's
 //     signature checked first, one fence per storage system of the

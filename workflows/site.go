@@ -9,7 +9,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -122,16 +121,8 @@ func (e *SiteBusyError) Error() string {
 // one runs on the site already.
 func StartSite(ctx context.Context, c client.Client, in SiteFailoverInput) (client.WorkflowRun, error) {
 	id := SiteActionID(in.From)
-	run, err := withAttributes(ctx, c, client.StartWorkflowOptions{
-		ID:                                       id,
-		Memo:                                     in.Origin.memo(),
-		TaskQueue:                                TaskQueue,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-	}, Attributes("site-"+in.From, "site-failover", in.To), SiteFailover, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	run, started, err := startOnce(ctx, c, id, in.Origin, Attributes("site-"+in.From, "site-failover", in.To), SiteFailover, in)
+	if started != nil {
 		return nil, &SiteBusyError{Site: in.From, ID: id, RunID: started.RunId}
 	}
 	return run, err

@@ -38,6 +38,7 @@ func Register(w interface{ RegisterWorkflow(any) }) {
 	w.RegisterWorkflow(PlanRecorder)
 	w.RegisterWorkflow(Verify)
 	w.RegisterWorkflow(SiteFailover)
+	w.RegisterWorkflow(TestRecovery)
 }
 
 // BusyError refuses an action because another one of the plan runs.
@@ -58,20 +59,12 @@ func (e *BusyError) Error() string {
 func Start(ctx context.Context, c client.Client, plan string, wf, in any) (client.WorkflowRun, error) {
 	id := ActionID(plan)
 	action, site := actionOf(in)
-	var memo map[string]any
-	if o, ok := in.(interface{ origin() Origin }); ok {
-		memo = o.origin().memo()
+	var o Origin
+	if oi, ok := in.(interface{ origin() Origin }); ok {
+		o = oi.origin()
 	}
-	run, err := withAttributes(ctx, c, client.StartWorkflowOptions{
-		ID:                                       id,
-		Memo:                                     memo,
-		TaskQueue:                                TaskQueue,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-	}, Attributes(plan, action, site), wf, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	run, started, err := startOnce(ctx, c, id, o, Attributes(plan, action, site), wf, in)
+	if started != nil {
 		busy := &BusyError{Plan: plan, RunID: started.RunId}
 		if d, derr := c.DescribeWorkflowExecution(ctx, id, ""); derr == nil {
 			info := d.GetWorkflowExecutionInfo()
@@ -82,6 +75,24 @@ func Start(ctx context.Context, c client.Client, plan string, wf, in any) (clien
 		return nil, busy
 	}
 	return run, err
+}
+
+// startOnce starts wf under id, unless a run under that id is open: then
+// it returns no run and the refusal, which names the open run.
+func startOnce(ctx context.Context, c client.Client, id string, o Origin, attrs temporal.SearchAttributes, wf, in any) (client.WorkflowRun, *serviceerror.WorkflowExecutionAlreadyStarted, error) {
+	run, err := withAttributes(ctx, c, client.StartWorkflowOptions{
+		ID:                                       id,
+		Memo:                                     o.memo(),
+		TaskQueue:                                TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+	}, attrs, wf, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil, started, err
+	}
+	return run, nil, err
 }
 
 // StartProtect starts a plan's Protect polling every interval (zero: the

@@ -92,7 +92,20 @@ func (a *app) actionCommands() []*cobra.Command {
 		&dr, true, false, func(ctx context.Context, plan string) error { return a.drill(ctx, plan, drillAction, dr) })
 	drill.Flags().StringVar(&drillAction, "action", "failover", "the action to rehearse: failover or failback")
 
-	return []*cobra.Command{failover, reprotect, failback, drill, a.protectCommand()}
+	var at string
+	var testWait bool
+	testRecovery := &cobra.Command{
+		Use:   "test-recovery PLAN --at SITE",
+		Short: "Bring the workloads up at SITE on copies of the replicas, in isolation, then clean up; production untouched",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.testRecovery(cmd.Context(), args[0], at, testWait)
+		},
+	}
+	testRecovery.Flags().StringVar(&at, "at", "", "the site whose replicas are copied and where the test workloads run (required)")
+	testRecovery.Flags().BoolVarP(&testWait, "wait", "w", false, "wait for the test to end (drctl approve ends it), showing its progress")
+
+	return []*cobra.Command{failover, reprotect, failback, drill, testRecovery, a.protectCommand()}
 }
 
 // sites checks --to against the plan and returns (from, to).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -32,7 +33,8 @@ var actionTypes = append(slices.Clone(names.ActionTypes), names.Protect)
 
 // runID is the workflow id a RUN argument stands for.
 func runID(arg string) string {
-	if strings.HasPrefix(arg, names.ActionIDPrefix) || strings.HasPrefix(arg, names.ProtectIDPrefix) || strings.HasPrefix(arg, names.SiteActionIDPrefix) {
+	if strings.HasPrefix(arg, names.ActionIDPrefix) || strings.HasPrefix(arg, names.ProtectIDPrefix) || strings.HasPrefix(arg, names.SiteActionIDPrefix) ||
+		strings.HasPrefix(arg, names.TestRecoveryIDPrefix) {
 		return arg
 	}
 	return workflows.ActionID(planName(arg))
@@ -166,6 +168,11 @@ type result struct {
 	Would      []string      `json:"would"`
 	// Plans: a site action's outcome per plan.
 	Plans []workflows.PlanOutcome `json:"plans"`
+	// A test recovery's copies, whether they are gone, and each test
+	// workload's RTO.
+	Copies      []workflows.TestCopy     `json:"copies"`
+	Cleaned     bool                     `json:"cleaned"`
+	WorkloadRTO map[string]time.Duration `json:"workloadRTO"`
 }
 
 // outcome is what watch and --wait print at the end (-o json).
@@ -310,6 +317,16 @@ func (a *app) summary(r *result) {
 			rpo = r.RPO.Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(a.stdout, "  RTO %v, RPO estimate %s, fenced %v\n", r.RTO.Round(time.Millisecond), rpo, r.Fenced)
+	case "test recovery":
+		state := "every copy and snapshot deleted"
+		if !r.Cleaned {
+			state = "the cleanup did not finish: see the steps"
+		}
+		fmt.Fprintf(a.stdout, "  %d volume(s) copied, %s\n", len(r.Copies), state)
+		names := slices.Sorted(maps.Keys(r.WorkloadRTO))
+		for _, w := range names {
+			fmt.Fprintf(a.stdout, "  %s healthy on its copies %v after the start\n", w, r.WorkloadRTO[w].Round(time.Millisecond))
+		}
 	case "drill failover", "drill failback":
 		if r.OK != nil && *r.OK {
 			fmt.Fprintf(a.stdout, "  every check passed; the real action would:\n")
@@ -627,6 +644,10 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	if siteAction {
 		name, actionID = "site-"+site, id
 	}
+	// A test recovery is the plan's, under an id of its own.
+	if plan, test := strings.CutPrefix(id, names.TestRecoveryIDPrefix); test {
+		name, actionID = plan, id
+	}
 	st := planStatus{Plan: name}
 	if !siteAction {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
@@ -638,7 +659,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		st.Record = rec
 	}
 	onlyProtect := strings.HasPrefix(id, workflows.ProtectIDPrefix)
-	onlyAction := strings.HasPrefix(arg, names.ActionIDPrefix) || siteAction
+	onlyAction := strings.HasPrefix(arg, names.ActionIDPrefix) || siteAction || strings.HasPrefix(id, names.TestRecoveryIDPrefix)
 	if !onlyProtect {
 		d, err := c.DescribeWorkflowExecution(ctx, actionID, "")
 		if err == nil {

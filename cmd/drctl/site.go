@@ -197,3 +197,45 @@ func planSteps(ctx context.Context, c client.Client, p *workflows.Progress) {
 		}
 	}
 }
+
+// testRecovery starts a plan's test recovery at a site and, with wait,
+// follows it to its end (which waits for drctl approve, gate endTest).
+func (a *app) testRecovery(ctx context.Context, file, at string, wait bool) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	if at == "" || p.Site(at) == nil {
+		return badInput("give the site to test the recovery at with --at (one of the plan's sites)")
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	o, err := a.origin(file, p)
+	if err != nil {
+		return err
+	}
+	a.warnIdleWorkers(ctx, c, p, "test recovery")
+	run, err := workflows.StartTestRecovery(ctx, c, workflows.TestRecoveryInput{Origin: o, Plan: p, At: at})
+	var busy *workflows.TestBusyError
+	if errors.As(err, &busy) {
+		return failed("%v", err)
+	}
+	if err != nil {
+		return temporalError("start the test recovery", err)
+	}
+	id := run.GetID()
+	if a.json() && !wait {
+		writeJSON(a.stdout, map[string]string{"plan": p.Metadata.Name, "action": "test recovery", "workflowId": id, "runId": run.GetRunID(), "state": workflows.StateRunning})
+		return nil
+	}
+	if !a.json() {
+		fmt.Fprintf(a.stdout, "test recovery of plan %q at %s started: workflow %s, run %s\nits workloads run on copies until: drctl approve %s (or policy.testTimeLimit)\n",
+			p.Metadata.Name, at, id, run.GetRunID(), id)
+	}
+	if !wait {
+		return nil
+	}
+	return a.follow(ctx, c, id, run.GetRunID())
+}

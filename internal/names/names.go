@@ -31,6 +31,9 @@ const (
 	// SiteActionIDPrefix, followed by a site's name rather than a plan's:
 	// the one site action (drctl failover --site) on that site at a time.
 	SiteActionIDPrefix = "drover-site-action-"
+	// TestRecoveryIDPrefix: a plan's test recovery, apart from its DR
+	// actions so that a real failover never waits for a test.
+	TestRecoveryIDPrefix = "drover-test-"
 )
 
 // ActionID is the workflow id of a plan's DR action.
@@ -59,6 +62,7 @@ const (
 	PlanRecorder = "PlanRecorder"
 	Verify       = "Verify"
 	SiteFailover = "SiteFailover"
+	TestRecovery = "TestRecovery"
 )
 
 // ActionTypes are the workflow types of DR actions.

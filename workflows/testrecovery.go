@@ -1,0 +1,367 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/plans"
+)
+
+// A test recovery brings a plan's workloads up at the recovery site on
+// point-in-time copies of the replicas, in isolation, while replication
+// carries on, then cleans everything away. It never fences, promotes or
+// demotes, and writes nothing to the plan's record: production is not
+// touched. It runs under its own workflow id (TestRecoveryID), apart from
+// the plan's DR actions, so that a real failover is never held up by a
+// test.
+//
+// Steps: the preflight of the recovery site; for every volume group a
+// snapshot of its replicas there (one group snapshot of a storage group's
+// members, or the loose volumes' snapshots taken together) and a writable
+// copy of each; the workloads that have test hooks (exec testStart,
+// testStop, testHealth) started as "NAME-test" by priority on the
+// copies, DROVER_COPY_<VOLUME> naming each copy, and waited healthy; then
+// the operator's word (drctl approve, gate endTest) or the plan's
+// policy.testTimeLimit (default 1h); then the cleanup: the test
+// workloads stopped, the copies and snapshots deleted. The cleanup also
+// runs when the test fails or is cancelled, in a context of its own.
+
+// TestRecoveryID is the workflow id of a plan's test recovery.
+func TestRecoveryID(plan string) string { return names.TestRecoveryIDPrefix + plan }
+
+// GateEndTest is the gate a test recovery waits at while its workloads
+// run on the copies: drctl approve opens it and the cleanup starts.
+const GateEndTest = "endTest"
+
+// DefaultTestTimeLimit is how long test workloads run when the plan does
+// not say.
+const DefaultTestTimeLimit = time.Hour
+
+// TestRecoveryInput tests the recovery of a plan at site At.
+type TestRecoveryInput struct {
+	Origin
+	Plan *plans.Plan `json:"plan"`
+	At   string      `json:"at"`
+}
+
+// TestCopy is one volume's snapshot and copy.
+type TestCopy struct {
+	Group         string `json:"group"`
+	Volume        string `json:"volume"`
+	Snapshot      string `json:"snapshot"`
+	GroupSnapshot string `json:"groupSnapshot,omitempty"`
+	Copy          string `json:"copy,omitempty"`
+}
+
+// TestRecoveryResult is the timeline, the copies made (all deleted when
+// Cleaned), and each test workload's RTO: from the start to healthy.
+type TestRecoveryResult struct {
+	Progress
+	At      string                   `json:"at"`
+	Copies  []TestCopy               `json:"copies"`
+	RTO     map[string]time.Duration `json:"workloadRTO,omitempty"`
+	Cleaned bool                     `json:"cleaned"`
+}
+
+// The step kinds of a test recovery.
+const (
+	KindSnapshot StepKind = "snapshot"
+	KindCopy     StepKind = "copy"
+	KindCleanup  StepKind = "cleanup"
+)
+
+// StartTestRecovery starts a plan's test recovery, or refuses with a
+// *TestBusyError when one runs already.
+func StartTestRecovery(ctx context.Context, c client.Client, in TestRecoveryInput) (client.WorkflowRun, error) {
+	id := TestRecoveryID(in.Plan.Metadata.Name)
+	run, started, err := startOnce(ctx, c, id, in.Origin, Attributes(in.Plan.Metadata.Name, "test-recovery", in.At), TestRecovery, in)
+	if started != nil {
+		return nil, &TestBusyError{Plan: in.Plan.Metadata.Name, ID: id, RunID: started.RunId}
+	}
+	return run, err
+}
+
+// TestBusyError refuses a test recovery while another of the plan runs.
+type TestBusyError struct{ Plan, ID, RunID string }
+
+func (e *TestBusyError) Error() string {
+	return fmt.Sprintf("plan %q has a test recovery running already (workflow %s, run %s); end it with drctl approve %s, or follow it with drctl watch %s",
+		e.Plan, e.ID, e.RunID, e.ID, e.ID)
+}
+
+// TestRecovery tests the recovery of a plan (see above).
+func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResult, error) {
+	p := in.Plan
+	note, err := trust(ctx, p, in.Origin)
+	if err != nil {
+		return nil, err
+	}
+	if p.Site(in.At) == nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %q has no site %q", p.Metadata.Name, in.At), ErrPreflight, nil)
+	}
+	r, err := newRun(ctx, "test recovery", p)
+	if err != nil {
+		return nil, err
+	}
+	r.origin, r.progress.By, r.progress.Trust = in.Origin, in.By, note
+	res := &TestRecoveryResult{At: in.At, RTO: map[string]time.Duration{}}
+	start := workflow.Now(ctx)
+
+	err = testRecovery(ctx, r, in, res)
+	// The cleanup runs however the test ended: done, failed or cancelled.
+	cctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	cerr := cleanupTest(cctx, r, in, res)
+	res.Cleaned = cerr == nil
+	for _, s := range r.progress.Steps {
+		if s.Kind() == KindStart && s.State == StateDone {
+			res.RTO[strings.TrimSuffix(s.ID[strings.LastIndex(s.ID, "/")+1:], "-test")] = s.End.Sub(start)
+		}
+	}
+	r.progress.End = workflow.Now(cctx)
+	r.progress.State = StateCompleted
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.progress.State = StateAborted
+	}
+	res.Progress = *r.progress
+	return res, err
+}
+
+func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRecoveryResult) error {
+	p, at := in.Plan, in.At
+	if err := r.step(ctx, preflightStep(at), false, func(ctx workflow.Context) (string, error) {
+		for _, w := range workloadsOn(p, at) {
+			if w.Sites[at].Nomad != nil {
+				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+					"workload %q runs on Nomad at %s: test recoveries run exec workloads only so far", w.Name, at), ErrPreflight, nil)
+			}
+		}
+		return preflight(ctx, p, at)
+	}); err != nil {
+		return err
+	}
+	// The names of what the test creates: its run's, so that a retried
+	// call finds what the first made, and two tests never share one.
+	prefix := "drover-test-" + p.Metadata.Name + "-" + workflow.GetInfo(ctx).WorkflowExecution.RunID
+	groups := slices.Clone(p.VolumeGroups)
+	slices.SortFunc(groups, func(a, b plans.VolumeGroup) int { return strings.Compare(a.Name, b.Name) })
+	for _, g := range groups {
+		ref := g.Sites[at]
+		if err := r.step(ctx, newRef(KindSnapshot, fmt.Sprintf("snapshot %s on %s", g.Name, at), at, g.Name), false, func(ctx workflow.Context) (string, error) {
+			copies, err := snapshotGroup(ctx, p, at, g.Name, ref, prefix+"-"+g.Name)
+			if err != nil {
+				return "", err
+			}
+			res.Copies = append(res.Copies, copies...)
+			return fmt.Sprintf("%d volume(s) cut at one point in time", len(copies)), nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := r.step(ctx, newRef(KindCopy, "copy the snapshots on "+at, at), false, func(ctx workflow.Context) (string, error) {
+		e, err := activities.EndpointFor(p, at, activities.RPCCreateVolume)
+		if err != nil {
+			return "", err
+		}
+		for i := range res.Copies {
+			c := &res.Copies[i]
+			if c.Copy != "" {
+				continue
+			}
+			out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, at, activities.RPCCreateVolume), st.CreateVolume,
+				activities.CopyInput{Endpoint: e, Name: prefix + "-" + c.Volume, Snapshot: c.Snapshot})
+			if err != nil {
+				return "", err
+			}
+			c.Copy = out.ID
+		}
+		return fmt.Sprintf("%d writable copies", len(res.Copies)), nil
+	}); err != nil {
+		return err
+	}
+	tp := testPlan(p, at, res.Copies)
+	if err := startAll(ctx, r, tp, at, "test-recovery"); err != nil {
+		return err
+	}
+	// The workloads run on the copies until the operator ends the test,
+	// or the time limit does.
+	limit := p.Policy.TestTimeLimit.D()
+	if limit <= 0 {
+		limit = DefaultTestTimeLimit
+	}
+	s := r.add(approveStep(GateEndTest), false)
+	s.State, s.Start = StateWaiting, workflow.Now(ctx)
+	s.Note = fmt.Sprintf("the test workloads run on the copies; drctl approve ends the test (or it ends at %s)", s.Start.Add(limit).UTC().Format(time.RFC3339))
+	ok, err := workflow.AwaitWithTimeout(ctx, limit, func() bool { return r.approved[GateEndTest] })
+	s.End, s.Attempts, s.By, s.Note = workflow.Now(ctx), 1, r.approver[GateEndTest], ""
+	if err != nil {
+		s.State = StateAborted
+		return err
+	}
+	s.State = StateDone
+	if !ok {
+		s.Output = fmt.Sprintf("time limit of %v reached: cleaning up", limit)
+	}
+	return nil
+}
+
+// snapshotGroup cuts a group's volumes on site: one group snapshot of a
+// storage group's members, or the snapshots of loose volumes at once.
+func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref plans.GroupRef, name string) ([]TestCopy, error) {
+	if ref.GroupID != "" {
+		if len(ref.Members) == 0 {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"group %s is storage group %q on %s: list its volumes under members for a test recovery", group, ref.GroupID, site), ErrPreflight, nil)
+		}
+		e, err := activities.EndpointFor(p, site, activities.RPCCreateVolumeGroupSnapshot)
+		if err != nil {
+			return nil, err
+		}
+		gs, err := rpcCall[activities.GroupSnapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateVolumeGroupSnapshot), st.CreateVolumeGroupSnapshot,
+			activities.SnapshotInput{Endpoint: e, Name: name, Volumes: ref.Members})
+		if err != nil {
+			return nil, err
+		}
+		var out []TestCopy
+		for _, s := range gs.Snapshots {
+			out = append(out, TestCopy{Group: group, Volume: s.Volume, Snapshot: s.ID, GroupSnapshot: gs.ID})
+		}
+		return out, nil
+	}
+	e, err := activities.EndpointFor(p, site, activities.RPCCreateSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TestCopy, len(ref.Volumes))
+	errs := make([]error, len(ref.Volumes))
+	fns := make([]func(ctx workflow.Context), len(ref.Volumes))
+	for i, v := range ref.Volumes {
+		fns[i] = func(ctx workflow.Context) {
+			sn, err := rpcCall[activities.Snapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
+				activities.SnapshotInput{Endpoint: e, Name: name + "-" + v, Volumes: []string{v}})
+			out[i], errs[i] = TestCopy{Group: group, Volume: v, Snapshot: sn.ID}, err
+		}
+	}
+	together(ctx, fns...)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// testPlan is p with only the workloads that have test hooks on site,
+// renamed NAME-test, their hooks the test ones, and the copies of their
+// groups' volumes in their environment as DROVER_COPY_<VOLUME>.
+func testPlan(p *plans.Plan, site string, copies []TestCopy) *plans.Plan {
+	tp := *p
+	tp.Workloads = nil
+	for _, w := range p.Workloads {
+		ref, ok := w.Sites[site]
+		if !ok || ref.Exec == nil || ref.Exec.TestStart == "" {
+			continue
+		}
+		h := *ref.Exec
+		h.Start, h.Stop, h.Health, h.Stopped = h.TestStart, h.TestStop, h.TestHealth, ""
+		if h.Stop == "" {
+			h.Stop = "true"
+		}
+		h.Env = maps.Clone(h.Env)
+		if h.Env == nil {
+			h.Env = map[string]string{}
+		}
+		for _, c := range copies {
+			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, c.Group) {
+				h.Env["DROVER_COPY_"+envName(c.Volume)] = c.Copy
+			}
+		}
+		tw := w
+		tw.Name = w.Name + "-test"
+		tw.Sites = map[string]plans.WorkloadRef{site: {Exec: &h}}
+		tp.Workloads = append(tp.Workloads, tw)
+	}
+	return &tp
+}
+
+// envName makes a volume id fit an environment variable's name.
+func envName(v string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, v)
+}
+
+// cleanupTest stops the test workloads and deletes the copies and
+// snapshots, each step safe to repeat; it runs in a context of its own.
+func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRecoveryResult) error {
+	p, at := in.Plan, in.At
+	var errs []string
+	if err := stopAll(ctx, r, testPlan(p, at, res.Copies), at, "test-recovery"); err != nil {
+		errs = append(errs, ErrorText(err))
+	}
+	err := r.step(ctx, newRef(KindCleanup, "delete the copies and snapshots on "+at, at), false, func(ctx workflow.Context) (string, error) {
+		deleted := 0
+		del := func(rpc string, fn any, id string, members []string) error {
+			e, err := activities.EndpointFor(p, at, rpc)
+			if err != nil {
+				return err
+			}
+			_, err = rpcCall[struct{}](ctx, activities.CallOptions(p, at, rpc), fn, activities.DeleteInput{Endpoint: e, ID: id, Members: members})
+			if err == nil {
+				deleted++
+			}
+			return err
+		}
+		groupSnaps := map[string][]string{}
+		var order []string
+		for _, c := range res.Copies {
+			if c.Copy != "" {
+				if err := del(activities.RPCDeleteVolume, st.DeleteVolume, c.Copy, nil); err != nil {
+					return "", err
+				}
+			}
+			if c.GroupSnapshot != "" {
+				if _, ok := groupSnaps[c.GroupSnapshot]; !ok {
+					order = append(order, c.GroupSnapshot)
+				}
+				groupSnaps[c.GroupSnapshot] = append(groupSnaps[c.GroupSnapshot], c.Snapshot)
+			} else if c.Snapshot != "" {
+				if err := del(activities.RPCDeleteSnapshot, st.DeleteSnapshot, c.Snapshot, nil); err != nil {
+					return "", err
+				}
+			}
+		}
+		for _, g := range order {
+			if err := del(activities.RPCDeleteVolumeGroupSnapshot, st.DeleteVolumeGroupSnapshot, g, groupSnaps[g]); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("%d copies and snapshots deleted", deleted), nil
+	})
+	if err != nil {
+		errs = append(errs, ErrorText(err))
+	}
+	if len(errs) > 0 {
+		return temporal.NewNonRetryableApplicationError("the cleanup of the test recovery did not finish: "+strings.Join(errs, "; "), ErrAborted, nil)
+	}
+	return nil
+}
