@@ -1,6 +1,8 @@
 package workflows_test
 
 import (
+	"context"
+	"crypto/ed25519"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/mock"
 
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -196,5 +200,46 @@ func TestSiteFailoverTierPausesAndSkips(t *testing.T) {
 	}
 	if indexOf(*calls, "PromoteVolume", "west", "solo") < 0 {
 		t.Fatal("tier 1 never ran after the skip")
+	}
+}
+
+// TestSiteFailoverLeavesOutUntrustedPlans: on a worker that trusts one
+// key, a site failover whose input holds a plan without a valid
+// signature (anyone who can start a workflow could send one) refuses that
+// plan before using any of its endpoints: its CIDRs are not fenced and
+// its groups not promoted; the signed plans fail over.
+func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	trusted, key, err := plans.GenerateKey()
+	mustOK(t, err)
+	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	f.east.Down()
+	sps := sitePlans(t, f) // loose (unsigned here), shop, logs
+	for i := 1; i < len(sps); i++ {
+		sps[i].Plan.ApplyDefaults()
+		sps[i].Signature, err = plans.Sign(sps[i].Plan, key, time.Now(), 0)
+		mustOK(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := workflows.StartSite(ctx, srv.Client, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+	mustOK(t, err)
+	var res workflows.SiteFailoverResult
+	mustOK(t, run.Get(ctx, &res))
+	for _, o := range res.Plans {
+		want := workflows.StateCompleted
+		if o.Plan == "loose" {
+			want = workflows.OutcomeRefused
+		}
+		if o.State != want {
+			t.Errorf("plan %s: %+v, want %s", o.Plan, o, want)
+		}
+	}
+	if slices.Contains(f.west.FencedCIDRs(), "127.0.0.10/32") {
+		t.Fatalf("the untrusted plan's CIDR was fenced: %v", f.west.FencedCIDRs())
+	}
+	if u := f.west.Snapshot().Unit("vol/solo"); u == nil || u.Role == sim.RolePrimary {
+		t.Fatalf("the untrusted plan's volume was promoted: %+v", u)
 	}
 }
