@@ -212,7 +212,7 @@ func (c *csiController) CreateSnapshot(ctx context.Context, req *csi.CreateSnaps
 		if sn.Volume != req.GetSourceVolumeId() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists of volume %q, not %q", req.GetName(), sn.Volume, req.GetSourceVolumeId())
 		}
-		return &csi.CreateSnapshotResponse{Snapshot: snapshotMsg(sn)}, nil
+		return lostAnswer(c.s, "CreateSnapshot", &csi.CreateSnapshotResponse{Snapshot: snapshotMsg(sn)})
 	}
 	cut, err := s.cut([]string{req.GetSourceVolumeId()})
 	if err != nil {
@@ -224,7 +224,7 @@ func (c *csiController) CreateSnapshot(ctx context.Context, req *csi.CreateSnaps
 		return nil, err
 	}
 	s.log.Info("snapshot cut", "snapshot", id, "volume", sn.Volume, "seq", sn.Seq)
-	return &csi.CreateSnapshotResponse{Snapshot: snapshotMsg(sn)}, nil
+	return lostAnswer(c.s, "CreateSnapshot", &csi.CreateSnapshotResponse{Snapshot: snapshotMsg(sn)})
 }
 
 func (c *csiController) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
@@ -320,7 +320,7 @@ func (c *csiController) CreateVolume(ctx context.Context, req *csi.CreateVolumeR
 		if cl.Snapshot != src {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists from snapshot %q, not %q", req.GetName(), cl.Snapshot, src)
 		}
-		return &csi.CreateVolumeResponse{Volume: cloneMsg(cl)}, nil
+		return lostAnswer(c.s, "CreateVolume", &csi.CreateVolumeResponse{Volume: cloneMsg(cl)})
 	}
 	cl = &CloneState{ID: id, Name: req.GetName(), Snapshot: src, Created: time.Now(), Blocks: map[int64]Block{}}
 	if src != "" {
@@ -336,7 +336,7 @@ func (c *csiController) CreateVolume(ctx context.Context, req *csi.CreateVolumeR
 		return nil, err
 	}
 	s.log.Info("volume created", "volume", id, "snapshot", src)
-	return &csi.CreateVolumeResponse{Volume: cloneMsg(cl)}, nil
+	return lostAnswer(c.s, "CreateVolume", &csi.CreateVolumeResponse{Volume: cloneMsg(cl)})
 }
 
 func (c *csiController) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
@@ -412,7 +412,7 @@ func (g *csiGroupController) CreateVolumeGroupSnapshot(ctx context.Context, req 
 		if !slices.Equal(gs.Volumes, vols) {
 			return nil, status.Errorf(codes.AlreadyExists, "group snapshot %q exists of volumes %v, not %v", req.GetName(), gs.Volumes, vols)
 		}
-		return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: msg}, nil
+		return lostAnswer(g.s, "CreateVolumeGroupSnapshot", &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: msg})
 	}
 	cut, err := s.cut(vols)
 	if err != nil {
@@ -437,7 +437,7 @@ func (g *csiGroupController) CreateVolumeGroupSnapshot(ctx context.Context, req 
 	msg = s.groupMsg(gs)
 	s.mu.Unlock()
 	s.log.Info("group snapshot cut", "group snapshot", id, "volumes", vols)
-	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: msg}, nil
+	return lostAnswer(g.s, "CreateVolumeGroupSnapshot", &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: msg})
 }
 
 func (g *csiGroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *csi.DeleteVolumeGroupSnapshotRequest) (*csi.DeleteVolumeGroupSnapshotResponse, error) {
@@ -598,4 +598,13 @@ func (s *Site) cloneBlock(w http.ResponseWriter, r *http.Request, addr netip.Add
 	}
 	writeJSON(w, map[string]any{"seq": rec.Seq, "epoch": 0})
 	return true
+}
+
+// lostAnswer is a create's answer, or the error of a Lost fault rule for
+// method in its place: the create was carried out all the same.
+func lostAnswer[T any](s *Site, method string, resp *T) (*T, error) {
+	if err := s.faults.lose(method); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }

@@ -265,6 +265,53 @@ func TestCSIFaults(t *testing.T) {
 	mustOK(t, err)
 }
 
+// TestCSILostAnswer: a Lost rule carries the create out and answers its
+// code instead: the snapshot and the copy exist though the caller got an
+// error, and a repeat of the same name, once the rule is spent, returns
+// them. The rule is refused where it does not apply, or without a code.
+func TestCSILostAnswer(t *testing.T) {
+	a, _ := startPair(t, pairOpts{})
+	cc := csi.NewControllerClient(a.conn)
+	ctx := ctxT(t)
+	r, err := sim.ParseFaultRule("CreateSnapshot:DEADLINE_EXCEEDED,count=2,lost")
+	mustOK(t, err)
+	mustOK(t, a.SetFaults([]sim.FaultRule{r, {Method: "CreateVolume", Code: "UNAVAILABLE", Count: 1, Lost: true}}))
+	_, err = cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v1"})
+	wantCode(t, err, codes.DeadlineExceeded)
+	if n := len(a.Snapshot().Snapshots); n != 1 {
+		t.Fatalf("%d snapshots after a lost answer, want the one made", n)
+	}
+	_, err = cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v1"})
+	wantCode(t, err, codes.DeadlineExceeded)
+	sn, err := cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v1"})
+	mustOK(t, err)
+	if got := a.Snapshot().Snapshots; len(got) != 1 || got[0].ID != sn.Snapshot.SnapshotId {
+		t.Fatalf("snapshots %v, the repeat answered %v", got, sn.Snapshot)
+	}
+	src := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.Snapshot.SnapshotId}}}
+	_, err = cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "c", VolumeCapabilities: mountRW, VolumeContentSource: src})
+	wantCode(t, err, codes.Unavailable)
+	v, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "c", VolumeCapabilities: mountRW, VolumeContentSource: src})
+	mustOK(t, err)
+	if got := a.Snapshot().Clones; len(got) != 1 || got[0].ID != v.Volume.VolumeId {
+		t.Fatalf("copies %v, the repeat answered %v", got, v.Volume)
+	}
+	if n := a.FaultCounts()["CreateSnapshot:DeadlineExceeded:LOST"]; n != 2 {
+		t.Fatalf("lost fired %d times on CreateSnapshot, want 2: %v", n, a.FaultCounts())
+	}
+	for _, tc := range []struct {
+		rule sim.FaultRule
+		want string
+	}{
+		{sim.FaultRule{Method: "PromoteVolume", Code: "UNAVAILABLE", Count: 1, Lost: true}, "lost applies to"},
+		{sim.FaultRule{Method: "CreateVolume", Count: 1, Lost: true, Latency: time.Millisecond}, "lost needs the code"},
+	} {
+		if err := a.SetFaults([]sim.FaultRule{tc.rule}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetFaults(%+v) = %v, want an error with %q", tc.rule, err, tc.want)
+		}
+	}
+}
+
 // TestFaultsAimedAtOneUnit: a rule with a subject fires on the calls on
 // that unit only.
 func TestFaultsAimedAtOneUnit(t *testing.T) {

@@ -23,6 +23,11 @@ import (
 // (for the next Count calls, or with Probability): storage that
 // acknowledges a fence it never put in place. It applies to
 // FenceClusterNetwork and UnfenceClusterNetwork.
+//
+// Lost carries the call out and answers Code instead of its result: an
+// answer lost on the way back, after the storage acted. It applies to the
+// CSI calls that make something (CreateSnapshot, CreateVolume,
+// CreateVolumeGroupSnapshot), whose caller must then find what it made.
 type FaultRule struct {
 	Method      string        `yaml:"method" json:"method"`
 	Code        string        `yaml:"code,omitempty" json:"code,omitempty"`
@@ -31,6 +36,7 @@ type FaultRule struct {
 	Latency     time.Duration `yaml:"latency,omitempty" json:"latency,omitempty"`
 	Message     string        `yaml:"message,omitempty" json:"message,omitempty"`
 	Discard     bool          `yaml:"discard,omitempty" json:"discard,omitempty"`
+	Lost        bool          `yaml:"lost,omitempty" json:"lost,omitempty"`
 	// Subject limits the rule to the calls of a replication RPC on one
 	// unit: a volume group's ID, or a volume's that belongs to none.
 	Subject string `yaml:"subject,omitempty" json:"subject,omitempty"`
@@ -40,8 +46,11 @@ type FaultRule struct {
 // a caller can verify independently.
 var discardable = []string{"FenceClusterNetwork", "UnfenceClusterNetwork"}
 
+// losable lists the RPCs a Lost rule applies to.
+var losable = []string{"CreateSnapshot", "CreateVolume", "CreateVolumeGroupSnapshot"}
+
 // ParseFaultRule reads the command-line form
-// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,subject=ID][,discard]".
+// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,subject=ID][,discard][,lost]".
 func ParseFaultRule(s string) (FaultRule, error) {
 	parts := strings.Split(s, ",")
 	var r FaultRule
@@ -53,6 +62,10 @@ func ParseFaultRule(s string) (FaultRule, error) {
 	for _, p := range parts[1:] {
 		if p == "discard" {
 			r.Discard = true
+			continue
+		}
+		if p == "lost" {
+			r.Lost = true
 			continue
 		}
 		k, v, ok := strings.Cut(p, "=")
@@ -94,6 +107,14 @@ func (r FaultRule) validate() error {
 		}
 		if r.Count <= 0 && r.Probability <= 0 {
 			return fmt.Errorf("discard needs count>0 or probability>0")
+		}
+	}
+	if r.Lost {
+		if !slices.Contains(losable, r.Method) {
+			return fmt.Errorf("lost applies to %s only, not %q", strings.Join(losable, ", "), r.Method)
+		}
+		if r.Code == "" {
+			return fmt.Errorf("lost needs the code to answer instead of the result")
 		}
 	}
 	if r.Code != "" {
@@ -179,7 +200,7 @@ func (f *faults) injectOn(ctx context.Context, method, subject string) error {
 			continue
 		}
 		latency += r.Latency
-		if r.Code == "" || r.Discard || fire != nil {
+		if r.Code == "" || r.Discard || r.Lost || fire != nil {
 			continue
 		}
 		switch {
@@ -251,4 +272,40 @@ func (f *faults) discard(method string) bool {
 		f.fired[method+":DISCARDED"]++
 	}
 	return fired
+}
+
+// lose returns the error a Lost rule for method answers with in place of
+// the result of a call that was carried out, or nil. A spent rule is
+// dropped.
+func (f *faults) lose(method string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var fire *FaultRule
+	kept := f.rules[:0]
+	for _, r := range f.rules {
+		if r.Lost && r.Method == method && fire == nil {
+			switch {
+			case r.Count > 0:
+				r.Count--
+				fire = &r
+				if r.Count == 0 && r.Probability == 0 {
+					continue
+				}
+			case r.Probability > 0 && f.rng.Float64() < r.Probability:
+				fire = &r
+			}
+		}
+		kept = append(kept, r)
+	}
+	f.rules = kept
+	if fire == nil {
+		return nil
+	}
+	code, _ := parseCode(fire.Code)
+	msg := fire.Message
+	if msg == "" {
+		msg = fmt.Sprintf("injected %s after the call was carried out", code)
+	}
+	f.fired[method+":"+code.String()+":LOST"]++
+	return status.Error(code, msg)
 }

@@ -79,7 +79,7 @@ func run(args []string) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for probabilistic faults (0: from the clock)")
 	fs.Var(&volumes, "volume", "an ungrouped volume to create on first start (repeatable)")
 	fs.Var(&secrets, "secret", "expected secret KEY=VALUE (repeatable)")
-	fs.Var(&faults, "fault", "inject METHOD[:CODE][,count=N][,p=P][,latency=D][,discard] (repeatable)")
+	fs.Var(&faults, "fault", "inject METHOD[:CODE][,count=N][,p=P][,latency=D][,subject=ID][,discard][,lost] (repeatable)")
 	fs.Var(&unimpl, "unimplemented", "answer this RPC with UNIMPLEMENTED (repeatable)")
 	fs.StringVar(&cfg.Driver, "driver", sim.DriverSpec, "driver profile: spec (the CSI-Addons specs strictly) or ceph-csi (ceph-csi's RBD driver's answers)")
 	fs.Var(&breaks, "break", "break one rule on purpose, to prove a conformance check: nonidempotent:RPC, wrongcode:RPC:CODE, ignoreforce:RPC or keepfence (repeatable)")
