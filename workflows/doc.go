@@ -53,7 +53,10 @@
 //     volumes made from them), in isolation, then cleaned away; under
 //     TestRecoveryID, never fencing, promoting or demoting, writing
 //     nothing to the record; the cleanup runs in a disconnected context
-//     whether the test ends, fails or is cancelled.
+//     whether the test ends, fails or is cancelled, and asks again by
+//     name for what a create without an answer may have made. Its
+//     QueryTestCopies names what it made; TestCleanup (same file, same
+//     id) does the cleanup for a run that ended without one.
 //
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's

@@ -39,6 +39,7 @@ func Register(w interface{ RegisterWorkflow(any) }) {
 	w.RegisterWorkflow(Verify)
 	w.RegisterWorkflow(SiteFailover)
 	w.RegisterWorkflow(TestRecovery)
+	w.RegisterWorkflow(TestCleanup)
 }
 
 // BusyError refuses an action because another one of the plan runs.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -54,13 +55,41 @@ type TestRecoveryInput struct {
 	At   string      `json:"at"`
 }
 
-// TestCopy is one volume's snapshot and copy.
+// TestCopy is one volume's snapshot and copy: their ids once the storage
+// answered, and the names they were asked for under, recorded before the
+// call. A call whose answer never came (the test cancelled, or its
+// workflow terminated, while the storage worked) may still have made
+// them: the cleanup asks for them again by name, which the CSI spec
+// makes idempotent, and deletes what it gets.
 type TestCopy struct {
 	Group         string `json:"group"`
 	Volume        string `json:"volume"`
-	Snapshot      string `json:"snapshot"`
+	Snapshot      string `json:"snapshot,omitempty"`
 	GroupSnapshot string `json:"groupSnapshot,omitempty"`
 	Copy          string `json:"copy,omitempty"`
+	// SnapshotName is the snapshot's name, or the group snapshot's, of
+	// Members, when the volume was cut with a storage group.
+	SnapshotName string   `json:"snapshotName,omitempty"`
+	Members      []string `json:"members,omitempty"`
+	CopyName     string   `json:"copyName,omitempty"`
+}
+
+// QueryTestCopies is the query a test recovery answers with its
+// TestRecoveryResult so far: what it made, and whether it was cleaned
+// away. drctl test-recovery --cleanup asks runs that ended without their
+// cleanup (terminated, say) and deletes what they left.
+const QueryTestCopies = "test-copies"
+
+// copyIndex returns the index of volume v's record in res.Copies, added
+// if new.
+func (res *TestRecoveryResult) copyIndex(group, v string) int {
+	for i, c := range res.Copies {
+		if c.Volume == v {
+			return i
+		}
+	}
+	res.Copies = append(res.Copies, TestCopy{Group: group, Volume: v})
+	return len(res.Copies) - 1
 }
 
 // TestRecoveryResult is the timeline, the copies made (all deleted when
@@ -115,6 +144,13 @@ func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResu
 	}
 	r.origin, r.progress.By, r.progress.Trust = in.Origin, in.By, note
 	res := &TestRecoveryResult{At: in.At, RTO: map[string]time.Duration{}}
+	if err := workflow.SetQueryHandler(ctx, QueryTestCopies, func() (*TestRecoveryResult, error) {
+		out := *res
+		out.Progress = *r.progress
+		return &out, nil
+	}); err != nil {
+		return nil, err
+	}
 	start := workflow.Now(ctx)
 
 	err = testRecovery(ctx, r, in, res)
@@ -161,12 +197,11 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 	for _, g := range groups {
 		ref := g.Sites[at]
 		if err := r.step(ctx, newRef(KindSnapshot, fmt.Sprintf("snapshot %s on %s", g.Name, at), at, g.Name), false, func(ctx workflow.Context) (string, error) {
-			copies, err := snapshotGroup(ctx, p, at, g.Name, ref, prefix+"-"+g.Name)
+			n, err := snapshotGroup(ctx, p, at, g.Name, ref, prefix+"-"+g.Name, res)
 			if err != nil {
 				return "", err
 			}
-			res.Copies = append(res.Copies, copies...)
-			return fmt.Sprintf("%d volume(s) cut at one point in time", len(copies)), nil
+			return fmt.Sprintf("%d volume(s) cut at one point in time", n), nil
 		}); err != nil {
 			return err
 		}
@@ -176,19 +211,21 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 		if err != nil {
 			return "", err
 		}
+		var made []string
 		for i := range res.Copies {
 			c := &res.Copies[i]
-			if c.Copy != "" {
-				continue
+			if c.Copy == "" {
+				c.CopyName = prefix + "-" + c.Volume
+				out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, at, activities.RPCCreateVolume), st.CreateVolume,
+					activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot})
+				if err != nil {
+					return "", err
+				}
+				c.Copy = out.ID
 			}
-			out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, at, activities.RPCCreateVolume), st.CreateVolume,
-				activities.CopyInput{Endpoint: e, Name: prefix + "-" + c.Volume, Snapshot: c.Snapshot})
-			if err != nil {
-				return "", err
-			}
-			c.Copy = out.ID
+			made = append(made, c.Volume+" as "+c.Copy)
 		}
-		return fmt.Sprintf("%d writable copies", len(res.Copies)), nil
+		return fmt.Sprintf("%d writable copies: %s", len(made), strings.Join(made, ", ")), nil
 	}); err != nil {
 		return err
 	}
@@ -219,49 +256,69 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 }
 
 // snapshotGroup cuts a group's volumes on site: one group snapshot of a
-// storage group's members, or the snapshots of loose volumes at once.
-func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref plans.GroupRef, name string) ([]TestCopy, error) {
+// storage group's members, or the snapshots of loose volumes at once. It
+// records each volume's snapshot in res, its name before the call, and
+// returns how many volumes it cut.
+func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref plans.GroupRef, name string, res *TestRecoveryResult) (int, error) {
 	if ref.GroupID != "" {
 		if len(ref.Members) == 0 {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			return 0, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"group %s is storage group %q on %s: list its volumes under members for a test recovery", group, ref.GroupID, site), ErrPreflight, nil)
 		}
-		e, err := activities.EndpointFor(p, site, activities.RPCCreateVolumeGroupSnapshot)
+		for _, v := range ref.Members {
+			c := &res.Copies[res.copyIndex(group, v)]
+			c.SnapshotName, c.Members = name, ref.Members
+		}
+		gs, err := groupSnapshot(ctx, p, site, name, ref.Members)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		gs, err := rpcCall[activities.GroupSnapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateVolumeGroupSnapshot), st.CreateVolumeGroupSnapshot,
-			activities.SnapshotInput{Endpoint: e, Name: name, Volumes: ref.Members})
-		if err != nil {
-			return nil, err
+		for _, sn := range gs.Snapshots {
+			c := &res.Copies[res.copyIndex(group, sn.Volume)]
+			c.Snapshot, c.GroupSnapshot = sn.ID, gs.ID
 		}
-		var out []TestCopy
-		for _, s := range gs.Snapshots {
-			out = append(out, TestCopy{Group: group, Volume: s.Volume, Snapshot: s.ID, GroupSnapshot: gs.ID})
-		}
-		return out, nil
+		return len(gs.Snapshots), nil
 	}
-	e, err := activities.EndpointFor(p, site, activities.RPCCreateSnapshot)
-	if err != nil {
-		return nil, err
+	idx := make([]int, len(ref.Volumes))
+	for i, v := range ref.Volumes {
+		idx[i] = res.copyIndex(group, v)
+		res.Copies[idx[i]].SnapshotName = name + "-" + v
 	}
-	out := make([]TestCopy, len(ref.Volumes))
 	errs := make([]error, len(ref.Volumes))
 	fns := make([]func(ctx workflow.Context), len(ref.Volumes))
-	for i, v := range ref.Volumes {
+	for i := range ref.Volumes {
 		fns[i] = func(ctx workflow.Context) {
-			sn, err := rpcCall[activities.Snapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
-				activities.SnapshotInput{Endpoint: e, Name: name + "-" + v, Volumes: []string{v}})
-			out[i], errs[i] = TestCopy{Group: group, Volume: v, Snapshot: sn.ID}, err
+			c := &res.Copies[idx[i]]
+			var id string
+			id, errs[i] = volumeSnapshot(ctx, p, site, c.SnapshotName, c.Volume)
+			c.Snapshot = id
 		}
 	}
 	together(ctx, fns...)
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+	return len(ref.Volumes), errors.Join(errs...)
+}
+
+// groupSnapshot asks site's storage for a group snapshot of members under
+// name (the same snapshot again, if it was made).
+func groupSnapshot(ctx workflow.Context, p *plans.Plan, site, name string, members []string) (activities.GroupSnapshot, error) {
+	e, err := activities.EndpointFor(p, site, activities.RPCCreateVolumeGroupSnapshot)
+	if err != nil {
+		return activities.GroupSnapshot{}, err
 	}
-	return out, nil
+	return rpcCall[activities.GroupSnapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateVolumeGroupSnapshot), st.CreateVolumeGroupSnapshot,
+		activities.SnapshotInput{Endpoint: e, Name: name, Volumes: members})
+}
+
+// volumeSnapshot asks site's storage for a snapshot of volume v under
+// name (the same snapshot again, if it was made) and returns its id.
+func volumeSnapshot(ctx workflow.Context, p *plans.Plan, site, name, v string) (string, error) {
+	e, err := activities.EndpointFor(p, site, activities.RPCCreateSnapshot)
+	if err != nil {
+		return "", err
+	}
+	sn, err := rpcCall[activities.Snapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
+		activities.SnapshotInput{Endpoint: e, Name: name, Volumes: []string{v}})
+	return sn.ID, err
 }
 
 // testPlan is p with only the workloads that have test hooks on site,
@@ -331,6 +388,7 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 			}
 			return err
 		}
+		lost := findLost(ctx, p, at, res)
 		groupSnaps := map[string][]string{}
 		var order []string
 		for _, c := range res.Copies {
@@ -355,7 +413,11 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 				return "", err
 			}
 		}
-		return fmt.Sprintf("%d copies and snapshots deleted", deleted), nil
+		out := fmt.Sprintf("%d copies and snapshots deleted", deleted)
+		if lost > 0 {
+			out += fmt.Sprintf(" (%d asked for again by name: their create had no answer)", lost)
+		}
+		return out, nil
 	})
 	if err != nil {
 		errs = append(errs, ErrorText(err))
@@ -364,4 +426,121 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 		return temporal.NewNonRetryableApplicationError("the cleanup of the test recovery did not finish: "+strings.Join(errs, "; "), ErrAborted, nil)
 	}
 	return nil
+}
+
+// changeFindLost marks histories whose cleanup asks again, by name, for
+// what creates without an answer made (findLost).
+const changeFindLost = "test-find-lost"
+
+// findLost asks again, by name, for the snapshots and copies whose create
+// call was made but never answered, and records their ids in res for the
+// deletion; it returns how many it found. A create refused now made
+// nothing to delete: the storage holds no object of that name it could
+// return. Copies are asked for only from a snapshot found.
+func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryResult) int {
+	if workflow.GetVersion(ctx, changeFindLost, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return 0
+	}
+	found := 0
+	for i := range res.Copies {
+		c := &res.Copies[i]
+		if c.Snapshot != "" || c.SnapshotName == "" {
+			continue
+		}
+		if len(c.Members) > 0 {
+			gs, err := groupSnapshot(ctx, p, at, c.SnapshotName, c.Members)
+			if err != nil {
+				continue
+			}
+			for _, sn := range gs.Snapshots {
+				for j := range res.Copies {
+					if o := &res.Copies[j]; o.SnapshotName == c.SnapshotName && o.Volume == sn.Volume {
+						o.Snapshot, o.GroupSnapshot = sn.ID, gs.ID
+						found++
+					}
+				}
+			}
+			continue
+		}
+		if id, err := volumeSnapshot(ctx, p, at, c.SnapshotName, c.Volume); err == nil {
+			c.Snapshot = id
+			found++
+		}
+	}
+	for i := range res.Copies {
+		c := &res.Copies[i]
+		if c.Copy != "" || c.CopyName == "" || c.Snapshot == "" {
+			continue
+		}
+		e, err := activities.EndpointFor(p, at, activities.RPCCreateVolume)
+		if err != nil {
+			continue
+		}
+		out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, at, activities.RPCCreateVolume), st.CreateVolume,
+			activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot})
+		if err == nil {
+			c.Copy = out.ID
+			found++
+		}
+	}
+	return found
+}
+
+// TestCleanupInput names what a test recovery run left behind: its
+// copies (as its QueryTestCopies answer gives them) at site At.
+type TestCleanupInput struct {
+	Origin
+	Plan   *plans.Plan `json:"plan"`
+	At     string      `json:"at"`
+	Run    string      `json:"run"`
+	Copies []TestCopy  `json:"copies"`
+}
+
+// TestCleanupResult is a TestCleanup's timeline, the run it cleaned up
+// after and the copies it deleted.
+type TestCleanupResult struct {
+	Progress
+	Run     string     `json:"run"`
+	At      string     `json:"at"`
+	Copies  []TestCopy `json:"copies"`
+	Cleaned bool       `json:"cleaned"`
+}
+
+// StartTestCleanup starts the cleanup after a test recovery run that
+// ended without its own (drctl test-recovery --cleanup), under the plan's
+// test recovery id: never beside a running test. It refuses with a
+// *TestBusyError when a test or a cleanup of the plan runs.
+func StartTestCleanup(ctx context.Context, c client.Client, in TestCleanupInput) (client.WorkflowRun, error) {
+	id := TestRecoveryID(in.Plan.Metadata.Name)
+	run, started, err := startOnce(ctx, c, id, in.Origin, Attributes(in.Plan.Metadata.Name, "test-cleanup", in.At), TestCleanup, in)
+	if started != nil {
+		return nil, &TestBusyError{Plan: in.Plan.Metadata.Name, ID: id, RunID: started.RunId}
+	}
+	return run, err
+}
+
+// TestCleanup does a test recovery's cleanup for a run that ended without
+// it: the test workloads stopped, the copies and snapshots deleted, those
+// whose create had no answer asked for again by name first.
+func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult, error) {
+	p := in.Plan
+	note, err := trust(ctx, p, in.Origin)
+	if err != nil {
+		return nil, err
+	}
+	if p.Site(in.At) == nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %q has no site %q", p.Metadata.Name, in.At), ErrPreflight, nil)
+	}
+	r, err := newRun(ctx, "test cleanup", p)
+	if err != nil {
+		return nil, err
+	}
+	r.origin, r.progress.By, r.progress.Trust = in.Origin, in.By, note
+	res := &TestRecoveryResult{At: in.At, Copies: slices.Clone(in.Copies)}
+	err = cleanupTest(ctx, r, TestRecoveryInput{Origin: in.Origin, Plan: p, At: in.At}, res)
+	r.progress.End, r.progress.State = workflow.Now(ctx), StateCompleted
+	if err != nil {
+		r.progress.State = StateAborted
+	}
+	return &TestCleanupResult{Progress: *r.progress, Run: in.Run, At: in.At, Copies: res.Copies, Cleaned: err == nil}, err
 }

@@ -160,3 +160,43 @@ func TestTestRecoveryNeedsGroupMembers(t *testing.T) {
 		t.Fatalf("%d copies or snapshots left on west", n)
 	}
 }
+
+// TestTestRecoveryFindsLostGroupSnapshots: west cuts the group snapshots
+// but every answer is lost, so the test recovery never learns their ids;
+// cancelled while it retries, its cleanup asks for each again by the name
+// it recorded before the call, with the members, and deletes them: no
+// snapshot is left. The answer to the test-copies query names them.
+func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
+	f := testRecoveryFixture(t)
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "CreateVolumeGroupSnapshot", Code: "UNAVAILABLE", Probability: 1, Lost: true}}))
+	env, _ := f.env(t)
+	var asked workflows.TestRecoveryResult
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryTestCopies)
+		mustOK(t, err)
+		mustOK(t, v.Get(&asked))
+		mustOK(t, f.west.SetFaults(nil))
+		env.CancelWorkflow()
+	}, time.Minute)
+	env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+	var ce *temporal.CanceledError
+	if err := env.GetWorkflowError(); !errors.As(err, &ce) {
+		t.Fatalf("error %v, want the cancellation", err)
+	}
+	if f.west.FaultCounts()["CreateVolumeGroupSnapshot:Unavailable:LOST"] == 0 {
+		t.Fatal("no answer was lost: the test tests nothing")
+	}
+	named := 0
+	for _, c := range asked.Copies {
+		if c.SnapshotName != "" && c.Snapshot == "" {
+			named++
+		}
+	}
+	if named == 0 {
+		t.Fatalf("the query named no snapshot asked for and unanswered: %+v", asked.Copies)
+	}
+	after := f.west.Snapshot()
+	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
+		t.Fatalf("%d copies or snapshots left on west after the cancellation: %+v", n, after.GroupSnapshots)
+	}
+}

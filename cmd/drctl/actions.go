@@ -93,15 +93,29 @@ func (a *app) actionCommands() []*cobra.Command {
 	drill.Flags().StringVar(&drillAction, "action", "failover", "the action to rehearse: failover or failback")
 
 	var at string
-	var testWait bool
+	var testWait, cleanup bool
 	testRecovery := &cobra.Command{
-		Use:   "test-recovery PLAN --at SITE",
+		Use:   "test-recovery PLAN --at SITE | PLAN --cleanup",
 		Short: "Bring the workloads up at SITE on copies of the replicas, in isolation, then clean up; production untouched",
-		Args:  cobra.ExactArgs(1),
+		Long: `Bring the plan's workloads up at SITE on copies of its replicas, in
+isolation, while replication carries on; drctl approve ends the test and
+its cleanup deletes everything it made.
+
+--cleanup finds the test recoveries of the plan that ended without their
+cleanup (a terminated workflow, say), and for each runs the cleanup: the
+test workloads stopped, the copies and snapshots deleted.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cleanup {
+				if at != "" {
+					return badInput("--cleanup takes no --at: it cleans up at the site each test ran at")
+				}
+				return a.testCleanup(cmd.Context(), args[0])
+			}
 			return a.testRecovery(cmd.Context(), args[0], at, testWait)
 		},
 	}
+	testRecovery.Flags().BoolVar(&cleanup, "cleanup", false, "delete what earlier test recoveries of the plan left behind")
 	testRecovery.Flags().StringVar(&at, "at", "", "the site whose replicas are copied and where the test workloads run (required)")
 	testRecovery.Flags().BoolVarP(&testWait, "wait", "w", false, "wait for the test to end (drctl approve ends it), showing its progress")
 

@@ -87,7 +87,7 @@ func (c cli) want(code int, msg string, args ...string) {
 	}
 }
 
-type step struct{ Name, State string }
+type step struct{ ID, Name, State, Output string }
 
 type progress struct {
 	Action, Plan, State string
@@ -110,6 +110,7 @@ type statusOut struct {
 type outcome struct {
 	WorkflowID, Status, Error string
 	Result                    json.RawMessage
+	Progress                  *workflows.Progress
 }
 
 // eventually polls drctl status until cond holds.

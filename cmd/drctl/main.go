@@ -4,6 +4,7 @@
 //	drctl plan validate|show|schema     check and explain plans (no Temporal needed)
 //	drctl failover PLAN --to SITE       unplanned failover to SITE
 //	drctl test-recovery PLAN --at SITE  workloads on copies of SITE's replicas, then cleaned away
+//	drctl test-recovery PLAN --cleanup  delete what terminated test recoveries left
 //	drctl failover --site LOST --to SITE PLAN|DIR...
 //	                                    every plan of a lost site, tier by tier
 //	drctl reprotect PLAN                make the returned site a replica again

@@ -29,7 +29,7 @@ import (
 
 // actionTypes are the workflow types drctl lists (GroupBatch children
 // are part of their parent's step table).
-var actionTypes = append(slices.Clone(names.ActionTypes), names.Protect)
+var actionTypes = append(slices.Clone(names.ActionTypes), names.Protect, names.SiteFailover, names.TestRecovery, names.TestCleanup)
 
 // runID is the workflow id a RUN argument stands for.
 func runID(arg string) string {
@@ -173,6 +173,8 @@ type result struct {
 	Copies      []workflows.TestCopy     `json:"copies"`
 	Cleaned     bool                     `json:"cleaned"`
 	WorkloadRTO map[string]time.Duration `json:"workloadRTO"`
+	// A test cleanup's test recovery run.
+	Run string `json:"run"`
 }
 
 // outcome is what watch and --wait print at the end (-o json).
@@ -327,6 +329,12 @@ func (a *app) summary(r *result) {
 		for _, w := range names {
 			fmt.Fprintf(a.stdout, "  %s healthy on its copies %v after the start\n", w, r.WorkloadRTO[w].Round(time.Millisecond))
 		}
+	case "test cleanup":
+		state := "every copy and snapshot deleted"
+		if !r.Cleaned {
+			state = "the cleanup did not finish: see the steps"
+		}
+		fmt.Fprintf(a.stdout, "  %d copy record(s) of test recovery run %s, %s\n", len(r.Copies), r.Run, state)
 	case "drill failover", "drill failback":
 		if r.OK != nil && *r.OK {
 			fmt.Fprintf(a.stdout, "  every check passed; the real action would:\n")

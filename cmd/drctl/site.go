@@ -11,7 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/internal/names"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -238,4 +243,136 @@ func (a *app) testRecovery(ctx context.Context, file, at string, wait bool) erro
 		return nil
 	}
 	return a.follow(ctx, c, id, run.GetRunID())
+}
+
+// leftover is a test recovery run that ended without its cleanup.
+type leftover struct {
+	Run    string               `json:"runId"`
+	Status string               `json:"status"`
+	At     string               `json:"at"`
+	Copies []workflows.TestCopy `json:"copies"`
+}
+
+// testLeftovers lists the runs of the plan's test recovery id: the test
+// recoveries that ended without a cleanup that finished, oldest first,
+// less those a later TestCleanup finished for. A run still open refuses.
+func testLeftovers(ctx context.Context, c client.Client, plan string) ([]leftover, int, error) {
+	id := workflows.TestRecoveryID(plan)
+	var runs []*workflowpb.WorkflowExecutionInfo
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowId = '" + id + "'", PageSize: 100, NextPageToken: token})
+		if err != nil {
+			return nil, 0, temporalError("list the test recoveries of plan "+plan, err)
+		}
+		runs = append(runs, resp.GetExecutions()...)
+		if token = resp.GetNextPageToken(); len(token) == 0 || len(runs) >= 10000 {
+			break
+		}
+	}
+	done := map[string]bool{}
+	var out []leftover
+	for _, e := range runs {
+		run := e.GetExecution().GetRunId()
+		if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return nil, 0, failed("a %s of plan %q is running (workflow %s, run %s): wait for it to end, or end it with drctl approve %s or drctl cancel %s",
+				typeWords(e.GetType().GetName()), plan, id, run, id, id)
+		}
+		switch e.GetType().GetName() {
+		case names.TestCleanup:
+			var r workflows.TestCleanupResult
+			if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED && c.GetWorkflow(ctx, id, run).Get(ctx, &r) == nil && r.Cleaned {
+				done[r.Run] = true
+			}
+		case names.TestRecovery:
+			v, err := c.QueryWorkflow(ctx, id, run, workflows.QueryTestCopies)
+			if err != nil {
+				return nil, 0, temporalError(fmt.Sprintf("ask test recovery run %s what it made", run), err)
+			}
+			var r workflows.TestRecoveryResult
+			if err := v.Get(&r); err != nil {
+				return nil, 0, err
+			}
+			if !r.Cleaned && (len(r.Copies) > 0 || startedAny(&r.Progress)) {
+				out = append(out, leftover{Run: run, Status: strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")), At: r.At, Copies: r.Copies})
+			}
+		}
+	}
+	kept := out[:0]
+	for _, l := range out {
+		if !done[l.Run] {
+			kept = append(kept, l)
+		}
+	}
+	slices.Reverse(kept) // the listing is newest first
+	return kept, len(runs), nil
+}
+
+// startedAny tells whether a test recovery began to start a workload.
+func startedAny(p *workflows.Progress) bool {
+	for _, s := range p.Steps {
+		if s.Kind() == workflows.KindStart && s.State != workflows.StatePending {
+			return true
+		}
+	}
+	return false
+}
+
+func typeWords(t string) string {
+	if t == names.TestCleanup {
+		return "test cleanup"
+	}
+	return "test recovery"
+}
+
+// testCleanup runs the cleanup of every test recovery of the plan that
+// ended without one, one after the other, following each.
+func (a *app) testCleanup(ctx context.Context, file string) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	o, err := a.origin(file, p)
+	if err != nil {
+		return err
+	}
+	name := p.Metadata.Name
+	left, seen, err := testLeftovers(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	if len(left) == 0 {
+		if a.json() {
+			writeJSON(a.stdout, map[string]any{"plan": name, "runsLookedAt": seen, "leftovers": []leftover{}})
+		} else {
+			fmt.Fprintf(a.stdout, "no test recovery of plan %q left anything behind (%d run(s) looked at)\n", name, seen)
+		}
+		return nil
+	}
+	a.warnIdleWorkers(ctx, c, p, "test cleanup")
+	for _, l := range left {
+		if p.Site(l.At) == nil {
+			return badInput("test recovery run %s ran at %q, a site plan %q no longer has: give the plan it ran with", l.Run, l.At, name)
+		}
+		if !a.json() {
+			fmt.Fprintf(a.stdout, "test recovery run %s (%s) left %d copy record(s) at %s: cleaning up\n", l.Run, l.Status, len(l.Copies), l.At)
+		}
+		run, err := workflows.StartTestCleanup(ctx, c, workflows.TestCleanupInput{Origin: o, Plan: p, At: l.At, Run: l.Run, Copies: l.Copies})
+		var busy *workflows.TestBusyError
+		if errors.As(err, &busy) {
+			return failed("%v", err)
+		}
+		if err != nil {
+			return temporalError("start the test cleanup", err)
+		}
+		if err := a.follow(ctx, c, run.GetID(), run.GetRunID()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

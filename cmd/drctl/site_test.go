@@ -21,6 +21,7 @@ import (
 // groups vg-1 and vg-2 and the volume solo, and a directory for plans.
 type siteStack struct {
 	c          cli
+	srv        *devserver.Server
 	east, west *simtest.Site
 	dir        string
 }
@@ -66,7 +67,7 @@ func newSiteStack(t *testing.T) *siteStack {
 		TweakA:  func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
 	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
-	return &siteStack{c: cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}, east: east, west: west, dir: t.TempDir()}
+	return &siteStack{c: cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}, srv: srv, east: east, west: west, dir: t.TempDir()}
 }
 
 // protect starts the protection of the plans from east and waits for a

@@ -63,6 +63,7 @@ const (
 	Verify       = "Verify"
 	SiteFailover = "SiteFailover"
 	TestRecovery = "TestRecovery"
+	TestCleanup  = "TestCleanup"
 )
 
 // ActionTypes are the workflow types of DR actions.
