@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -25,10 +28,23 @@ type DemoResult struct {
 	LostInFailover, LostInFailback int
 	Writers                        map[string]WriteCounts
 	Report                         *sim.Report
+	// Test is what the test recovery at west did.
+	Test TestOutcome
+}
+
+// TestOutcome is the demo's test recovery: the copies it made and deleted,
+// the write it made on one and whether a replica saw it.
+type TestOutcome struct {
+	Copies      int
+	Copy        string // the copy written on (of db-data)
+	ReplicaSaw  bool   // a replica of either site holds the test's write
+	Left        int    // snapshots and copies left at the end
+	WorkloadRTO time.Duration
 }
 
 // Demo starts the stack, runs the demo plan through protection, a drill,
-// the loss of east with a failover to west, east's return with a
+// a test recovery at west (a write on a copy that no replica sees), the
+// loss of east with a failover to west, east's return with a
 // reprotect, and a failback to east, while an application writes on each
 // site; it prints the achieved RTO, the RPO and the simulator's
 // invariant check, and stops the stack whatever happens.
@@ -104,6 +120,12 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 
+	section("a test recovery at %s: the workloads on copies of its replicas, while replication carries on", west.Name)
+	test, err := demoTestRecovery(ctx, st, c, run, west)
+	if err != nil {
+		return nil, err
+	}
+
 	section("site %s is lost", east.Name)
 	eastCtl := sim.NewControl(east.Control)
 	if err := eastCtl.Down(ctx); err != nil {
@@ -143,7 +165,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	stopWriters()
 	wg.Wait()
 
-	res = &DemoResult{RTO: fo.RTO, RPO: fo.RPO, RPOKnown: fo.RPOKnown, Writers: map[string]WriteCounts{}}
+	res = &DemoResult{RTO: fo.RTO, RPO: fo.RPO, RPOKnown: fo.RPOKnown, Writers: map[string]WriteCounts{}, Test: *test}
 	for name, w := range writers {
 		res.Writers[name] = w.Counts()
 	}
@@ -167,6 +189,8 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	fmt.Fprintf(out, "failover RTO:   %v (loss of east to west's workloads healthy)\n", fo.RTO.Round(time.Millisecond))
 	fmt.Fprintf(out, "RPO estimate:   %s (the failover's start minus the last sync Protect saw); %d write(s) east acknowledged after its last sync were lost, as the RPO allows\n", rpo, res.LostInFailover)
 	fmt.Fprintf(out, "failback:       %d write(s) lost\n", res.LostInFailback)
+	fmt.Fprintf(out, "test recovery:  %d copies, app-test healthy after %v; a write on copy %s reached no replica; %d left after the cleanup\n",
+		test.Copies, test.WorkloadRTO.Round(time.Millisecond), test.Copy, test.Left)
 	for _, site := range o.Layout.Sites {
 		fmt.Fprintf(out, "writes on %-5s %v\n", site.Name+":", res.Writers[site.Name])
 	}
@@ -175,6 +199,9 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return res, err
 	}
 	fmt.Fprintf(out, "metrics:        http://%s/metrics has drover_action_duration and drover_replication_lag_seconds\n", o.Layout.Metrics)
+	if test.ReplicaSaw || test.Left > 0 {
+		return res, fmt.Errorf("the test recovery touched production: a replica saw its write (%v), or %d snapshots and copies were left", test.ReplicaSaw, test.Left)
+	}
 	if !res.Report.OK() || res.LostInFailback > 0 {
 		return res, fmt.Errorf("the storage invariants do not hold:\n%v", res.Report)
 	}
@@ -197,4 +224,85 @@ func checkMetrics(addr string) error {
 		}
 	}
 	return nil
+}
+
+// testWrite is what the demo writes on the copy during its test recovery.
+const testWrite = "written during the test recovery"
+
+// demoTestRecovery runs a test recovery of the demo plan at site: once
+// its workload runs on the copies, it writes on db-data's copy from the
+// site's node, shows the replica without that write, ends the test with
+// drctl approve, and checks that the copies are gone.
+func demoTestRecovery(ctx context.Context, st *Stack, c client.Client, run func(...string) error, site SiteLayout) (*TestOutcome, error) {
+	id := workflows.TestRecoveryID("demo")
+	if err := run("test-recovery", st.PlanFile, "--at", site.Name); err != nil {
+		return nil, err
+	}
+	var res workflows.TestRecoveryResult
+	if err := st.waitFor(ctx, time.Minute, "the test workloads to run on the copies", func() bool {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryTestCopies)
+		if err != nil || v.Get(&res) != nil {
+			return false
+		}
+		return slices.ContainsFunc(res.Progress.Steps, func(s *workflows.Step) bool { return s.State == workflows.StateWaiting })
+	}); err != nil {
+		return nil, err
+	}
+	if err := run("status", id); err != nil {
+		return nil, err
+	}
+	out := &TestOutcome{Copies: len(res.Copies)}
+	for _, cp := range res.Copies {
+		if cp.Volume == "db-data" {
+			out.Copy = cp.Copy
+		}
+	}
+	if out.Copy == "" {
+		return nil, fmt.Errorf("the test recovery made no copy of db-data: %+v", res.Copies)
+	}
+	cl, err := sim.NewClient(site.Data, site.Client, site.Name+"-test")
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if _, err := cl.Write(ctx, out.Copy, 0, []byte(testWrite)); err != nil {
+		return nil, fmt.Errorf("write on the copy %s: %w", out.Copy, err)
+	}
+	got, err := cl.Read(ctx, out.Copy, 0)
+	if err != nil || string(got) != testWrite {
+		return nil, fmt.Errorf("read the copy back: %q, %v", got, err)
+	}
+	fmt.Fprintf(st.Out, "wrote %q on %s's copy %s of db-data from %s\n", testWrite, site.Name, out.Copy, site.Client)
+	states, err := st.States(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range states {
+		for _, u := range s.Units {
+			for _, blocks := range u.Blocks {
+				for _, b := range blocks {
+					out.ReplicaSaw = out.ReplicaSaw || string(b.Data) == testWrite
+				}
+			}
+		}
+	}
+	fmt.Fprintf(st.Out, "the replicas of both sites hold that write: %v\n", out.ReplicaSaw)
+	if err := run("approve", id, "--yes"); err != nil {
+		return nil, err
+	}
+	if err := run("watch", id); err != nil {
+		return nil, err
+	}
+	var done workflows.TestRecoveryResult
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, &done); err != nil {
+		return nil, err
+	}
+	out.WorkloadRTO = done.RTO["app"]
+	if states, err = st.States(ctx); err != nil {
+		return nil, err
+	}
+	for _, s := range states {
+		out.Left += len(s.Snapshots) + len(s.GroupSnapshots) + len(s.Clones)
+	}
+	return out, nil
 }
