@@ -32,7 +32,10 @@
 // one's object; the deletes answer OK for what is gone. Their rows of the
 // classification table come from the CSI spec's error tables; a delete
 // refused as "in use" (FAILED_PRECONDITION) is retried under the type
-// InUse, so that FailedPrecondition stays final for every RPC.
+// InUse, so that FailedPrecondition stays final for every RPC. At a
+// Nomad site, the volumes Nomad knows go through Nomad's CSI API instead
+// (Workloads: FindNomadVolumes, NomadSnapshot, NomadCopy,
+// NomadDeleteCopy, NomadDeleteSnapshot), classified as Nomad's answers.
 //
 // Two activities batch one site's calls for a large plan.
 // SurveyReplication makes Protect's GetVolumeReplicationInfo calls of a

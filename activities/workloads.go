@@ -99,6 +99,9 @@ func (x *Workloads) adapter(op string, in WorkloadInput) (orchestrators.Orchestr
 		if err != nil {
 			return nil, workloadSetupError(op, in, ErrWorkloadError, err)
 		}
+		if in.Workload.Action == orchestrators.ActionTestRecovery {
+			n.UseTestNamespace(o.Nomad.TestNamespace)
+		}
 		return n, nil
 	default:
 		return nil, workloadSetupError(op, in, ErrWorkloadError, errors.New("the site has no orchestrator"))
@@ -324,4 +327,91 @@ func HealthOptions(p *plans.Plan, site string, w orchestrators.Workload, timeout
 	o.ScheduleToCloseTimeout = 2 * o.StartToCloseTimeout
 	o.HeartbeatTimeout = DefaultHeartbeatTimeout
 	return o
+}
+
+// NomadCSIInput is a test recovery's call on the Nomad CSI volumes of a
+// site (Workload names the plan and the site; its Action is
+// test-recovery): find the volumes of storage ids Volumes, snapshot
+// Volume under Name, copy it as volume ID of Namespace from Snapshot,
+// delete copy ID of Namespace, or delete snapshot ID of Volume's plugin.
+type NomadCSIInput struct {
+	WorkloadInput
+	Volumes   []string                `json:"volumes,omitempty"`
+	Volume    orchestrators.CSIVolume `json:"volume,omitzero"`
+	Name      string                  `json:"name,omitempty"`
+	ID        string                  `json:"id,omitempty"`
+	Namespace string                  `json:"namespace,omitempty"`
+	Snapshot  string                  `json:"snapshot,omitempty"`
+}
+
+// NomadCSIInputFor is the input of a test recovery's Nomad CSI calls on
+// site.
+func NomadCSIInputFor(p *plans.Plan, site string) NomadCSIInput {
+	var o plans.Orchestrator
+	if s := p.Site(site); s != nil {
+		o = s.Orchestrator
+	}
+	return NomadCSIInput{WorkloadInput: WorkloadInput{Orchestrator: o, Workload: orchestrators.Workload{
+		Plan: p.Metadata.Name, Site: site, Name: "volumes", Action: orchestrators.ActionTestRecovery}}}
+}
+
+func (x *Workloads) nomad(op string, in NomadCSIInput) (*orchestrators.Nomad, error) {
+	if in.Orchestrator.Nomad == nil {
+		return nil, workloadSetupError(op, in.WorkloadInput, ErrWorkloadError, errors.New("the site's orchestrator is not Nomad"))
+	}
+	a, err := x.adapter(op, in.WorkloadInput)
+	if err != nil {
+		return nil, err
+	}
+	return a.(*orchestrators.Nomad), nil
+}
+
+// FindNomadVolumes finds the site's Nomad CSI volumes of storage volumes
+// in.Volumes, by their external ids.
+func (x *Workloads) FindNomadVolumes(ctx context.Context, in NomadCSIInput) (map[string]orchestrators.CSIVolume, error) {
+	n, err := x.nomad("find volumes", in)
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.CSIVolumes(ctx, in.Workload, in.Volumes)
+	return out, workloadError(err)
+}
+
+// NomadSnapshot snapshots in.Volume under in.Name through Nomad.
+func (x *Workloads) NomadSnapshot(ctx context.Context, in NomadCSIInput) (string, error) {
+	n, err := x.nomad("snapshot", in)
+	if err != nil {
+		return "", err
+	}
+	id, err := n.CreateSnapshot(ctx, in.Workload, in.Volume, in.Name)
+	return id, workloadError(err)
+}
+
+// NomadCopy creates Nomad volume in.ID of in.Namespace from snapshot
+// in.Snapshot of in.Volume, and returns its storage id.
+func (x *Workloads) NomadCopy(ctx context.Context, in NomadCSIInput) (string, error) {
+	n, err := x.nomad("copy", in)
+	if err != nil {
+		return "", err
+	}
+	id, err := n.CreateVolume(ctx, in.Workload, in.Volume, in.ID, in.Name, in.Namespace, in.Snapshot)
+	return id, workloadError(err)
+}
+
+// NomadDeleteCopy deletes Nomad volume in.ID of in.Namespace.
+func (x *Workloads) NomadDeleteCopy(ctx context.Context, in NomadCSIInput) (struct{}, error) {
+	n, err := x.nomad("delete copy", in)
+	if err != nil {
+		return struct{}{}, err
+	}
+	return struct{}{}, workloadError(n.DeleteVolume(ctx, in.Workload, in.ID, in.Namespace))
+}
+
+// NomadDeleteSnapshot deletes snapshot in.ID of in.Volume's plugin.
+func (x *Workloads) NomadDeleteSnapshot(ctx context.Context, in NomadCSIInput) (struct{}, error) {
+	n, err := x.nomad("delete snapshot", in)
+	if err != nil {
+		return struct{}{}, err
+	}
+	return struct{}{}, workloadError(n.DeleteSnapshot(ctx, in.Workload, in.Volume.PluginID, in.ID))
 }

@@ -5,4 +5,10 @@
 // site. A stop is confirmed, not assumed: WaitStopped follows a Nomad
 // job's allocations with blocking queries until every one is terminal, or
 // polls an exec workload's stopped hook. Errors are *Error values that say whether retrying can help.
+//
+// For a test recovery (nomadtest.go), the Nomad adapter registers a copy
+// of a job in the test namespace on copies of its CSI volumes, refusing
+// a job that would mount a volume not copied, purges the copy once it
+// has stopped, and makes, copies and deletes CSI snapshots and volumes
+// through Nomad's CSI API.
 package orchestrators

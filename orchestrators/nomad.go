@@ -21,6 +21,9 @@ type Nomad struct {
 	site    string
 	address string
 	client  *api.Client
+	// namespace is the site's namespace; the client's differs for a test
+	// recovery's copies (UseTestNamespace).
+	namespace string
 }
 
 // NewNomad connects to a site's Nomad. NOMAD_ADDR, NOMAD_REGION,
@@ -48,7 +51,11 @@ func NewNomad(site string, cfg plans.Nomad, token string) (*Nomad, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad client for site %q (%s): %w", site, c.Address, err)
 	}
-	return &Nomad{site: site, address: c.Address, client: client}, nil
+	ns := c.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &Nomad{site: site, address: c.Address, client: client, namespace: ns}, nil
 }
 
 func job(w Workload, op string) (*plans.NomadJob, error) {
@@ -166,6 +173,9 @@ func (n *Nomad) WaitStopped(ctx context.Context, w Workload, every time.Duration
 		if seen != nil {
 			seen(last)
 		}
+		if last.Stopped && isTestCopy(w) {
+			return n.purgeTestCopy(ctx, w, nj, last)
+		}
 		if last.Stopped {
 			return last, nil
 		}
@@ -220,6 +230,9 @@ func (n *Nomad) StartWorkload(ctx context.Context, w Workload) (string, error) {
 	nj, err := job(w, "start")
 	if err != nil {
 		return "", err
+	}
+	if isTestCopy(w) {
+		return n.startTestCopy(ctx, w, nj)
 	}
 	j, err := n.info(ctx, w, "start", nj.Job)
 	if err != nil {

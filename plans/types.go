@@ -94,6 +94,9 @@ type Nomad struct {
 	Namespace string     `yaml:"namespace,omitempty" json:"namespace,omitempty"`
 	Token     *SecretRef `yaml:"token,omitempty" json:"token,omitempty" doc:"ACL token reference; the secret's key TOKEN is the token."`
 	TLS       *TLS       `yaml:"tls,omitempty" json:"tls,omitempty"`
+	// TestNamespace isolates a test recovery's job copies and volume
+	// copies from production jobs of the same names.
+	TestNamespace string `yaml:"testNamespace,omitempty" json:"testNamespace,omitempty" doc:"Nomad namespace of a test recovery's job and volume copies (default: namespace); it must exist."`
 }
 
 // Exec runs hook commands for any other orchestrator. A hook's
@@ -156,6 +159,19 @@ type NomadJob struct {
 	Groups  map[string]int `yaml:"groups,omitempty" json:"groups,omitempty" doc:"Task-group counts to scale to on start."`
 	Stop    string         `yaml:"stop,omitempty" json:"stop,omitempty" doc:"deregister (default, without purge) or scale (task groups to zero)."`
 	JobFile string         `yaml:"jobFile,omitempty" json:"jobFile,omitempty" doc:"HCL or JSON job file to register when the job does not exist."`
+	// Test is set by a test recovery on its own copy of the plan, never
+	// from a plan file: the job is then a copy of Test.Source.
+	Test *NomadTest `yaml:"-" json:"test,omitempty"`
+}
+
+// NomadTest makes a job a test recovery's copy of another: Source (read
+// from SourceNamespace, else from the job file) registered as the job in
+// Namespace, each CSI volume source replaced by its copy from Volumes.
+type NomadTest struct {
+	Source          string            `json:"source"`
+	SourceNamespace string            `json:"sourceNamespace,omitempty"`
+	Namespace       string            `json:"namespace,omitempty"`
+	Volumes         map[string]string `json:"volumes,omitempty"`
 }
 
 // ExecHooks are the commands that stop, start and check a workload.

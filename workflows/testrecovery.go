@@ -15,6 +15,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
 )
 
@@ -72,6 +73,14 @@ type TestCopy struct {
 	SnapshotName string   `json:"snapshotName,omitempty"`
 	Members      []string `json:"members,omitempty"`
 	CopyName     string   `json:"copyName,omitempty"`
+	// Nomad is the volume's Nomad CSI volume, when the test site's Nomad
+	// has one for it: the copy is then made through Nomad's API as Nomad
+	// volume NomadCopy of NomadNamespace (for the test jobs to claim),
+	// and so is a loose volume's snapshot (SnapshotByNomad).
+	Nomad           *orchestrators.CSIVolume `json:"nomad,omitempty"`
+	SnapshotByNomad bool                     `json:"snapshotByNomad,omitempty"`
+	NomadCopy       string                   `json:"nomadCopy,omitempty"`
+	NomadNamespace  string                   `json:"nomadNamespace,omitempty"`
 }
 
 // QueryTestCopies is the query a test recovery answers with its
@@ -178,16 +187,33 @@ func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResu
 
 func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRecoveryResult) error {
 	p, at := in.Plan, in.At
+	var nomadVols map[string]orchestrators.CSIVolume
 	if err := r.step(ctx, preflightStep(at), false, func(ctx workflow.Context) (string, error) {
-		for _, w := range workloadsOn(p, at) {
-			if w.Sites[at].Nomad != nil {
-				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-					"workload %q runs on Nomad at %s: test recoveries run exec workloads only so far", w.Name, at), ErrPreflight, nil)
-			}
+		out, err := preflight(ctx, p, at)
+		if err != nil || p.Site(at).Orchestrator.Nomad == nil {
+			return out, err
 		}
-		return preflight(ctx, p, at)
+		// On a Nomad site, the volumes Nomad knows are copied through it.
+		in := activities.NomadCSIInputFor(p, at)
+		for _, g := range p.VolumeGroups {
+			ref := g.Sites[at]
+			in.Volumes = append(append(in.Volumes, ref.Volumes...), ref.Members...)
+		}
+		nomadVols, err = call[map[string]orchestrators.CSIVolume](ctx, activities.WorkloadOptions(p, at, in.Workload), wl.FindNomadVolumes, in)
+		if err != nil {
+			return out, err
+		}
+		return fmt.Sprintf("%s; %d of %d volume(s) are Nomad CSI volumes, copied through Nomad", out, len(nomadVols), len(in.Volumes)), nil
 	}); err != nil {
 		return err
+	}
+	for _, g := range p.VolumeGroups {
+		ref := g.Sites[at]
+		for _, v := range append(slices.Clone(ref.Volumes), ref.Members...) {
+			if nv, ok := nomadVols[v]; ok {
+				res.Copies[res.copyIndex(g.Name, v)].Nomad = &nv
+			}
+		}
 	}
 	// The names of what the test creates: its run's, so that a retried
 	// call finds what the first made, and two tests never share one.
@@ -216,12 +242,14 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 			c := &res.Copies[i]
 			if c.Copy == "" {
 				c.CopyName = prefix + "-" + c.Volume
-				out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, at, activities.RPCCreateVolume), st.CreateVolume,
-					activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot})
+				if c.Nomad != nil {
+					c.NomadCopy, c.NomadNamespace = nomadCopyID(c.Nomad.ID, workflow.GetInfo(ctx).WorkflowExecution.RunID), testNamespace(p, at, c.Nomad)
+				}
+				id, err := copyVolume(ctx, p, at, e, c)
 				if err != nil {
 					return "", err
 				}
-				c.Copy = out.ID
+				c.Copy = id
 			}
 			made = append(made, c.Volume+" as "+c.Copy)
 		}
@@ -230,7 +258,7 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 		return err
 	}
 	tp := testPlan(p, at, res.Copies)
-	if err := startAll(ctx, r, tp, at, "test-recovery"); err != nil {
+	if err := startAll(ctx, r, tp, at, orchestrators.ActionTestRecovery); err != nil {
 		return err
 	}
 	// The workloads run on the copies until the operator ends the test,
@@ -289,8 +317,9 @@ func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref 
 	for i := range ref.Volumes {
 		fns[i] = func(ctx workflow.Context) {
 			c := &res.Copies[idx[i]]
+			c.SnapshotByNomad = c.Nomad != nil
 			var id string
-			id, errs[i] = volumeSnapshot(ctx, p, site, c.SnapshotName, c.Volume)
+			id, errs[i] = volumeSnapshot(ctx, p, site, c)
 			c.Snapshot = id
 		}
 	}
@@ -309,16 +338,55 @@ func groupSnapshot(ctx workflow.Context, p *plans.Plan, site, name string, membe
 		activities.SnapshotInput{Endpoint: e, Name: name, Volumes: members})
 }
 
-// volumeSnapshot asks site's storage for a snapshot of volume v under
-// name (the same snapshot again, if it was made) and returns its id.
-func volumeSnapshot(ctx workflow.Context, p *plans.Plan, site, name, v string) (string, error) {
+// volumeSnapshot asks for a snapshot of c's volume under its snapshot
+// name (the same snapshot again, if it was made), through Nomad when
+// c.SnapshotByNomad, else from site's storage, and returns its id.
+func volumeSnapshot(ctx workflow.Context, p *plans.Plan, site string, c *TestCopy) (string, error) {
+	if c.SnapshotByNomad {
+		in := activities.NomadCSIInputFor(p, site)
+		in.Volume, in.Name = *c.Nomad, c.SnapshotName
+		return call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadSnapshot, in)
+	}
 	e, err := activities.EndpointFor(p, site, activities.RPCCreateSnapshot)
 	if err != nil {
 		return "", err
 	}
 	sn, err := rpcCall[activities.Snapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
-		activities.SnapshotInput{Endpoint: e, Name: name, Volumes: []string{v}})
+		activities.SnapshotInput{Endpoint: e, Name: c.SnapshotName, Volumes: []string{c.Volume}})
 	return sn.ID, err
+}
+
+// copyVolume asks for c's copy from its snapshot (the same copy again,
+// if it was made): as Nomad volume c.NomadCopy through Nomad when the
+// volume is Nomad's, else from site's storage at e. It returns the
+// copy's storage id.
+func copyVolume(ctx workflow.Context, p *plans.Plan, site string, e activities.Endpoint, c *TestCopy) (string, error) {
+	if c.NomadCopy != "" {
+		in := activities.NomadCSIInputFor(p, site)
+		in.Volume, in.ID, in.Name, in.Namespace, in.Snapshot = *c.Nomad, c.NomadCopy, c.CopyName, c.NomadNamespace, c.Snapshot
+		return call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadCopy, in)
+	}
+	out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
+		activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot})
+	return out.ID, err
+}
+
+// nomadCopyID is the Nomad volume id of a test run's copy of Nomad
+// volume v.
+func nomadCopyID(v, runID string) string {
+	if len(runID) > 8 {
+		runID = runID[:8]
+	}
+	return v + "-test-" + runID
+}
+
+// testNamespace is the Nomad namespace of a test's copies at site: the
+// site's testNamespace, else the source volume's.
+func testNamespace(p *plans.Plan, site string, v *orchestrators.CSIVolume) string {
+	if n := p.Site(site).Orchestrator.Nomad; n != nil && n.TestNamespace != "" {
+		return n.TestNamespace
+	}
+	return v.Namespace
 }
 
 // testPlan is p with only the workloads that have test hooks on site,
@@ -329,6 +397,10 @@ func testPlan(p *plans.Plan, site string, copies []TestCopy) *plans.Plan {
 	tp.Workloads = nil
 	for _, w := range p.Workloads {
 		ref, ok := w.Sites[site]
+		if ok && ref.Nomad != nil {
+			tp.Workloads = append(tp.Workloads, nomadTestWorkload(w, site, ref.Nomad, copies))
+			continue
+		}
 		if !ok || ref.Exec == nil || ref.Exec.TestStart == "" {
 			continue
 		}
@@ -354,6 +426,23 @@ func testPlan(p *plans.Plan, site string, copies []TestCopy) *plans.Plan {
 	return &tp
 }
 
+// nomadTestWorkload is Nomad workload w as a test copy: its job copied as
+// JOB-test, every Nomad volume of the copies replaced by its copy.
+func nomadTestWorkload(w plans.Workload, site string, nj *plans.NomadJob, copies []TestCopy) plans.Workload {
+	t := &plans.NomadTest{Source: nj.Job, Volumes: map[string]string{}}
+	for _, c := range copies {
+		if c.Nomad != nil && c.NomadCopy != "" {
+			t.Volumes[c.Nomad.ID], t.Namespace = c.NomadCopy, c.NomadNamespace
+		}
+	}
+	tj := *nj
+	tj.Job, tj.Stop, tj.Test = nj.Job+"-test", "", t
+	tw := w
+	tw.Name = w.Name + "-test"
+	tw.Sites = map[string]plans.WorkloadRef{site: {Nomad: &tj}}
+	return tw
+}
+
 // envName makes a volume id fit an environment variable's name.
 func envName(v string) string {
 	return strings.Map(func(r rune) rune {
@@ -372,7 +461,7 @@ func envName(v string) string {
 func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRecoveryResult) error {
 	p, at := in.Plan, in.At
 	var errs []string
-	if err := stopAll(ctx, r, testPlan(p, at, res.Copies), at, "test-recovery"); err != nil {
+	if err := stopAll(ctx, r, testPlan(p, at, res.Copies), at, orchestrators.ActionTestRecovery); err != nil {
 		errs = append(errs, ErrorText(err))
 	}
 	err := r.step(ctx, newRef(KindCleanup, "delete the copies and snapshots on "+at, at), false, func(ctx workflow.Context) (string, error) {
@@ -391,11 +480,31 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 		lost := findLost(ctx, p, at, res)
 		groupSnaps := map[string][]string{}
 		var order []string
+		nomadDel := func(fn any, c TestCopy, id string) error {
+			in := activities.NomadCSIInputFor(p, at)
+			in.Volume, in.ID, in.Namespace = *c.Nomad, id, c.NomadNamespace
+			_, err := call[struct{}](ctx, activities.WorkloadOptions(p, at, in.Workload), fn, in)
+			if err == nil {
+				deleted++
+			}
+			return err
+		}
 		for _, c := range res.Copies {
-			if c.Copy != "" {
+			switch {
+			case c.Copy != "" && c.NomadCopy != "":
+				if err := nomadDel(wl.NomadDeleteCopy, c, c.NomadCopy); err != nil {
+					return "", err
+				}
+			case c.Copy != "":
 				if err := del(activities.RPCDeleteVolume, st.DeleteVolume, c.Copy, nil); err != nil {
 					return "", err
 				}
+			}
+			if c.SnapshotByNomad && c.Snapshot != "" {
+				if err := nomadDel(wl.NomadDeleteSnapshot, c, c.Snapshot); err != nil {
+					return "", err
+				}
+				continue
 			}
 			if c.GroupSnapshot != "" {
 				if _, ok := groupSnaps[c.GroupSnapshot]; !ok {
@@ -462,7 +571,7 @@ func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryR
 			}
 			continue
 		}
-		if id, err := volumeSnapshot(ctx, p, at, c.SnapshotName, c.Volume); err == nil {
+		if id, err := volumeSnapshot(ctx, p, at, c); err == nil {
 			c.Snapshot = id
 			found++
 		}
@@ -476,10 +585,8 @@ func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryR
 		if err != nil {
 			continue
 		}
-		out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, at, activities.RPCCreateVolume), st.CreateVolume,
-			activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot})
-		if err == nil {
-			c.Copy = out.ID
+		if id, err := copyVolume(ctx, p, at, e, c); err == nil {
+			c.Copy = id
 			found++
 		}
 	}

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -198,5 +200,86 @@ func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 	after := f.west.Snapshot()
 	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
 		t.Fatalf("%d copies or snapshots left on west after the cancellation: %+v", n, after.GroupSnapshots)
+	}
+}
+
+// TestTestRecoveryOnNomad: at a Nomad site, the volumes Nomad knows are
+// copied through Nomad's CSI API and the jobs are copied too: pg's job,
+// which mounts Nomad volume pg-data (storage volume v1, a member of group
+// db), and web's, which mounts solo-vol (the loose volume solo), run as
+// pg-test and web-test in the test namespace on volume copies Nomad
+// registered there; the group is still cut with one group snapshot, the
+// loose volume through Nomad's snapshot API. Once approved, the copies'
+// jobs are purged, the copies deleted through Nomad and the snapshots
+// deleted: nothing is left on west's storage or in its Nomad, and the
+// replicas are as they were.
+func TestTestRecoveryOnNomad(t *testing.T) {
+	f := testRecoveryFixture(t)
+	_, west := f.nomadSites(t, "/bin/sleep")
+	west.AddPlugin("sim", f.west.Endpoint())
+	west.AddVolume(api.CSIVolumeListStub{ID: "pg-data", Name: "pg-data", ExternalID: "v1", PluginID: "sim", Schedulable: true})
+	west.AddVolume(api.CSIVolumeListStub{ID: "solo-vol", Name: "solo-vol", ExternalID: "solo", PluginID: "sim", Schedulable: true})
+	f.plan.Sites[1].Orchestrator.Nomad.TestNamespace = "drtest"
+	for i := range f.plan.Workloads {
+		w := &f.plan.Workloads[i]
+		j := nomadfake.ServiceJob(w.Name, 1, "/bin/sleep")
+		src := map[string]string{"pg": "pg-data", "web": "solo-vol"}[w.Name]
+		j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{"data": {Name: "data", Type: "csi", Source: src, AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+		w.Sites["west"].Nomad.JobFile = nomadfake.WriteJobFile(t, j)
+	}
+	before := f.west.Snapshot()
+	env, calls := f.env(t)
+	var during *sim.State
+	var pgTest *api.Job
+	var pgCopy *api.CSIVolume
+	env.RegisterDelayedCallback(func() {
+		during = f.west.Snapshot()
+		pgTest = west.Job("drtest", "pg-test")
+		if pgTest != nil && len(pgTest.TaskGroups) == 1 && pgTest.TaskGroups[0].Volumes["data"] != nil {
+			pgCopy = west.Volume("drtest", pgTest.TaskGroups[0].Volumes["data"].Source)
+		}
+		send(t, env, workflows.UpdateApprove, workflows.Approval{Gate: workflows.GateEndTest, By: "tester"}, nil, nil)
+	}, time.Minute)
+	env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.TestRecoveryResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	allDone(t, res.Progress)
+
+	if pgTest == nil || pgCopy == nil || !strings.HasPrefix(pgCopy.ID, "pg-data-test-") || pgCopy.PluginID != "sim" || pgCopy.SnapshotID == "" {
+		t.Fatalf("while the test ran, west's Nomad held job pg-test %+v on copy %+v", pgTest, pgCopy)
+	}
+	if during == nil || !slices.ContainsFunc(during.Clones, func(c sim.CloneState) bool { return c.ID == pgCopy.ExternalID }) {
+		t.Fatalf("Nomad's copy %+v is not a copy on west's storage: %v", pgCopy, during)
+	}
+	if len(during.GroupSnapshots) != 2 || len(during.Clones) != 4 {
+		t.Fatalf("while the test ran west held %d group snapshots and %d copies, want 2 and 4", len(during.GroupSnapshots), len(during.Clones))
+	}
+	nomadCalls := west.Calls()
+	for _, want := range []string{"PUT /v1/volumes/snapshot", "PUT /v1/volume/csi/" + pgCopy.ID + "/create", "DELETE /v1/volume/csi/" + pgCopy.ID + "/delete", "DELETE /v1/volumes/snapshot"} {
+		if !slices.Contains(nomadCalls, want) {
+			t.Errorf("west's Nomad saw no %q: %v", want, nomadCalls)
+		}
+	}
+	if west.Job("drtest", "pg-test") != nil || west.Job("drtest", "web-test") != nil || west.Volume("drtest", pgCopy.ID) != nil {
+		t.Fatalf("test copies left in west's Nomad: %v", nomadCalls)
+	}
+	if west.Job("", "pg") != nil || west.Job("", "web") != nil {
+		t.Fatalf("a production job was registered on west: %v", nomadCalls)
+	}
+	after := f.west.Snapshot()
+	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
+		t.Fatalf("%d copies or snapshots left on west", n)
+	}
+	if d := sim.ReplicasUnchanged(before, after, false); len(d) != 0 {
+		t.Fatalf("the replicas changed: %v", d)
+	}
+	for _, c := range *calls {
+		if c.name == "PromoteVolume" || c.name == "DemoteVolume" || c.name == "FenceClusterNetwork" {
+			t.Fatalf("a test recovery called %s", c.name)
+		}
+	}
+	if _, ok := res.RTO["pg"]; len(res.RTO) != 2 || !ok {
+		t.Fatalf("RTO %v", res.RTO)
 	}
 }

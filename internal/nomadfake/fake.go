@@ -57,8 +57,12 @@ type Server struct {
 	seq     int
 	jobs    map[string]*job
 	volumes []*api.CSIVolumeListStub
-	failing map[string]string // namespace/job/group → why its allocations fail
-	calls   []string
+	// volExtra holds what a volume's stub lacks (csi.go), and plugins
+	// the CSI controllers by plugin id.
+	volExtra map[string]*api.CSIVolume
+	plugins  map[string]string
+	failing  map[string]string // namespace/job/group → why its allocations fail
+	calls    []string
 }
 
 type job struct {
@@ -167,6 +171,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/job/{id}/allocations", s.allocations)
 	mux.HandleFunc("GET /v1/job/{id}/deployment", s.latestDeployment)
 	mux.HandleFunc("GET /v1/volumes", s.listVolumes)
+	mux.HandleFunc("GET /v1/volume/csi/{id}", s.volumeInfo)
+	mux.HandleFunc("DELETE /v1/volume/csi/{id}", s.volumeDeregister)
+	write("/v1/volume/csi/{id}/create", s.volumeCreate)
+	mux.HandleFunc("DELETE /v1/volume/csi/{id}/delete", s.volumeDelete)
+	write("/v1/volumes/snapshot", s.snapshotCreate)
+	mux.HandleFunc("DELETE /v1/volumes/snapshot", s.snapshotDelete)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Token != "" && r.Header.Get("X-Nomad-Token") != s.Token {
 			http.Error(w, "Permission denied", http.StatusForbidden)
@@ -292,6 +302,9 @@ func (s *Server) apply(k string, spec *api.Job, now time.Time) api.JobRegisterRe
 func (s *Server) failWhy(k string, tg *api.TaskGroup) string {
 	if why := s.failing[k+"/"+*tg.Name]; why != "" {
 		return why
+	}
+	if ns, _, _ := strings.Cut(k, "/"); s.missingVolume(ns, tg) != "" {
+		return fmt.Sprintf("Constraint \"missing CSI Volume %s\" filtered 1 node", s.missingVolume(ns, tg))
 	}
 	for _, t := range tg.Tasks {
 		if cmd, _ := t.Config["command"].(string); cmd == "false" || cmd == "/bin/false" || cmd == "/usr/bin/false" {
