@@ -15,6 +15,7 @@
 //	drctl watch RUN                     live step table until the action ends
 //	drctl list                          recent actions and protections
 //	drctl report RUN [--format md|html] the report of an action: plan, people, steps, RTO, RPO, timeline
+//	drctl ui                            a read-only dashboard on 127.0.0.1:8090
 //	drctl resolve RUN --retry|--skip|--abort
 //	drctl approve RUN                   open the approval gate that waits
 //	drctl cancel RUN                    stop an action where it is
@@ -199,7 +200,7 @@ cannot be reached or has no such namespace.`,
 	root.AddCommand(a.planCommand())
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
-	root.AddCommand(a.reportCommand())
+	root.AddCommand(a.reportCommand(), a.uiCommand())
 	root.AddCommand(a.conformanceCommand())
 	root.AddCommand(&cobra.Command{
 		Use:   "version",

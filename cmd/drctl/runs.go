@@ -528,55 +528,9 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 	if err != nil {
 		return err
 	}
-	// Drover's workflows by their search attribute, not by type names
-	// another application in the namespace may share. A Protect that
-	// continued as new goes on in its next run: only that one is listed.
-	types := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "') AND ExecutionStatus != 'ContinuedAsNew'"
-	q := names.AttrPlan + " IS NOT NULL AND " + types
-	if a.planFilter != "" {
-		q = names.AttrPlan + " = '" + strings.ReplaceAll(a.planFilter, "'", "") + "' AND " + types
-	}
-	var all []execution
-	var token []byte
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 100, NextPageToken: token})
-		var ia *serviceerror.InvalidArgument
-		if errors.As(err, &ia) && strings.Contains(q, names.AttrPlan) && len(all) == 0 {
-			// The namespace lacks Drover's search attributes: match the
-			// types alone, and say how to register them.
-			fmt.Fprintf(a.stderr, "drctl: warning: %v\n%s", err, registerHint())
-			q = types
-			if a.planFilter != "" {
-				q = "WorkflowId IN ('" + workflows.ActionID(a.planFilter) + "','" + workflows.ProtectID(a.planFilter) + "') AND " + types
-			}
-			continue
-		}
-		if err != nil {
-			return temporalError("list the actions", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			all = append(all, executionOf(e))
-		}
-		token = resp.GetNextPageToken()
-		if len(token) == 0 || (limit > 0 && len(all) >= limit) || len(all) >= 10000 {
-			break
-		}
-	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].Start.After(all[j].Start) })
-	if latest {
-		seen := map[string]bool{}
-		var keep []execution
-		for _, x := range all {
-			if !seen[x.WorkflowID] {
-				seen[x.WorkflowID] = true
-				keep = append(keep, x)
-			}
-		}
-		all = keep
-		sort.SliceStable(all, func(i, j int) bool { return all[i].Plan < all[j].Plan })
-	}
-	if limit > 0 && len(all) > limit {
-		all = all[:limit]
+	all, err := a.executions(ctx, c, limit, latest)
+	if err != nil {
+		return err
 	}
 	if a.json() {
 		if all == nil {
@@ -602,6 +556,63 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, by, x.WorkflowID)
 	}
 	return tw.flush()
+}
+
+// executions lists Drover's workflows, newest first (at most limit, if
+// above zero; only the last run of each workflow id when latest, then by
+// plan), of a.planFilter's plan when set.
+func (a *app) executions(ctx context.Context, c client.Client, limit int, latest bool) ([]execution, error) {
+	// Drover's workflows by their search attribute, not by type names
+	// another application in the namespace may share. A Protect that
+	// continued as new goes on in its next run: only that one is listed.
+	types := "WorkflowType IN ('" + strings.Join(actionTypes, "','") + "') AND ExecutionStatus != 'ContinuedAsNew'"
+	q := names.AttrPlan + " IS NOT NULL AND " + types
+	if a.planFilter != "" {
+		q = names.AttrPlan + " = '" + strings.ReplaceAll(a.planFilter, "'", "") + "' AND " + types
+	}
+	var all []execution
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 100, NextPageToken: token})
+		var ia *serviceerror.InvalidArgument
+		if errors.As(err, &ia) && strings.Contains(q, names.AttrPlan) && len(all) == 0 {
+			// The namespace lacks Drover's search attributes: match the
+			// types alone, and say how to register them.
+			fmt.Fprintf(a.stderr, "drctl: warning: %v\n%s", err, registerHint())
+			q = types
+			if a.planFilter != "" {
+				q = "WorkflowId IN ('" + workflows.ActionID(a.planFilter) + "','" + workflows.ProtectID(a.planFilter) + "') AND " + types
+			}
+			continue
+		}
+		if err != nil {
+			return nil, temporalError("list the actions", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			all = append(all, executionOf(e))
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 || (limit > 0 && len(all) >= limit) || len(all) >= 10000 {
+			break
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Start.After(all[j].Start) })
+	if latest {
+		seen := map[string]bool{}
+		var keep []execution
+		for _, x := range all {
+			if !seen[x.WorkflowID] {
+				seen[x.WorkflowID] = true
+				keep = append(keep, x)
+			}
+		}
+		all = keep
+		sort.SliceStable(all, func(i, j int) bool { return all[i].Plan < all[j].Plan })
+	}
+	if limit > 0 && len(all) > limit {
+		all = all[:limit]
+	}
+	return all, nil
 }
 
 // registerHint says how to register Drover's search attributes.

@@ -49,7 +49,7 @@ func RecordID(plan string) string { return RecordIDPrefix + plan }
 func VerifyID(plan string) string { return VerifyIDPrefix + plan }
 
 // IDPrefixes are every prefix above, longest first.
-var IDPrefixes = []string{ProtectIDPrefix, ActionIDPrefix, RecordIDPrefix, VerifyIDPrefix}
+var IDPrefixes = []string{ProtectIDPrefix, ActionIDPrefix, RecordIDPrefix, VerifyIDPrefix, TestRecoveryIDPrefix}
 
 // Workflow types.
 const (

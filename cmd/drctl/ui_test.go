@@ -1,0 +1,174 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/freeport"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// browser starts headless Chromium (Debian's, or DROVER_CHROMIUM) for
+// the test; without one the test is skipped, except under CI, where
+// .ci/run installs it and its absence is a failure.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	bin := os.Getenv("DROVER_CHROMIUM")
+	if bin == "" {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if p, err := exec.LookPath(name); err == nil {
+				bin = p
+				break
+			}
+		}
+	}
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no Chromium on PATH: .ci/run installs Debian's chromium package for the dashboard's browser test")
+		}
+		t.Skip("no Chromium on PATH (apt-get install chromium): the dashboard's browser test is skipped")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancel3)
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	return ctx
+}
+
+// screenshot saves the page as PNG into DROVER_SCREENSHOTS, when set
+// (the README's pictures come from there).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("DROVER_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// text evaluates a JavaScript expression that yields a string.
+func text(t *testing.T, ctx context.Context, expr string) string {
+	t.Helper()
+	var s string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(expr, &s)); err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return s
+}
+
+// stateOf is the state cell of the step with the given ID on the page.
+func stateOf(id string) string {
+	return fmt.Sprintf(`(function(){var c=document.querySelector('tr[data-step="%s"] td.state');return c?c.textContent:"";})()`, id)
+}
+
+// TestDashboard: drctl ui in a real browser. The overview shows the plan
+// protected from east with its group's lag and a lag chart; during a
+// failover that waits for approval, the action's page shows the gate
+// waiting, and once drctl approve opens it the same page, without a
+// reload, shows the promotion done and the action completed. The
+// overview then lists the action with a report that renders. Requests
+// for another host name, and writes, are refused.
+func TestDashboard(t *testing.T) {
+	ctx := browser(t)
+	st := newSiteStack(t)
+	c := st.c
+	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "  approvals: [beforePromote]\n")
+	st.protect(shop)
+
+	port, err := freeport.Port("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ui := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + c.addr, "TEMPORAL_NAMESPACE=default"}, c.bin, "ui", "--listen", addr, "--every", "200ms", "--temporal-ui", "http://127.0.0.1:8233")
+	simtest.Eventually(t, 30*time.Second, "the dashboard to serve", func() bool { return strings.Contains(ui.Log.String(), "dashboard on http://"+addr) })
+	base := "http://" + addr
+
+	if err := chromedp.Run(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`tr.plan[data-plan="shop"]`)); err != nil {
+		t.Fatalf("overview: %v\n%s", err, ui.Log.String())
+	}
+	row := text(t, ctx, `document.querySelector('tr.plan[data-plan="shop"]').innerText`)
+	if !strings.Contains(row, "east") || !strings.Contains(row, "data") {
+		t.Fatalf("the plan's row: %q", row)
+	}
+	if n := text(t, ctx, `String(document.querySelectorAll('tr.plan[data-plan="shop"] svg.lag polyline').length)`); n != "1" {
+		t.Fatalf("%s lag charts in the plan's row", n)
+	}
+
+	st.east.Down()
+	c.ok(nil, "--by", "operator@example", "failover", shop, "--to", "west", "--yes")
+	c.eventually("the promotion gate", "shop", func(s statusOut) bool { return stepIn(s, workflows.StateWaiting) })
+	id := workflows.ActionID("shop")
+	if err := chromedp.Run(ctx, chromedp.Navigate(base+"/action/"+id), chromedp.WaitVisible(`#steps`)); err != nil {
+		t.Fatal(err)
+	}
+	if s := text(t, ctx, stateOf("approve/beforePromote")); s != workflows.StateWaiting {
+		t.Fatalf("the gate's state on the page: %q", s)
+	}
+	if s := text(t, ctx, stateOf("promote/west/data")); s != "" && s != workflows.StatePending {
+		t.Fatalf("the promotion's state on the page before the approval: %q", s)
+	}
+	screenshot(t, ctx, "dashboard-action.png")
+	c.ok(nil, "--by", "auditor@example", "approve", "shop", "--yes")
+	// The page updates itself: no navigation from here.
+	simtest.Eventually(t, 30*time.Second, "the page to show the promotion done", func() bool {
+		return text(t, ctx, stateOf("promote/west/data")) == workflows.StateDone &&
+			text(t, ctx, `document.getElementById("steps").dataset.status`) == "completed"
+	})
+	if s := text(t, ctx, `document.getElementById("live").textContent`); !strings.Contains(s, "ended") {
+		t.Fatalf("the page still says %q", s)
+	}
+
+	if err := chromedp.Run(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#past`)); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "dashboard.png")
+	href := text(t, ctx, `(function(){var a=document.querySelector('#past a[href^="/report/`+id+`"]');return a?a.getAttribute("href"):"";})()`)
+	if href == "" {
+		t.Fatalf("no report link of %s in the past actions", id)
+	}
+	if err := chromedp.Run(ctx, chromedp.Navigate(base+href), chromedp.WaitReady(`body`)); err != nil {
+		t.Fatal(err)
+	}
+	if s := text(t, ctx, `document.body.innerText`); !strings.Contains(s, "auditor@example") || !strings.Contains(s, "Failover: shop") {
+		t.Fatalf("the report page: %.400s", s)
+	}
+	if n := text(t, ctx, `String(document.querySelectorAll("svg rect").length)`); n == "0" {
+		t.Fatal("the report page has no timeline")
+	}
+	screenshot(t, ctx, "report.png")
+
+	// Another host name (a rebound DNS name), and writes, are refused.
+	req, _ := http.NewRequest(http.MethodGet, base+"/", nil)
+	req.Host = "evil.example:8090"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("a request for host evil.example: %v %v", resp, err)
+	}
+	if resp, err := http.Post(base+"/action/"+id, "text/plain", nil); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("a POST: %v %v", resp, err)
+	}
+}
