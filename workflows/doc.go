@@ -66,6 +66,9 @@
 //     tier by tier (metadata.tier), with SiteFence telling it what is
 //     fenced already. A plan running another action is reported busy;
 //     a tier with a plan that did not complete pauses the site action.
+//     With Action reprotect, failback or drill it runs that action of
+//     each plan instead (drctl prepares each plan's input), without the
+//     site fence; a site drill's failed checks are outcomes, not pauses.
 //
 // Every workflow carries the search attributes DroverPlan, DroverAction
 // and DroverSite (Attributes), set at start and passed to children; on a

@@ -28,8 +28,29 @@ import (
 // one-action rule holds: a plan already running an action is reported,
 // not restarted; it pauses and is resolved per plan as always.
 
-// ActionSiteFailover is a site failover's action, in its progress.
+// ActionSiteFailover is a site failover's action, in its progress; the
+// other site actions are "site reprotect", "site failback" and "site
+// drill" (SiteAction).
 const ActionSiteFailover = "site failover"
+
+// The plan actions a site action runs (SiteFailoverInput.Action).
+const (
+	SiteFailoverAction  = "failover"
+	SiteReprotectAction = "reprotect"
+	SiteFailbackAction  = "failback"
+	SiteDrillAction     = "drill"
+)
+
+// SiteAction is the progress's action of a site action running action.
+func SiteAction(action string) string {
+	if action == "" {
+		action = SiteFailoverAction
+	}
+	return "site " + action
+}
+
+// IsSiteAction tells a site action's progress from a plan's.
+func IsSiteAction(progressAction string) bool { return strings.HasPrefix(progressAction, "site ") }
 
 // SiteActionID is the workflow id of a site action on site: one at a
 // time per site.
@@ -46,14 +67,23 @@ type SitePlan struct {
 	Clients         []string  `json:"clients,omitempty"`
 	ConfirmUnfenced bool      `json:"confirmUnfenced,omitempty"`
 	OverrideState   bool      `json:"overrideState,omitempty"`
+	// The plan's own action's input, as drctl prepares it for the plan
+	// alone, for a site reprotect, failback or drill; its plan and origin
+	// are the site plan's.
+	Reprotect *ReprotectInput `json:"reprotect,omitempty"`
+	Failback  *FailbackInput  `json:"failback,omitempty"`
+	Drill     *DrillInput     `json:"drill,omitempty"`
 }
 
-// SiteFailoverInput fails over, from From to To, every plan listed.
+// SiteFailoverInput fails over, from From to To, every plan listed; or,
+// with Action, reprotects them (From the returned site), fails them back
+// (from From to To) or drills them.
 type SiteFailoverInput struct {
 	Origin
-	From  string     `json:"from"`
-	To    string     `json:"to"`
-	Plans []SitePlan `json:"plans"`
+	Action string     `json:"action,omitempty"` // failover (the default), reprotect, failback or drill
+	From   string     `json:"from"`
+	To     string     `json:"to"`
+	Plans  []SitePlan `json:"plans"`
 	// Parallelism bounds the plans of a tier that fail over at once
 	// (default DefaultSiteParallelism).
 	Parallelism int `json:"parallelism,omitempty"`
@@ -121,7 +151,11 @@ func (e *SiteBusyError) Error() string {
 // one runs on the site already.
 func StartSite(ctx context.Context, c client.Client, in SiteFailoverInput) (client.WorkflowRun, error) {
 	id := SiteActionID(in.From)
-	run, started, err := startOnce(ctx, c, id, in.Origin, Attributes("site-"+in.From, "site-failover", in.To), SiteFailover, in)
+	action := in.Action
+	if action == "" {
+		action = SiteFailoverAction
+	}
+	run, started, err := startOnce(ctx, c, id, in.Origin, Attributes("site-"+in.From, "site-"+action, in.To), SiteFailover, in)
 	if started != nil {
 		return nil, &SiteBusyError{Site: in.From, ID: id, RunID: started.RunId}
 	}
@@ -137,8 +171,15 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		parallelism = DefaultSiteParallelism
 	}
 	// The site action's own steps pause for the operator, as a plan's do.
+	action := in.Action
+	if action == "" {
+		action = SiteFailoverAction
+	}
+	if !slices.Contains([]string{SiteFailoverAction, SiteReprotectAction, SiteFailbackAction, SiteDrillAction}, action) {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site action %q: want failover, reprotect, failback or drill", action), ErrPreflight, nil)
+	}
 	own := &plans.Plan{Metadata: plans.Metadata{Name: "site-" + in.From}, Policy: plans.Policy{Parallelism: parallelism, OnFailure: "pause"}}
-	r, err := newRun(ctx, ActionSiteFailover, own)
+	r, err := newRun(ctx, SiteAction(action), own)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +200,14 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 	byName := map[string]SitePlan{}
 	for i, sp := range sorted {
 		if sp.Plan == nil || sp.Plan.Metadata.Name == "" {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site failover: plan %d of the input has no plan", i), ErrPreflight, nil)
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site %s: plan %d of the input has no plan", action, i), ErrPreflight, nil)
 		}
 		name := sp.Plan.Metadata.Name
 		if _, dup := byName[name]; dup {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site failover: plan %q is listed twice", name), ErrPreflight, nil)
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site %s: plan %q is listed twice", action, name), ErrPreflight, nil)
+		}
+		if action != SiteFailoverAction && sp.input(action) == nil {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("site %s: plan %q comes without its %s's input", action, name, action), ErrPreflight, nil)
 		}
 		byName[name] = sp
 		order = append(order, name)
@@ -180,7 +224,8 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
 		note, err := trust(ctx, sp.Plan, Origin{Signature: sp.Signature, By: in.By})
 		if err == nil {
-			err = checkSites(sp.Plan, in.From, in.To)
+			from, to := sp.sites(action, in)
+			err = checkSites(sp.Plan, from, to)
 		}
 		s.End = workflow.Now(ctx)
 		if err != nil {
@@ -192,10 +237,12 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		trusted = append(trusted, name)
 	}
 
-	// One fence per storage system of the surviving site.
-	fences, err := siteFences(ctx, r, in, byName, trusted)
-	if err != nil {
-		return r.siteEnd(ctx, res, outcome, order, err)
+	// One fence per storage system of the surviving site (a failover's).
+	fences := map[string]*SiteFence{}
+	if action == SiteFailoverAction {
+		if fences, err = siteFences(ctx, r, in, byName, trusted); err != nil {
+			return r.siteEnd(ctx, res, outcome, order, err)
+		}
 	}
 
 	// The plans' own failovers, tier by tier.
@@ -210,7 +257,7 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 	for _, tier := range tiers {
 		t := byName[tier[0]].Plan.Metadata.Tier
 		for _, name := range tier {
-			r.add(newRef(KindPlanFailover, fmt.Sprintf("fail over plan %s", name), name), false)
+			r.add(newRef(planKind(action), fmt.Sprintf("%s plan %s", siteVerbs[action], name), name), false)
 		}
 		err := r.step(ctx, newRef(KindTier, fmt.Sprintf("tier %d: %d plan(s)", t, len(tier)), fmt.Sprint(t)), false, func(ctx workflow.Context) (string, error) {
 			var left []string
@@ -220,7 +267,7 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 				}
 			}
 			_ = parallel(ctx, left, parallelism, func(ctx workflow.Context, name string) error {
-				r.failoverPlan(ctx, in, byName[name], fences[name], outcome[name])
+				r.sitePlan(ctx, in, action, byName[name], fences[name], outcome[name])
 				return nil
 			})
 			var failed []string
@@ -229,11 +276,16 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 					failed = append(failed, fmt.Sprintf("%s %s (%s)", name, o.State, o.Error))
 				}
 			}
+			if len(failed) > 0 && action == SiteDrillAction {
+				// A drill that finds problems has done its work: the
+				// outcomes say which; nothing waits for the operator.
+				return fmt.Sprintf("%d plan(s) drilled, %d with failed checks: %s", len(tier), len(failed), strings.Join(failed, "; ")), nil
+			}
 			if len(failed) > 0 {
 				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%d of %d plan(s) of tier %d did not complete: %s",
 					len(failed), len(tier), t, strings.Join(failed, "; ")), ErrGroupsFail, nil)
 			}
-			return fmt.Sprintf("%d plan(s) failed over", len(tier)), nil
+			return fmt.Sprintf("%d plan(s): %s done", len(tier), action), nil
 		})
 		if err != nil {
 			return r.siteEnd(ctx, res, outcome, order, err)
@@ -356,26 +408,99 @@ func siteFences(ctx workflow.Context, r *run, in SiteFailoverInput, byName map[s
 	return fences, nil
 }
 
-// failoverPlan runs one plan's Failover as a child under the plan's own
+// siteVerbs name a site action's plan steps.
+var siteVerbs = map[string]string{SiteFailoverAction: "fail over", SiteReprotectAction: "reprotect", SiteFailbackAction: "fail back", SiteDrillAction: "drill"}
+
+// planKind is the kind of a site action's plan steps: KindPlanFailover,
+// or "plan-ACTION".
+func planKind(action string) StepKind {
+	if action == SiteFailoverAction {
+		return KindPlanFailover
+	}
+	return StepKind("plan-" + action)
+}
+
+// IsPlanStep tells a site action's plan steps, and names their plan.
+func IsPlanStep(s *Step) (string, bool) {
+	k := string(s.Kind())
+	if !strings.HasPrefix(k, "plan-") {
+		return "", false
+	}
+	return strings.TrimPrefix(s.ID, k+"/"), true
+}
+
+// input is the plan's own action's input for action (not failover),
+// with the site plan's plan and signature, and by; nil when missing.
+func (sp SitePlan) input(action string) any {
+	switch action {
+	case SiteReprotectAction:
+		if sp.Reprotect != nil {
+			return *sp.Reprotect
+		}
+	case SiteFailbackAction:
+		if sp.Failback != nil {
+			return *sp.Failback
+		}
+	case SiteDrillAction:
+		if sp.Drill != nil {
+			return *sp.Drill
+		}
+	}
+	return nil
+}
+
+// sites are where the plan's own action moves from and to.
+func (sp SitePlan) sites(action string, in SiteFailoverInput) (string, string) {
+	switch action {
+	case SiteReprotectAction:
+		return sp.Reprotect.From, sp.Reprotect.To
+	case SiteFailbackAction:
+		return sp.Failback.From, sp.Failback.To
+	case SiteDrillAction:
+		return sp.Drill.From, sp.Drill.To
+	}
+	return in.From, in.To
+}
+
+// sitePlan runs one plan's own action as a child under the plan's own
 // action id and records its outcome in o and in the plan's step.
-func (r *run) failoverPlan(ctx workflow.Context, in SiteFailoverInput, sp SitePlan, fence *SiteFence, o *PlanOutcome) {
+func (r *run) sitePlan(ctx workflow.Context, in SiteFailoverInput, action string, sp SitePlan, fence *SiteFence, o *PlanOutcome) {
 	name := sp.Plan.Metadata.Name
-	s := r.find(newRef(KindPlanFailover, "", name).id)
+	s := r.find(newRef(planKind(action), "", name).id)
 	s.State, s.Start, s.End, s.LastError, s.Output = StateRunning, workflow.Now(ctx), time.Time{}, "", ""
 	s.Attempts++
+	origin := Origin{Signature: sp.Signature, By: in.By}
+	var wf, child any
+	to := in.To
+	switch action {
+	case SiteReprotectAction:
+		x := *sp.Reprotect
+		x.Origin, x.Plan = origin, sp.Plan
+		wf, child, to = Reprotect, x, x.To
+	case SiteFailbackAction:
+		x := *sp.Failback
+		x.Origin, x.Plan = origin, sp.Plan
+		wf, child, to = Failback, x, x.To
+	case SiteDrillAction:
+		x := *sp.Drill
+		x.Origin, x.Plan = origin, sp.Plan
+		wf, child, to = Drill, x, x.To
+	default:
+		wf, child = Failover, FailoverInput{
+			Origin: origin, Plan: sp.Plan, From: in.From, To: in.To,
+			ConfirmUnfenced: sp.ConfirmUnfenced, OverrideState: sp.OverrideState, LastSync: sp.LastSync, Clients: sp.Clients,
+			SiteFence: fence,
+		}
+	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            ActionID(name),
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		// A plan's failover goes on if the site action is ended.
+		// A plan's action goes on if the site action is ended.
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-		TypedSearchAttributes: Attributes(name, "failover", in.To),
+		TypedSearchAttributes: Attributes(name, action, to),
 		Memo:                  Origin{By: in.By}.memo(),
 	})
-	f := workflow.ExecuteChildWorkflow(cctx, Failover, FailoverInput{
-		Origin: Origin{Signature: sp.Signature, By: in.By}, Plan: sp.Plan, From: in.From, To: in.To,
-		ConfirmUnfenced: sp.ConfirmUnfenced, OverrideState: sp.OverrideState, LastSync: sp.LastSync, Clients: sp.Clients,
-		SiteFence: fence,
-	})
+	f := workflow.ExecuteChildWorkflow(cctx, wf, child)
 	var exec workflow.Execution
 	err := f.GetChildWorkflowExecution().Get(ctx, &exec)
 	var busy *temporal.ChildWorkflowExecutionAlreadyStartedError
@@ -387,16 +512,37 @@ func (r *run) failoverPlan(ctx workflow.Context, in SiteFailoverInput, sp SitePl
 	default:
 		o.RunID = exec.RunID
 		s.Output = "running as workflow " + exec.ID
-		var fr FailoverResult
-		if err := f.Get(ctx, &fr); err != nil {
-			o.State, o.Error = StateAborted, ErrorText(err)
-		} else {
-			o.State, o.Error, o.RTO, o.RPO, o.RPOKnown = StateCompleted, "", fr.RTO, fr.RPO, fr.RPOKnown
+		o.State, o.Error = StateCompleted, ""
+		switch action {
+		case SiteFailoverAction:
+			var fr FailoverResult
+			if err := f.Get(ctx, &fr); err != nil {
+				o.State, o.Error = StateAborted, ErrorText(err)
+			} else {
+				o.RTO, o.RPO, o.RPOKnown = fr.RTO, fr.RPO, fr.RPOKnown
+			}
+		case SiteDrillAction:
+			var dr DrillResult
+			if err := f.Get(ctx, &dr); err != nil {
+				o.State, o.Error = StateAborted, ErrorText(err)
+			} else if !dr.OK {
+				o.State, o.Error = StateFailed, fmt.Sprintf("%d check(s) failed: %s", dr.Failed, strings.Join(dr.Failures, "; "))
+			}
+			o.RTO = dr.End.Sub(dr.Start)
+		default:
+			var p Progress
+			if err := f.Get(ctx, &p); err != nil {
+				o.State, o.Error = StateAborted, ErrorText(err)
+			}
+			o.RTO = p.End.Sub(p.Start)
 		}
 	}
 	s.End = workflow.Now(ctx)
 	if o.State == StateCompleted {
-		s.State, s.Output = StateDone, fmt.Sprintf("completed as workflow %s, RTO %v", ActionID(name), o.RTO.Round(time.Millisecond))
+		s.State, s.Output = StateDone, fmt.Sprintf("completed as workflow %s in %v", ActionID(name), o.RTO.Round(time.Millisecond))
+		if action == SiteFailoverAction {
+			s.Output = fmt.Sprintf("completed as workflow %s, RTO %v", ActionID(name), o.RTO.Round(time.Millisecond))
+		}
 		return
 	}
 	s.State, s.LastError = StateFailed, o.Error

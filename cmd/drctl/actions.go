@@ -92,6 +92,44 @@ func (a *app) actionCommands() []*cobra.Command {
 		&dr, true, false, func(ctx context.Context, plan string) error { return a.drill(ctx, plan, drillAction, dr) })
 	drill.Flags().StringVar(&drillAction, "action", "failover", "the action to rehearse: failover or failback")
 
+	// reprotect, failback and drill per site, as failover.
+	var rpSite, fbSite, drSite string
+	var rpAtOnce, fbAtOnce, drAtOnce int
+	bySite := func(cmd *cobra.Command, use string, site *string, atOnce *int, what string, one func(ctx context.Context, plan string) error, all func(ctx context.Context, args []string) error) {
+		cmd.Use = use
+		cmd.Flags().StringVar(site, "site", "", what)
+		cmd.Flags().IntVar(atOnce, "plans-at-once", workflows.DefaultSiteParallelism, "with --site: the plans of a tier that act at once")
+		cmd.Args = cobra.MinimumNArgs(1)
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if *site != "" {
+				return all(cmd.Context(), args)
+			}
+			if len(args) != 1 {
+				return badInput("%s takes one plan; for every plan of a site, name it with --site", cmd.Name())
+			}
+			return one(cmd.Context(), args[0])
+		}
+	}
+	bySite(reprotect, "reprotect PLAN | reprotect --site RETURNED PLAN|DIR...", &rpSite, &rpAtOnce,
+		"reprotect every plan (files, or directories of them) that the returned site's loss failed over, tier by tier, as one site action",
+		func(ctx context.Context, plan string) error { return a.reprotect(ctx, plan, from, rp) },
+		func(ctx context.Context, args []string) error {
+			if from != "" && from != rpSite {
+				return badInput("--from %s and --site %s name different sites", from, rpSite)
+			}
+			return a.siteReprotect(ctx, args, rpSite, rpAtOnce, rp)
+		})
+	bySite(failback, "failback PLAN --to SITE | failback --site LEAVE --to SITE PLAN|DIR...", &fbSite, &fbAtOnce,
+		"fail back to --to every plan (files, or directories of them) that runs on this site, tier by tier, as one site action",
+		func(ctx context.Context, plan string) error { return a.failback(ctx, plan, fb) },
+		func(ctx context.Context, args []string) error { return a.siteFailback(ctx, args, fbSite, fbAtOnce, fb) })
+	bySite(drill, "drill PLAN --to SITE | drill --site FROM --to SITE PLAN|DIR...", &drSite, &drAtOnce,
+		"drill every plan (files, or directories of them) that has this site and --to, tier by tier, as one site action",
+		func(ctx context.Context, plan string) error { return a.drill(ctx, plan, drillAction, dr) },
+		func(ctx context.Context, args []string) error {
+			return a.siteDrill(ctx, args, drSite, drillAction, drAtOnce, dr)
+		})
+
 	var at string
 	var testWait, cleanup bool
 	testRecovery := &cobra.Command{
@@ -248,20 +286,34 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if err != nil {
 		return err
 	}
-	in := workflows.ReprotectInput{Plan: p}
-	if in.Origin, err = a.origin(file, p); err != nil {
+	in, what, err := a.reprotectInput(ctx, c, file, p, from, f.override)
+	if err != nil {
 		return err
 	}
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "reprotect", workflows.Reprotect, in, f.wait)
+}
+
+// reprotectInput prepares plan p's reprotect (of site from, when given)
+// and says what it will do.
+func (a *app) reprotectInput(ctx context.Context, c client.Client, file string, p *plans.Plan, from string, override bool) (workflows.ReprotectInput, string, error) {
+	in := workflows.ReprotectInput{Plan: p}
+	var err error
+	if in.Origin, err = a.origin(file, p); err != nil {
+		return in, "", err
+	}
 	if from != "" && p.Site(from) == nil {
-		return badInput("plan %q has no site %q", p.Metadata.Name, from)
+		return in, "", badInput("plan %q has no site %q", p.Metadata.Name, from)
 	}
 	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
 	if err != nil {
-		return err
+		return in, "", err
 	}
 	last, fo, res, err := lastFailover(ctx, c, p.Metadata.Name)
 	if err != nil {
-		return err
+		return in, "", err
 	}
 	// Which site came back: the last failover's (from its history, or
 	// from the record once that history is past retention), an
@@ -276,15 +328,15 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	case last.is("Reprotect", enums.WORKFLOW_EXECUTION_STATUS_FAILED, enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_TERMINATED, enums.WORKFLOW_EXECUTION_STATUS_TIMED_OUT):
 		// A reprotect that did not finish: run it again.
 		if err := last.read(ctx, c, &in, nil); err != nil {
-			return err
+			return in, "", err
 		}
 		in.Plan = p
 	case from == "":
-		return badInput("plan %q: the last action is %s; reprotect follows a completed failover. If the site came back otherwise, name it with --from", p.Metadata.Name, last)
+		return in, "", badInput("plan %q: the last action is %s; reprotect follows a completed failover. If the site came back otherwise, name it with --from", p.Metadata.Name, last)
 	}
 	if from != "" && from != in.From {
 		if in.From != "" {
-			return badInput("--from %s: the last failover of plan %q left %s, not %s", from, p.Metadata.Name, in.From, from)
+			return in, "", badInput("--from %s: the last failover of plan %q left %s, not %s", from, p.Metadata.Name, in.From, from)
 		}
 		in.From, in.To, in.Fenced = from, otherSite(p, from), nil
 	}
@@ -296,23 +348,20 @@ func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) e
 	if rec != nil {
 		cidrs, via := rec.FencedOf(in.From)
 		if via != "" && via != in.To {
-			return badInput("plan %q: the record holds %s's clients %v as fenced through %s's own storage; lift that fence by hand (UnfenceClusterNetwork), then reprotect", p.Metadata.Name, in.From, cidrs, via)
+			return in, "", badInput("plan %q: the record holds %s's clients %v as fenced through %s's own storage; lift that fence by hand (UnfenceClusterNetwork), then reprotect", p.Metadata.Name, in.From, cidrs, via)
 		}
 		in.Fenced, known = cidrs, true
 	}
 	if site := p.Site(in.From); !known && len(site.Fence.CIDRs) == 0 && !site.Fence.Unavailable {
-		return badInput("plan %q: cannot know which of %s's clients are fenced: the plan has no record of it, no failover's result tells, and the plan lists no fence.cidrs for %s. "+
+		return in, "", badInput("plan %q: cannot know which of %s's clients are fenced: the plan has no record of it, no failover's result tells, and the plan lists no fence.cidrs for %s. "+
 			"Nothing was done. Check what %s's storage lists (ListClusterFence), lift the fence by hand, or add the CIDRs to the plan", p.Metadata.Name, in.From, in.From, in.To)
 	}
-	if err := a.checkDirection(ctx, c, p, "reprotect", in.From, in.To, f.override); err != nil {
-		return err
+	if err := a.checkDirection(ctx, c, p, "reprotect", in.From, in.To, override); err != nil {
+		return in, "", err
 	}
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
 		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
-	if err := a.confirm(f.yes, what); err != nil {
-		return err
-	}
-	return a.start(ctx, c, p, "reprotect", workflows.Reprotect, in, f.wait)
+	return in, what, nil
 }
 
 func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
@@ -320,24 +369,37 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := a.checkDirection(ctx, c, p, "failback", from, to, f.override); err != nil {
-		return err
-	}
-	in := workflows.FailbackInput{Plan: p, From: from, To: to}
-	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
+	in, what, err := a.failbackInput(ctx, c, file, p, from, to, f.override)
 	if err != nil {
 		return err
+	}
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "failback", workflows.Failback, in, f.wait)
+}
+
+// failbackInput prepares plan p's failback from from to to and says what
+// it will do.
+func (a *app) failbackInput(ctx context.Context, c client.Client, file string, p *plans.Plan, from, to string, override bool) (workflows.FailbackInput, string, error) {
+	in := workflows.FailbackInput{Plan: p, From: from, To: to}
+	if err := a.checkDirection(ctx, c, p, "failback", from, to, override); err != nil {
+		return in, "", err
+	}
+	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
+	if err != nil {
+		return in, "", err
 	}
 	if cidrs, via := rec.FencedOf(to); via == from {
 		// What a failover fenced of To and no reprotect lifted since.
 		in.Fenced = cidrs
 	}
 	if in.Origin, err = a.origin(file, p); err != nil {
-		return err
+		return in, "", err
 	}
 	_, fo, res, err := lastFailover(ctx, c, p.Metadata.Name)
 	if err != nil {
-		return err
+		return in, "", err
 	}
 	if fo != nil && fo.From == to && rec == nil {
 		// No reprotect since: lift what the failover fenced on To.
@@ -345,28 +407,34 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 	}
 	what := fmt.Sprintf("Fail back plan %q from %s to %s: stop %s's workloads, demote %s there, promote on %s once the final sync has landed, start the workloads on %s.",
 		p.Metadata.Name, from, to, from, groupCount(p), to, to)
-	if err := a.confirm(f.yes, what); err != nil {
-		return err
-	}
-	return a.start(ctx, c, p, "failback", workflows.Failback, in, f.wait)
+	return in, what, nil
 }
 
 func (a *app) drill(ctx context.Context, file, action string, f actionFlags) error {
-	if action != "failover" && action != "failback" {
-		return badInput("--action %q: want failover or failback", action)
-	}
 	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
 		return err
 	}
-	if err := a.checkDirection(ctx, c, p, "drill of a "+action, from, to, f.override); err != nil {
-		return err
-	}
-	o, err := a.origin(file, p)
+	in, err := a.drillInput(ctx, c, file, p, action, from, to, f.override)
 	if err != nil {
 		return err
 	}
-	return a.start(ctx, c, p, "drill", workflows.Drill, workflows.DrillInput{Origin: o, Plan: p, Action: action, From: from, To: to}, f.wait)
+	return a.start(ctx, c, p, "drill", workflows.Drill, in, f.wait)
+}
+
+// drillInput prepares plan p's drill of action from from to to.
+func (a *app) drillInput(ctx context.Context, c client.Client, file string, p *plans.Plan, action, from, to string, override bool) (workflows.DrillInput, error) {
+	if action != "failover" && action != "failback" {
+		return workflows.DrillInput{}, badInput("--action %q: want failover or failback", action)
+	}
+	if err := a.checkDirection(ctx, c, p, "drill of a "+action, from, to, override); err != nil {
+		return workflows.DrillInput{}, err
+	}
+	o, err := a.origin(file, p)
+	if err != nil {
+		return workflows.DrillInput{}, err
+	}
+	return workflows.DrillInput{Origin: o, Plan: p, Action: action, From: from, To: to}, nil
 }
 
 // start starts an action and, with wait, follows it to its end.

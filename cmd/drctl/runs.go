@@ -260,7 +260,7 @@ wait:
 		} else {
 			a.summary(&r)
 		}
-		if r.OK != nil && !*r.OK || r.Action == workflows.ActionSiteFailover && !sitePlansAllDone(&r) {
+		if r.OK != nil && !*r.OK || workflows.IsSiteAction(r.Action) && !sitePlansAllDone(&r) {
 			return silent(exitFailed)
 		}
 		return nil
@@ -307,7 +307,7 @@ func closeState(err error) string {
 // summary is the closing line of a completed action.
 func (a *app) summary(r *result) {
 	took := r.End.Sub(r.Start).Round(time.Millisecond)
-	if r.Action == workflows.ActionSiteFailover {
+	if workflows.IsSiteAction(r.Action) {
 		a.siteSummary(r, took)
 		return
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/drover-dr/drover/internal/names"
 
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -61,6 +62,78 @@ func (a *app) siteFailover(ctx context.Context, args []string, lost string, plan
 	if f.to == lost {
 		return badInput("--site %s --to %s: the lost site cannot take over", lost, f.to)
 	}
+	return a.siteAction(ctx, workflows.SiteFailoverAction, args, lost, f.to, plansAtOnce, f,
+		func(c client.Client, file string, p *plans.Plan) (workflows.SitePlan, string, error) {
+			if err := a.checkDirection(ctx, c, p, "failover", lost, f.to, f.override); err != nil {
+				return workflows.SitePlan{}, "", err
+			}
+			o, err := a.origin(file, p)
+			if err != nil {
+				return workflows.SitePlan{}, "", err
+			}
+			sp := workflows.SitePlan{Plan: p, Signature: o.Signature, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
+			if sp.LastSync, sp.Clients, err = a.protection(ctx, c, p, lost); err != nil {
+				return workflows.SitePlan{}, "", err
+			}
+			fence := p.Site(lost).Fence.CIDRs
+			if len(fence) == 0 {
+				fence = sp.Clients
+			}
+			return sp, fmt.Sprintf("fence %v, force-promote %s on %s, start %d workload(s)", fence, groupCount(p), f.to, len(p.Workloads)), nil
+		})
+}
+
+// siteReprotect reprotects, as one site action, every plan among args
+// that uses the returned site.
+func (a *app) siteReprotect(ctx context.Context, args []string, site string, plansAtOnce int, f actionFlags) error {
+	return a.siteAction(ctx, workflows.SiteReprotectAction, args, site, "", plansAtOnce, f,
+		func(c client.Client, file string, p *plans.Plan) (workflows.SitePlan, string, error) {
+			in, what, err := a.reprotectInput(ctx, c, file, p, site, f.override)
+			if err != nil {
+				return workflows.SitePlan{}, "", err
+			}
+			return workflows.SitePlan{Plan: p, Signature: in.Signature, Reprotect: &in}, what, nil
+		})
+}
+
+// siteFailback fails back to f.to, as one site action, every plan among
+// args that runs on site.
+func (a *app) siteFailback(ctx context.Context, args []string, site string, plansAtOnce int, f actionFlags) error {
+	if f.to == "" || f.to == site {
+		return badInput("give the site the plans go back to with --to (not --site %s, the one they leave)", site)
+	}
+	return a.siteAction(ctx, workflows.SiteFailbackAction, args, site, f.to, plansAtOnce, f,
+		func(c client.Client, file string, p *plans.Plan) (workflows.SitePlan, string, error) {
+			in, what, err := a.failbackInput(ctx, c, file, p, site, f.to, f.override)
+			if err != nil {
+				return workflows.SitePlan{}, "", err
+			}
+			return workflows.SitePlan{Plan: p, Signature: in.Signature, Failback: &in}, what, nil
+		})
+}
+
+// siteDrill drills, as one site action, action (failover or failback)
+// from site to f.to for every plan among args that has both.
+func (a *app) siteDrill(ctx context.Context, args []string, site, action string, plansAtOnce int, f actionFlags) error {
+	if f.to == "" || f.to == site {
+		return badInput("give the site the drill rehearses moving to with --to (not --site %s)", site)
+	}
+	return a.siteAction(ctx, workflows.SiteDrillAction, args, site, f.to, plansAtOnce, f,
+		func(c client.Client, file string, p *plans.Plan) (workflows.SitePlan, string, error) {
+			in, err := a.drillInput(ctx, c, file, p, action, site, f.to, f.override)
+			if err != nil {
+				return workflows.SitePlan{}, "", err
+			}
+			return workflows.SitePlan{Plan: p, Signature: in.Signature, Drill: &in}, fmt.Sprintf("every check of a %s to %s, no change", action, f.to), nil
+		})
+}
+
+// siteAction runs action, as one site action on site, for every plan
+// among args that has the site (and to, when given): plan prepares each
+// plan's part and says what it will do; a plan it refuses as bad input
+// (one already moved, say) is left out with a note, the others go.
+func (a *app) siteAction(ctx context.Context, action string, args []string, site, to string, plansAtOnce int, f actionFlags,
+	plan func(c client.Client, file string, p *plans.Plan) (workflows.SitePlan, string, error)) error {
 	if plansAtOnce < 1 {
 		return badInput("--plans-at-once %d: give 1 or more", plansAtOnce)
 	}
@@ -72,7 +145,10 @@ func (a *app) siteFailover(ctx context.Context, args []string, lost string, plan
 	if err != nil {
 		return err
 	}
-	in := workflows.SiteFailoverInput{Origin: workflows.Origin{By: a.identity()}, From: lost, To: f.to, Parallelism: plansAtOnce}
+	in := workflows.SiteFailoverInput{Origin: workflows.Origin{By: a.identity()}, From: site, To: to, Parallelism: plansAtOnce}
+	if action != workflows.SiteFailoverAction {
+		in.Action = action
+	}
 	seen := map[string]string{}
 	var lines []string
 	for _, file := range files {
@@ -85,44 +161,37 @@ func (a *app) siteFailover(ctx context.Context, args []string, lost string, plan
 			return badInput("plan %q is in both %s and %s", name, other, file)
 		}
 		seen[name] = file
-		if p.Site(lost) == nil || p.Site(f.to) == nil {
-			fmt.Fprintf(a.stderr, "note: plan %q (%s) does not have both sites %s and %s: left out\n", name, file, lost, f.to)
+		if p.Site(site) == nil || to != "" && p.Site(to) == nil {
+			fmt.Fprintf(a.stderr, "note: plan %q (%s) does not have the site%s: left out\n", name, file, map[bool]string{true: "s " + site + " and " + to, false: " " + site}[to != ""])
 			continue
 		}
-		if err := a.checkDirection(ctx, c, p, "failover", lost, f.to, f.override); err != nil {
-			var ee *exitError
-			if errors.As(err, &ee) && ee.code == exitBadInput {
-				// One plan already moved, or not protected from the lost
-				// site: the others still go.
-				fmt.Fprintf(a.stderr, "note: plan %q left out: %v\n", name, err)
-				continue
-			}
-			return err
+		sp, what, err := plan(c, file, p)
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitBadInput {
+			// One plan already moved, or not where the action needs it:
+			// the others still go.
+			fmt.Fprintf(a.stderr, "note: plan %q left out: %v\n", name, err)
+			continue
 		}
-		o, err := a.origin(file, p)
 		if err != nil {
 			return err
 		}
-		sp := workflows.SitePlan{Plan: p, Signature: o.Signature, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
-		if sp.LastSync, sp.Clients, err = a.protection(ctx, c, p, lost); err != nil {
-			return err
-		}
 		in.Plans = append(in.Plans, sp)
-		fence := p.Site(lost).Fence.CIDRs
-		if len(fence) == 0 {
-			fence = sp.Clients
-		}
-		lines = append(lines, fmt.Sprintf("  tier %d: plan %q, fence %v, force-promote %s on %s, start %d workload(s)",
-			p.Metadata.Tier, name, fence, groupCount(p), f.to, len(p.Workloads)))
+		lines = append(lines, fmt.Sprintf("  tier %d: plan %q: %s", p.Metadata.Tier, name, what))
 	}
+	verb := workflows.SiteAction(action)
 	if len(in.Plans) == 0 {
-		return badInput("none of the %d plan(s) given fails over from %s to %s", len(files), lost, f.to)
+		return badInput("none of the %d plan(s) given can take part in the %s of %s", len(files), verb, site)
 	}
 	slices.Sort(lines)
-	what := fmt.Sprintf("Fail over %d plan(s) from the lost site %s to %s, lower tiers first, fencing %s's clients once per storage system:\n%s",
-		len(in.Plans), lost, f.to, lost, strings.Join(lines, "\n"))
-	if err := a.confirm(f.yes, what); err != nil {
-		return err
+	head := fmt.Sprintf("%s of %s: %d plan(s), lower tiers first", titleCase(verb), site, len(in.Plans))
+	if action == workflows.SiteFailoverAction {
+		head = fmt.Sprintf("Fail over %d plan(s) from the lost site %s to %s, lower tiers first, fencing %s's clients once per storage system", len(in.Plans), site, to, site)
+	}
+	if action != workflows.SiteDrillAction {
+		if err := a.confirm(f.yes, head+":\n"+strings.Join(lines, "\n")); err != nil {
+			return err
+		}
 	}
 	run, err := workflows.StartSite(ctx, c, in)
 	var busy *workflows.SiteBusyError
@@ -130,18 +199,18 @@ func (a *app) siteFailover(ctx context.Context, args []string, lost string, plan
 		return failed("%v", err)
 	}
 	if err != nil {
-		return temporalError("start the site failover", err)
+		return temporalError("start the "+verb, err)
 	}
 	if !f.wait {
 		if a.json() {
-			writeJSON(a.stdout, map[string]string{"site": lost, "action": workflows.ActionSiteFailover, "workflowId": run.GetID(), "runId": run.GetRunID(), "state": workflows.StateRunning})
+			writeJSON(a.stdout, map[string]string{"site": site, "action": verb, "workflowId": run.GetID(), "runId": run.GetRunID(), "state": workflows.StateRunning})
 			return nil
 		}
-		fmt.Fprintf(a.stdout, "site failover of %s started: workflow %s, run %s\nfollow it with: drctl watch %s\n", lost, run.GetID(), run.GetRunID(), run.GetID())
+		fmt.Fprintf(a.stdout, "%s of %s started: workflow %s, run %s\nfollow it with: drctl watch %s\n", verb, site, run.GetID(), run.GetRunID(), run.GetID())
 		return nil
 	}
 	if !a.json() {
-		fmt.Fprintf(a.stdout, "site failover of %s started: workflow %s, run %s\n", lost, run.GetID(), run.GetRunID())
+		fmt.Fprintf(a.stdout, "%s of %s started: workflow %s, run %s\n", verb, site, run.GetID(), run.GetRunID())
 	}
 	return a.follow(ctx, c, run.GetID(), run.GetRunID())
 }
@@ -180,14 +249,14 @@ func sitePlansAllDone(r *result) bool {
 // the plan's row. A plan whose progress cannot be read keeps its row as
 // it is.
 func planSteps(ctx context.Context, c client.Client, p *workflows.Progress) {
-	if p == nil || p.Action != workflows.ActionSiteFailover {
+	if p == nil || !workflows.IsSiteAction(p.Action) {
 		return
 	}
 	for _, s := range p.Steps {
-		if s.Kind() != workflows.KindPlanFailover || s.State != workflows.StateRunning {
+		plan, ok := workflows.IsPlanStep(s)
+		if !ok || s.State != workflows.StateRunning {
 			continue
 		}
-		plan := strings.TrimPrefix(s.ID, string(workflows.KindPlanFailover)+"/")
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		cp, err := queryProgress(qctx, c, workflows.ActionID(plan), "")
 		cancel()

@@ -222,3 +222,97 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 		t.Errorf("tier 1: %+v, want done at its third try", res.Steps)
 	}
 }
+
+// TestSiteRoundTrip: after east's site failover of three plans in two
+// tiers, east comes back: drctl reprotect --site east makes east the
+// replica of every plan, tier by tier, and lifts the fences; drctl drill
+// --site west --to east --action failback rehearses the failback of all
+// three and changes nothing; drctl failback --site west --to east brings
+// all three home,
+// tier by tier, each under its own action id. East is the primary of
+// every group at the end, nothing is fenced, and drctl report renders the
+// site action with its plans' outcomes.
+func TestSiteRoundTrip(t *testing.T) {
+	st := newSiteStack(t)
+	c, east, west, dir := st.c, st.east, st.west, st.dir
+	st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "")
+	st.plan(t, "", "logs", "west", 0, "{groupID: vg-2}", "127.0.0.9/32", "")
+	st.plan(t, "", "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "")
+	st.protect(filepath.Join(dir, "shop.yaml"), filepath.Join(dir, "logs.yaml"), filepath.Join(dir, "loose.yaml"))
+	east.Down()
+	site := func(args ...string) workflows.SiteFailoverResult {
+		t.Helper()
+		var o outcome
+		code, out, errs := c.run(append([]string{"-o", "json"}, args...)...)
+		if code != 0 || json.Unmarshal([]byte(out), &o) != nil {
+			t.Fatalf("drctl %v: exit %d\n%s%s", args, code, out, errs)
+		}
+		_ = errs
+		var res workflows.SiteFailoverResult
+		if err := json.Unmarshal(o.Result, &res); err != nil || o.Status != "completed" || len(res.Plans) != 3 {
+			t.Fatalf("drctl %v: %v %+v %+v", args, err, o, res)
+		}
+		for _, p := range res.Plans {
+			if p.State != workflows.StateCompleted || p.Workflow != workflows.ActionID(p.Plan) {
+				t.Fatalf("drctl %v: plan %s: %+v", args, p.Plan, p)
+			}
+		}
+		return res
+	}
+	site("failover", "--site", "east", "--to", "west", dir, "--yes", "--wait")
+	if err := east.Up(); err != nil {
+		t.Fatal(err)
+	}
+
+	rp := site("reprotect", "--site", "east", dir, "--yes", "--wait")
+	at := func(res workflows.SiteFailoverResult, id string) *workflows.Step {
+		i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == id })
+		if i < 0 {
+			t.Fatalf("no step %s in %+v", id, res.Steps)
+		}
+		return res.Steps[i]
+	}
+	if l := at(rp, "plan-reprotect/loose"); l.Start.Before(at(rp, "plan-reprotect/shop").End) {
+		t.Errorf("tier 1 reprotected before tier 0 ended")
+	}
+	if got := west.FencedCIDRs(); len(got) != 0 {
+		t.Errorf("after the site reprotect, west lists %v as fenced", got)
+	}
+
+	before := east.Snapshot()
+	dr := site("drill", "--site", "west", "--to", "east", "--action", "failback", dir, "--wait")
+	if dr.Action != workflows.SiteAction(workflows.SiteDrillAction) {
+		t.Errorf("the drill's action: %q", dr.Action)
+	}
+	if d := sim.ReplicasUnchanged(before, east.Snapshot(), false); len(d) != 0 {
+		t.Fatalf("the site drill changed east: %v", d)
+	}
+
+	fb := site("failback", "--site", "west", "--to", "east", dir, "--yes", "--wait")
+	if l := at(fb, "plan-failback/loose"); l.Start.Before(at(fb, "plan-failback/logs").End) {
+		t.Errorf("tier 1 failed back before tier 0 ended")
+	}
+	for _, u := range east.Snapshot().Units {
+		if u.Role != sim.RolePrimary {
+			t.Errorf("east's %s is %s after the site failback", u.Key(), u.Role)
+		}
+	}
+	for _, name := range []string{"shop", "logs", "loose"} {
+		simtest.Eventually(t, 30*time.Second, name+"'s record of east as primary", func() bool {
+			code, out, _ := c.run("-o", "json", "status", name)
+			var r recordOut
+			return code == 0 && json.Unmarshal([]byte(out), &r) == nil && r.Record != nil && r.Record.Primary == "east" && len(r.Record.Fences) == 0
+		})
+	}
+	if r := sim.Check(east.Snapshot(), west.Snapshot()); !r.OK() {
+		t.Errorf("invariants: %s", r)
+	}
+
+	code, md, errs := c.run("report", workflows.SiteActionID("west"))
+	for _, want := range []string{"# Site failback: logs, loose, shop", "## Plans' outcomes", "| loose | 1 | completed |"} {
+		if code != 0 || !strings.Contains(md, want) {
+			t.Errorf("the report of the site failback lacks %q: exit %d\n%s%s", want, code, md, errs)
+		}
+	}
+	c.want(2, "not --site west", "failback", "--site", "west", "--to", "west", dir, "--yes")
+}
