@@ -16,6 +16,14 @@
 // (drover-sim --driver ceph-csi): no ListClusterFence, its codes and its
 // parameter validation, with a plan of values ceph-csi accepts.
 //
+// TestTestRecoveryWhileWriting runs a test recovery at west while the
+// application writes on east, with the worker killed mid-test; the
+// replicas stay as they were and nothing is left.
+//
+// TestSiteFailoverOfThreePlans loses east under three signed plans in
+// two tiers and fails them all over as one site action (one fence, tier
+// 1 after tier 0), then renders its report in Markdown and HTML.
+//
 // TestChaos repeats failover, reprotect and failback under disruption
 // from a seeded random source: kill -9 of the worker at random points of
 // an action and a restart, a restart of the Temporal dev server in the
