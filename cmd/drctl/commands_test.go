@@ -260,7 +260,7 @@ policy:
 	c.want(2, `plan "shop" has no site "mars"; its sites are east, west`, "failover", shop, "--to", "mars", "--yes")
 	c.want(2, "a plan has exactly two sites", "failover", bad, "--to", "west", "--yes")
 	c.want(2, "fix the plan (drctl plan validate", "drill", bad, "--to", "west")
-	c.want(2, "accepts 1 arg(s), received 0", "reprotect")
+	c.want(2, "requires at least 1 arg(s), only received 0", "reprotect")
 	c.want(2, `-o "xml": want text or json`, "-o", "xml", "list")
 	c.want(2, "unknown flag: --frobnicate", "list", "--frobnicate")
 	c.want(2, `unknown command "frob"`, "frob")
