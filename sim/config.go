@@ -163,7 +163,7 @@ var Methods = map[string][]string{
 	// The CSI services (csi.go). Probe is both CSI-Addons' and CSI's: a
 	// rule or an unimplemented entry for it covers both.
 	"csi.v1.Identity":        {"GetPluginInfo", "GetPluginCapabilities", "Probe"},
-	"csi.v1.Controller":      {"ControllerGetCapabilities", "CreateVolume", "DeleteVolume", "CreateSnapshot", "DeleteSnapshot", "ListSnapshots"},
+	"csi.v1.Controller":      {"ControllerGetCapabilities", "CreateVolume", "DeleteVolume", "ValidateVolumeCapabilities", "CreateSnapshot", "DeleteSnapshot", "ListSnapshots"},
 	"csi.v1.GroupController": {"GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"},
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -360,6 +361,41 @@ func (c *csiController) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeR
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	return &csi.DeleteVolumeResponse{}, s.saveCSI(func(sf *siteFile) { delete(sf.Clones, req.GetVolumeId()) })
+}
+
+// ValidateVolumeCapabilities confirms the capabilities a CO asks of a
+// volume (a replica or a copy), as the spec requires of every
+// controller: one node at a time, mounted or as a block device. A
+// volume the site does not hold is NOT_FOUND.
+func (c *csiController) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	s := c.s
+	if err := s.csiBegin(ctx, "ValidateVolumeCapabilities", req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	if req.GetVolumeId() == "" || len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "ValidateVolumeCapabilities: volume_id and volume_capabilities are required")
+	}
+	if _, err := s.lookupVolume(req.GetVolumeId()); err != nil {
+		s.mu.Lock()
+		_, clone := s.sf.Clones[req.GetVolumeId()]
+		s.mu.Unlock()
+		if !clone {
+			return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
+		}
+	}
+	for _, vc := range req.GetVolumeCapabilities() {
+		switch vc.GetAccessMode().GetMode() {
+		case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+			csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+		default:
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("access mode %s is not supported: one node at a time", vc.GetAccessMode().GetMode())}, nil
+		}
+		if vc.GetMount() == nil && vc.GetBlock() == nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: "an access type, mount or block, is required"}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext: req.GetVolumeContext(), VolumeCapabilities: req.GetVolumeCapabilities(), Parameters: req.GetParameters()}}, nil
 }
 
 // ---- group controller ----

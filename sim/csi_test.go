@@ -329,3 +329,39 @@ func TestFaultsAimedAtOneUnit(t *testing.T) {
 	_, err = a.rc.PromoteVolume(ctxT(t), &replication.PromoteVolumeRequest{ReplicationSource: volume("solo")})
 	mustOK(t, err)
 }
+
+// TestCSIValidateVolumeCapabilities: the spec's required controller call
+// confirms one-node capabilities of a replica or a copy, says why a
+// multi-node one is not, and answers NOT_FOUND for a volume the site does
+// not hold (Nomad calls it to register a volume).
+func TestCSIValidateVolumeCapabilities(t *testing.T) {
+	a, _ := startPair(t, pairOpts{})
+	cc := csi.NewControllerClient(a.conn)
+	ctx := ctxT(t)
+	r, err := cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "v1", VolumeCapabilities: mountRW})
+	mustOK(t, err)
+	if r.GetConfirmed() == nil || len(r.GetConfirmed().GetVolumeCapabilities()) != 1 {
+		t.Fatalf("a one-node mount of a replica: %v", r)
+	}
+	multi := []*csi.VolumeCapability{{AccessType: mountRW[0].AccessType,
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}}
+	r, err = cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "v1", VolumeCapabilities: multi})
+	mustOK(t, err)
+	if r.GetConfirmed() != nil || !strings.Contains(r.GetMessage(), "one node at a time") {
+		t.Fatalf("a multi-node writer: %v", r)
+	}
+	_, err = cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "nope", VolumeCapabilities: mountRW})
+	wantCode(t, err, codes.NotFound)
+	_, err = cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "v1"})
+	wantCode(t, err, codes.InvalidArgument)
+	sn, err := cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v1"})
+	mustOK(t, err)
+	cp, err := cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "c", VolumeCapabilities: mountRW, VolumeContentSource: &csi.VolumeContentSource{
+		Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.Snapshot.SnapshotId}}}})
+	mustOK(t, err)
+	r, err = cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: cp.Volume.VolumeId, VolumeCapabilities: mountRW})
+	mustOK(t, err)
+	if r.GetConfirmed() == nil {
+		t.Fatalf("a copy: %v", r)
+	}
+}

@@ -165,13 +165,7 @@ func (s *Server) volumeCreate(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	creq := &csi.CreateVolumeRequest{Name: vol.Name, Parameters: vol.Parameters}
 	for _, c := range vol.RequestedCapabilities {
-		mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-		if c.AccessMode == api.CSIVolumeAccessModeMultiNodeMultiWriter {
-			mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
-		}
-		creq.VolumeCapabilities = append(creq.VolumeCapabilities, &csi.VolumeCapability{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}})
+		creq.VolumeCapabilities = append(creq.VolumeCapabilities, capability(c))
 	}
 	if vol.SnapshotID != "" {
 		creq.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
@@ -253,6 +247,69 @@ func (s *Server) volumeDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	s.deregisterVolume(ns, id)
 	s.reply(w, nil)
+}
+
+// volumeRegister registers existing volumes, each validated by its
+// plugin's controller first (ValidateVolumeCapabilities), as Nomad does.
+func (s *Server) volumeRegister(w http.ResponseWriter, r *http.Request) {
+	var req api.CSIVolumeRegisterRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Volumes) == 0 {
+		http.Error(w, "invalid volume register request", http.StatusBadRequest)
+		return
+	}
+	for _, vol := range req.Volumes {
+		ns := vol.Namespace
+		if ns == "" {
+			ns = namespaceOf(r)
+		}
+		cc, done, err := s.controller(vol.PluginID)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		vreq := &csi.ValidateVolumeCapabilitiesRequest{VolumeId: vol.ExternalID}
+		for _, c := range vol.RequestedCapabilities {
+			vreq.VolumeCapabilities = append(vreq.VolumeCapabilities, capability(c))
+		}
+		resp, err := cc.ValidateVolumeCapabilities(r.Context(), vreq)
+		done()
+		switch {
+		case err != nil:
+			http.Error(w, fmt.Sprintf("controller validate volume: CSI.ControllerValidateVolume: %v", err), http.StatusInternalServerError)
+			return
+		case resp.GetConfirmed() == nil:
+			http.Error(w, fmt.Sprintf("controller validate volume: volume capability not confirmed: %s", resp.GetMessage()), http.StatusInternalServerError)
+			return
+		}
+		if s.Volume(ns, vol.ID) == nil {
+			s.AddVolume(api.CSIVolumeListStub{ID: vol.ID, Name: vol.Name, ExternalID: vol.ExternalID, Namespace: ns, PluginID: vol.PluginID, Schedulable: true})
+			s.mu.Lock()
+			if s.volExtra == nil {
+				s.volExtra = map[string]*api.CSIVolume{}
+			}
+			s.volExtra[key(ns, vol.ID)] = &api.CSIVolume{RequestedCapabilities: vol.RequestedCapabilities}
+			s.mu.Unlock()
+		}
+	}
+	s.reply(w, api.CSIVolumeRegisterResponse{})
+}
+
+// capability is a Nomad volume capability as CSI says it.
+func capability(c *api.CSIVolumeCapability) *csi.VolumeCapability {
+	mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	switch c.AccessMode {
+	case api.CSIVolumeAccessModeMultiNodeMultiWriter:
+		mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	case api.CSIVolumeAccessModeSingleNodeReader:
+		mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	}
+	vc := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+	if c.AttachmentMode == api.CSIVolumeAttachmentModeBlockDevice {
+		vc.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+	} else {
+		vc.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}
+	}
+	return vc
 }
 
 func (s *Server) volumeDeregister(w http.ResponseWriter, r *http.Request) {

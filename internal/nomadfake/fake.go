@@ -172,6 +172,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/job/{id}/deployment", s.latestDeployment)
 	mux.HandleFunc("GET /v1/volumes", s.listVolumes)
 	mux.HandleFunc("GET /v1/volume/csi/{id}", s.volumeInfo)
+	write("/v1/volume/csi/{id}", s.volumeRegister)
 	mux.HandleFunc("DELETE /v1/volume/csi/{id}", s.volumeDeregister)
 	write("/v1/volume/csi/{id}/create", s.volumeCreate)
 	mux.HandleFunc("DELETE /v1/volume/csi/{id}/delete", s.volumeDelete)
