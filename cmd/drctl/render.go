@@ -185,7 +185,7 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(s.Attempts), took, note)
 	}
 	t.flush()
-	plan := planName(id)
+	plan := runArg(id)
 	for _, s := range p.Steps {
 		if s.State != workflows.StatePaused {
 			continue

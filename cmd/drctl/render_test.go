@@ -55,6 +55,32 @@ func TestStepTableOfAPausedAction(t *testing.T) {
 	}
 }
 
+// TestHintsNameTheRun: the commands a step table suggests name a plan's
+// DR action by the plan, and any other run (a test recovery, a site
+// action) by its workflow id: "drctl approve shop" would reach the plan's
+// action, not its test.
+func TestHintsNameTheRun(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	waiting := &workflows.Progress{Action: "test recovery", Plan: "shop", State: workflows.StateRunning, Start: t0, Steps: []*workflows.Step{
+		{ID: "approve/endTest", Name: "approve endTest", State: workflows.StateWaiting, Start: t0}}}
+	for id, want := range map[string]string{
+		workflows.TestRecoveryID("shop"): "drctl approve drover-test-shop",
+		workflows.ActionID("shop"):       "drctl approve shop",
+		workflows.SiteActionID("east"):   "drctl approve drover-site-action-east",
+	} {
+		var b bytes.Buffer
+		renderSteps(&b, waiting, id)
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("%s: the hint is not %q:\n%s", id, want, b.String())
+		}
+	}
+	var b bytes.Buffer
+	renderSteps(&b, pausedProgress(), workflows.SiteActionID("east"))
+	if !strings.Contains(b.String(), "next: drctl resolve drover-site-action-east --retry") {
+		t.Errorf("a site action's resolve hint:\n%s", b.String())
+	}
+}
+
 // TestStepNote: a done step's note is its output, never an earlier
 // attempt's error; a long note is cut at a word, not in one.
 func TestStepNote(t *testing.T) {

@@ -31,6 +31,16 @@ import (
 // are part of their parent's step table).
 var actionTypes = append(slices.Clone(names.ActionTypes), names.Protect, names.SiteFailover, names.TestRecovery, names.TestCleanup)
 
+// runArg is what a hint names a run by: the plan's name for its DR
+// action (drover-action-NAME), else the workflow id (a test recovery, a
+// site action), which RUN arguments take as it is.
+func runArg(id string) string {
+	if name := planName(id); workflows.ActionID(name) == id {
+		return name
+	}
+	return id
+}
+
 // runID is the workflow id a RUN argument stands for.
 func runID(arg string) string {
 	if strings.HasPrefix(arg, names.ActionIDPrefix) || strings.HasPrefix(arg, names.ProtectIDPrefix) || strings.HasPrefix(arg, names.SiteActionIDPrefix) ||
@@ -191,7 +201,7 @@ type outcome struct {
 // exit code says how it ended.
 func (a *app) follow(ctx context.Context, c client.Client, id, run string) error {
 	interrupted := func() error {
-		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, planName(id))}
+		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, runArg(id))}
 	}
 	if run == "" {
 		d, err := c.DescribeWorkflowExecution(ctx, id, "")
@@ -286,7 +296,7 @@ wait:
 	if wrongWay {
 		return badInput("%s %s: %s", id, out.Status, out.Error)
 	}
-	return failed("%s %s: %s\nsee the step table above and drctl status %s", id, out.Status, out.Error, planName(id))
+	return failed("%s %s: %s\nsee the step table above and drctl status %s", id, out.Status, out.Error, runArg(id))
 }
 
 func closeState(err error) string {
@@ -383,7 +393,7 @@ func (a *app) pick(ctx context.Context, id, state, named, what, flag string, tri
 	}
 	switch len(found) {
 	case 0:
-		return nil, nil, "", badInput("%s has no %s; drctl status %s shows where it is", id, what, planName(id))
+		return nil, nil, "", badInput("%s has no %s; drctl status %s shows where it is", id, what, runArg(id))
 	case 1:
 		return c, p, found[0], nil
 	}
@@ -461,7 +471,7 @@ func (a *app) cancel(ctx context.Context, id string, yes bool) error {
 		writeJSON(a.stdout, map[string]string{"workflowId": id, "runId": info.GetExecution().GetRunId(), "state": "cancel requested"})
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "%s: cancellation requested; drctl status %s shows where it stopped\n", id, planName(id))
+	fmt.Fprintf(a.stdout, "%s: cancellation requested; drctl status %s shows where it stopped\n", id, runArg(id))
 	return nil
 }
 
@@ -471,7 +481,7 @@ func (a *app) update(ctx context.Context, c client.Client, id, name string, arg 
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name, Args: []any{arg},
 		WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil && strings.Contains(err.Error(), "already completed") {
-		return "", badInput("%s has ended; there is nothing to %s (drctl status %s shows how it ended)", id, name, planName(id))
+		return "", badInput("%s has ended; there is nothing to %s (drctl status %s shows how it ended)", id, name, runArg(id))
 	}
 	if err != nil {
 		return "", temporalError(name+" "+id, err)

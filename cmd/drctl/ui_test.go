@@ -39,17 +39,23 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("no Chromium on PATH (apt-get install chromium): the dashboard's browser test is skipped")
 	}
+	// The profile directory is chromedp's own, removed once the browser
+	// has exited: the browser's helpers may still write to it as the
+	// test ends, which a t.TempDir would count as a failure.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))
+		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
-	ctx, cancel2 := chromedp.NewContext(actx)
+	bctx, cancel2 := chromedp.NewContext(actx)
 	t.Cleanup(cancel2)
-	ctx, cancel3 := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(cancel3)
-	if err := chromedp.Run(ctx); err != nil {
+	// The first Run starts the browser for bctx's lifetime: the time
+	// limit below bounds the test's steps, not the browser.
+	if err := chromedp.Run(bctx); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
+	t.Cleanup(func() { _ = chromedp.Cancel(bctx) }) // close it and wait, before the contexts end
+	ctx, cancel3 := context.WithTimeout(bctx, 3*time.Minute)
+	t.Cleanup(cancel3)
 	return ctx
 }
 
