@@ -165,7 +165,11 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 	for _, s := range p.Steps {
 		counts[s.State]++
 	}
-	fmt.Fprintf(w, "%s of plan %q: %s — %d/%d steps done\n", p.Action, p.Plan, p.State, counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps))
+	of := fmt.Sprintf("plan %q", p.Plan)
+	if workflows.IsSiteAction(p.Action) {
+		of = "site " + strings.TrimPrefix(p.Plan, "site-")
+	}
+	fmt.Fprintf(w, "%s of %s: %s — %d/%d steps done\n", p.Action, of, p.State, counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps))
 	if p.By != "" || p.Trust != "" {
 		fmt.Fprintf(w, "  started by %s; %s\n", orUnknown(p.By), orUnknown(p.Trust))
 	}

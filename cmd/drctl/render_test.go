@@ -74,6 +74,12 @@ func TestHintsNameTheRun(t *testing.T) {
 			t.Errorf("%s: the hint is not %q:\n%s", id, want, b.String())
 		}
 	}
+	site := &workflows.Progress{Action: workflows.SiteAction(workflows.SiteFailoverAction), Plan: "site-east", State: workflows.StateRunning, Start: t0}
+	var h bytes.Buffer
+	renderSteps(&h, site, workflows.SiteActionID("east"))
+	if !strings.HasPrefix(h.String(), "site failover of site east: running") {
+		t.Errorf("a site action's header: %q", h.String())
+	}
 	var b bytes.Buffer
 	renderSteps(&b, pausedProgress(), workflows.SiteActionID("east"))
 	if !strings.Contains(b.String(), "next: drctl resolve drover-site-action-east --retry") {
