@@ -70,8 +70,11 @@ func TestReplay(t *testing.T) {
 			// Child workflow ids derive from the parent's: replay under
 			// the id the history was recorded with (plan "shop").
 			id := workflows.ActionID("shop")
-			if strings.HasPrefix(filepath.Base(f), "protect") {
+			switch base := filepath.Base(f); {
+			case strings.HasPrefix(base, "protect"):
 				id = workflows.ProtectID("shop")
+			case strings.HasPrefix(base, "test-"):
+				id = workflows.TestRecoveryID("shop")
 			}
 			if err := r.ReplayWorkflowHistoryWithOptions(nil, h, worker.ReplayWorkflowHistoryOptions{
 				OriginalExecution: workflow.Execution{ID: id}}); err != nil {

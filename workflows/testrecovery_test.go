@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
@@ -281,5 +284,44 @@ func TestTestRecoveryOnNomad(t *testing.T) {
 	}
 	if _, ok := res.RTO["pg"]; len(res.RTO) != 2 || !ok {
 		t.Fatalf("RTO %v", res.RTO)
+	}
+}
+
+// TestTestRecoveryOnDevServer runs a test recovery, and a cleanup after
+// it, through the real dev server and a worker: the test waits at its
+// gate, the update ends it, everything it made is deleted, and the
+// cleanup of its (already clean) copies runs again without error. With
+// DROVER_RECORD_HISTORIES set it records both histories for TestReplay.
+func TestTestRecoveryOnDevServer(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := testRecoveryFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := workflows.StartTestRecovery(ctx, srv.Client, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+	mustOK(t, err)
+	waitFor(t, ctx, srv.Client, run, "approve "+workflows.GateEndTest, workflows.StateWaiting)
+	h, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), RunID: run.GetRunID(),
+		UpdateName: workflows.UpdateApprove, Args: []any{workflows.Approval{Gate: workflows.GateEndTest, By: "test"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, h.Get(ctx, nil))
+	var res workflows.TestRecoveryResult
+	mustOK(t, run.Get(ctx, &res))
+	record(t, ctx, srv.Client, run, "test-recovery")
+	if !res.Cleaned || len(res.Copies) != 4 {
+		t.Fatalf("test recovery: cleaned %v, copies %+v", res.Cleaned, res.Copies)
+	}
+	after := f.west.Snapshot()
+	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
+		t.Fatalf("%d copies or snapshots left on west", n)
+	}
+
+	run, err = workflows.StartTestCleanup(ctx, srv.Client, workflows.TestCleanupInput{Plan: f.plan, At: "west", Run: run.GetRunID(), Copies: res.Copies})
+	mustOK(t, err)
+	var cr workflows.TestCleanupResult
+	mustOK(t, run.Get(ctx, &cr))
+	record(t, ctx, srv.Client, run, "test-cleanup")
+	if !cr.Cleaned {
+		t.Fatalf("the cleanup again: %+v", cr)
 	}
 }
