@@ -92,9 +92,10 @@
 // second with a *BusyError naming the running action.
 //
 // Versioning: testdata/ holds histories of every action recorded from the
-// dev-server test (DROVER_RECORD_HISTORIES=1); TestReplay replays them
-// against the current code, so a change that would break a running action
-// fails CI.
+// dev-server tests (DROVER_RECORD_HISTORIES=1): the plan actions, Protect,
+// a test recovery and its cleanup, a site failover; TestReplay replays
+// them against the current code, so a change that would break a running
+// action fails CI.
 //
 // Stop means stopped: Reprotect and Failback stop the old primary's
 // workloads tier by tier, highest priority number first, and a workload's

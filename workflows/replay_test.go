@@ -75,6 +75,8 @@ func TestReplay(t *testing.T) {
 				id = workflows.ProtectID("shop")
 			case strings.HasPrefix(base, "test-"):
 				id = workflows.TestRecoveryID("shop")
+			case strings.HasPrefix(base, "site-"):
+				id = workflows.SiteActionID("east")
 			}
 			if err := r.ReplayWorkflowHistoryWithOptions(nil, h, worker.ReplayWorkflowHistoryOptions{
 				OriginalExecution: workflow.Execution{ID: id}}); err != nil {

@@ -227,6 +227,7 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	mustOK(t, err)
 	var res workflows.SiteFailoverResult
 	mustOK(t, run.Get(ctx, &res))
+	record(t, ctx, srv.Client, run, "site-failover")
 	for _, o := range res.Plans {
 		want := workflows.StateCompleted
 		if o.Plan == "loose" {
