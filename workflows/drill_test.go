@@ -4,8 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -111,4 +113,81 @@ func TestDrillAgainstADownSiteFailsFast(t *testing.T) {
 		}
 	}
 	t.Logf("drill against a down site: %v of workflow time, %d checks failed", res.End.Sub(res.Start), res.Failed)
+}
+
+// TestDrillKeepsAShorterTimeLimit: DrillCheckBudget only cuts a plan's
+// time limit; a plan whose calls may retry for less keeps its own limit
+// in a drill, so a check of a site that is down fails within it.
+func TestDrillKeepsAShorterTimeLimit(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	// A try every second, so that a longer limit would show as more tries.
+	f.plan.Policy.Retry = plans.Retry{InitialInterval: plans.Duration(time.Second), MaximumInterval: plans.Duration(time.Second),
+		BackoffCoefficient: 1, TimeLimit: plans.Duration(10 * time.Second)}
+	var res workflows.DrillResult
+	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	bound := 10*time.Second + activities.CallGrace
+	failed := 0
+	for _, s := range res.Steps {
+		if took := s.End.Sub(s.Start); took > bound {
+			t.Errorf("check %q took %v of workflow time, more than the plan's 10s limit and a call's grace", s.Name, took)
+		}
+		if s.State == workflows.StateFailed {
+			failed++
+		}
+	}
+	if failed == 0 || res.OK {
+		t.Fatalf("no check failed against a site that is down: %+v", res.Failures)
+	}
+}
+
+// TestDrillChecksFencingWithoutCIDRs: when the plan lists no fence CIDRs
+// for the site a failover leaves, the drill checks that the target's
+// storage can find its clients and fence them (GetFenceClients and
+// NetworkFence); it passes saying so when it can, and fails naming what
+// is missing when it cannot. The workload checks show what the
+// orchestrator described, and fail when it cannot describe a workload.
+func TestDrillChecksFencingWithoutCIDRs(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Sites[0].Fence = plans.Fence{}
+	step := func(res workflows.DrillResult, name string) *workflows.Step {
+		t.Helper()
+		for _, s := range res.Steps {
+			if s.Name == name {
+				return s
+			}
+		}
+		t.Fatalf("no check %q in %v", name, res.Failures)
+		return nil
+	}
+	var res workflows.DrillResult
+	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	s := step(res, "fencing possible for east")
+	if s.State != workflows.StateDone || s.Output != "CIDRs from GetFenceClients at failover time" {
+		t.Fatalf("fencing check %s, %q (%s); want it passed, saying the CIDRs come from GetFenceClients", s.State, s.Output, s.LastError)
+	}
+	if w := step(res, "workload pg ready to start on west"); w.State != workflows.StateDone || !strings.Contains(w.Output, "exec hooks via") {
+		t.Fatalf("workload check %s, %q; want it passed with the orchestrator's description", w.State, w.Output)
+	}
+
+	// West's identity service is another driver's, one that cannot list
+	// the clients to fence; west's exec workloads name a shell it lacks.
+	other, _ := simtest.StartPair(t, simtest.Options{TweakA: func(c *sim.Config) { c.Unimplemented = []string{"GetFenceClients"} }})
+	f.plan.Sites[1].Storage.Identity = other.Endpoint()
+	f.plan.Sites[1].Orchestrator.Exec.Shell = "/nonexistent/drill-shell"
+	res = workflows.DrillResult{}
+	_, err = f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	s = step(res, "fencing possible for east")
+	if s.State != workflows.StateFailed || !strings.Contains(s.LastError, "lacks") || !strings.Contains(s.LastError, "GET_CLIENTS_TO_FENCE") {
+		t.Fatalf("fencing check %s, %q; want it failed naming GetFenceClients as missing", s.State, s.LastError)
+	}
+	if w := step(res, "workload pg ready to start on west"); w.State != workflows.StateFailed || !strings.Contains(w.LastError, "drill-shell") {
+		t.Fatalf("workload check %s, %q (%s); want it failed naming the missing shell", w.State, w.LastError, w.Output)
+	}
+	if res.OK {
+		t.Fatal("the drill passed")
+	}
 }
