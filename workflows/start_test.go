@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -78,5 +81,42 @@ func TestReadProtectAndAttributesOnTheServer(t *testing.T) {
 			t.Errorf("memo of an action started by %q: %v", by, fields)
 		}
 		mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "test over"))
+	}
+}
+
+// TestChildrenInheritAttributes: the children of an action carry its
+// search attributes, so that listings by plan, action and site find
+// them: a GroupBatch child those of its parent (plan, action, site); the
+// Protect that a failback hands the plan to, its own action ("protect")
+// and its primary.
+func TestChildrenInheritAttributes(t *testing.T) {
+	f := newFixtureN(t, 150)
+	env, _ := f.env(t)
+	mustOK(t, env.SetTypedSearchAttributesOnStart(workflows.Attributes("shop", "failback", "west")))
+	var mu sync.Mutex
+	seen := map[string]string{} // workflow type: its attributes
+	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, ctx workflow.Context, _ converter.EncodedValues) {
+		sa := workflow.GetTypedSearchAttributes(ctx)
+		plan, _ := sa.GetKeyword(workflows.AttrPlan)
+		action, _ := sa.GetKeyword(workflows.AttrAction)
+		site, ok := sa.GetKeyword(workflows.AttrSite)
+		if !ok {
+			site = "(none)"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got := plan + " " + action + " " + site
+		if prev, dup := seen[info.WorkflowType.Name]; dup && prev != got {
+			got = prev + " and " + got
+		}
+		seen[info.WorkflowType.Name] = got
+	})
+	env.ExecuteWorkflow(workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	want := map[string]string{"GroupBatch": "shop failback west", "Protect": "shop protect west"}
+	for typ, w := range want {
+		if seen[typ] != w {
+			t.Errorf("%s children's attributes: %q, want %q", typ, seen[typ], w)
+		}
 	}
 }
