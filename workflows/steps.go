@@ -112,6 +112,10 @@ const changeHealthNotes = "health-notes"
 // runs as a local activity.
 const changeHealthLocal = "health-first-local"
 
+// changeStartLocal marks histories in which a workload's start makes its
+// first attempt as a local activity, cut at localBudget.
+const changeStartLocal = "start-local-first"
+
 // startAll starts the site's workloads by priority and waits until each
 // is healthy; a priority's workloads start together.
 func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
@@ -126,7 +130,12 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 		o := activities.WorkloadOptions(p, site, in.Workload)
 		var out activities.WorkloadOutput
 		if workflow.GetVersion(ctx, changeHandover, workflow.DefaultVersion, 1) == 1 {
-			out, err = retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, false)
+			// The first attempt is local (a start that answers at once, a
+			// Nomad job registered, costs no turn through the server); one
+			// that takes longer than localBudget is cut and goes on as a
+			// regular activity, which a start hook must bear like a retry.
+			local := workflow.GetVersion(ctx, changeStartLocal, workflow.DefaultVersion, 1) == 1 && o.TaskQueue == "" && localCalls(ctx)
+			out, err = retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, local)
 		} else {
 			out, err = call[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in)
 		}

@@ -287,3 +287,40 @@ func TestLostSiteStopCutAndRunAgain(t *testing.T) {
 		t.Fatalf("stop step of %+v, want web reported stopped", res.Steps)
 	}
 }
+
+// TestWorkloadStartCutAndRunAgain: a workload's start makes its first
+// attempt as a local activity cut at one second, then runs the hook again
+// as a regular activity, as the README tells hook writers. A start hook
+// that takes 1.5 s is started twice, the first run cut before its end,
+// the second run to its end, and the workload comes up.
+func TestWorkloadStartCutAndRunAgain(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	log := filepath.Join(t.TempDir(), "start.log")
+	for i, w := range f.plan.Workloads {
+		if w.Name == "web" {
+			ex := f.plan.Workloads[i].Sites["west"].Exec
+			ex.Start = fmt.Sprintf(`echo begun >> %s; sleep 1.5; echo ended >> %s; %s`, log, log, ex.Start)
+		}
+	}
+	f.east.Down()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	var res workflows.FailoverResult
+	mustOK(t, run.Get(ctx, &res))
+	allDone(t, res.Progress)
+	b, err := os.ReadFile(log)
+	mustOK(t, err)
+	if got := strings.Fields(string(b)); !slices.Equal(got, []string{"begun", "begun", "ended"}) {
+		t.Errorf("the start hook ran as %v, want begun (cut at 1 s), begun, ended", got)
+	}
+	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "start/west/web" })
+	// The cut is not a failure: the step counts no failed try.
+	if i < 0 || res.Steps[i].Retries != 0 || !strings.Contains(res.Steps[i].Output, "healthy") {
+		t.Fatalf("start step of %+v, want web started and healthy with no failed try", res.Steps)
+	}
+}
