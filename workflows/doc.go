@@ -117,7 +117,9 @@
 //     workflow timer) and what is left of its time limit; the running
 //     step counts the failed attempts (Step.Retries) and shows the last
 //     error and a note. With a site task queue every attempt is a regular
-//     activity. Workload starts retry the same way, and a health wait
+//     activity. Workload starts retry the same way, their first attempt
+//     local too (a start hook cut at one second runs again as a regular
+//     activity, as a retry would), and a health wait
 //     returns with why it waits (the step's note) and goes on; its first
 //     check is a local activity that returns at once, so a workload
 //     healthy at once costs no turn through the server. The failover's
@@ -125,8 +127,10 @@
 //     same way, within the stop deadline;
 //   - an action's changes to the plan's record (its start, a fence, the
 //     primary, an unfence) go aside (record.go): sent from goroutines of
-//     their own while the action goes on, waited for before the action's
-//     end is recorded; a change the record did not take is sent again as
+//     their own while the action goes on; the end goes aside last, and
+//     the action waits once for them all (the record keeps a run's end
+//     over a start that arrives after it); a change the record did not
+//     take is sent again as
 //     a step that pauses like any other. Polls that
 //     heartbeat and all of Protect's calls stay regular activities that
 //     Temporal retries; Protect polls in batched SurveyReplication
@@ -156,9 +160,12 @@
 // check ran beside the preflight (changeRoleCheck version 2), and
 // failover-v4*, failback-v3*, reprotect-v3* and drill-v1* from before the
 // record's changes went aside (changeNotesAside) and a health wait's first
-// check ran locally (changeHealthLocal), and failover-v5* from before the
+// check ran locally (changeHealthLocal), failover-v5* from before the
 // stop of a lost site's workloads made its own attempts, the first one
-// local (changeStopLostLocal).
+// local (changeStopLostLocal), and failover-v6*, failback-v4*,
+// reprotect-v4*, drill-v2* and test-recovery-v1.json from before a
+// workload's start made its first attempt locally (changeStartLocal) and
+// an action's end went to the record aside (changeEndAside).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

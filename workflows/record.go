@@ -37,6 +37,9 @@ const (
 	// goroutines of their own and goes on meanwhile; it waits for them
 	// all before it records its end (aside, settle).
 	changeNotesAside = "record-notes-aside"
+	// changeEndAside: an action's end goes aside too, after the changes
+	// before it, and the action waits once for them all.
+	changeEndAside = "record-end-aside"
 	// recordRunLength bounds one run of PlanRecord: after this many
 	// changes it continues as new with its state.
 	recordRunLength = 500
@@ -158,7 +161,7 @@ func (r *PlanRecord) apply(c RecordChange) {
 		}
 		r.Fences = keep
 	}
-	if a := c.Action; a != nil {
+	if a := c.Action; a != nil && !endedAlready(r.LastAction, a) {
 		r.LastAction = a
 	}
 	if p := c.Protection; p != nil {
@@ -204,6 +207,14 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 		ch.Receive(ctx, &c)
 		r.apply(c)
 	}
+}
+
+// endedAlready tells whether last is the end of the run whose start a
+// is: a start that reaches the record after its own end (both sent
+// aside) does not undo it.
+func endedAlready(last, a *ActionEntry) bool {
+	return last != nil && a.Outcome == StateRunning && last.Outcome != StateRunning &&
+		last.WorkflowID == a.WorkflowID && last.RunID == a.RunID
 }
 
 // recording tells whether this run sends its changes to the plan's
@@ -285,6 +296,18 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 	c := RecordChange{Action: a}
 	if outcome == StateRunning {
 		_ = r.record(ctx, c)
+		return
+	}
+	if r.aside != nil && workflow.GetVersion(ctx, changeEndAside, workflow.DefaultVersion, 1) == 1 {
+		// The end goes aside after every other change, and the action
+		// waits once for them all: one turn through the server where
+		// settling, then sending the end, took two. Signals sent apart
+		// may arrive in any order; the record keeps a run's end over its
+		// start (endedAlready), and the other changes touch other parts.
+		_ = r.record(ctx, c)
+		if err := r.settle(ctx); err != nil {
+			workflow.GetLogger(ctx).Warn("the plan's record did not take every change", "error", err)
+		}
 		return
 	}
 	// The end goes last: after every change sent aside.

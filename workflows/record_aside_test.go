@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
@@ -71,4 +72,41 @@ func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activi
 	w.RegisterActivity(f.workloads)
 	mustOK(t, w.Start())
 	t.Cleanup(w.Stop)
+}
+
+// TestRecordKeepsARunsEndOverItsStart: an action's start and end both go
+// to the record aside, as signals sent apart that may arrive in either
+// order. A start that arrives after its own run's end must not make the
+// record show the finished action running again; another run's start
+// still replaces it.
+func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	entry := func(run, outcome string) workflows.RecordChange {
+		return workflows.RecordChange{At: at, Action: &workflows.ActionEntry{Action: "failover", WorkflowID: "shop", RunID: run, Outcome: outcome, Start: at}}
+	}
+	var seen []string
+	look := func() {
+		v, err := env.QueryWorkflow(workflows.QueryRecord)
+		mustOK(t, err)
+		var rec workflows.PlanRecord
+		mustOK(t, v.Get(&rec))
+		seen = append(seen, rec.LastAction.RunID+" "+rec.LastAction.Outcome)
+	}
+	signal := func(d time.Duration, c workflows.RecordChange) {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(workflows.SignalRecord, c)
+		}, d)
+		env.RegisterDelayedCallback(look, d+time.Second)
+	}
+	signal(time.Minute, entry("r1", workflows.StateCompleted))
+	signal(2*time.Minute, entry("r1", workflows.StateRunning))
+	signal(3*time.Minute, entry("r2", workflows.StateRunning))
+	env.RegisterDelayedCallback(env.CancelWorkflow, 4*time.Minute)
+	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop"}})
+	want := []string{"r1 completed", "r1 completed", "r2 running"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("record's last action after each signal: %q, want %q", seen, want)
+	}
 }
