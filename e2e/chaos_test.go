@@ -93,6 +93,10 @@ func TestChaos(t *testing.T) {
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 40)
+	// Every group replicating before the first action: an unplanned
+	// failover that takes east down earlier finds a copy on west that was
+	// never replicated, which the storage refuses to promote.
+	h.waitProtected("e2e", 6)
 
 	deadline := time.Now().Add(12 * time.Minute)
 	// At least four actions: the first four each force one kind of

@@ -363,6 +363,18 @@ func (h *harness) progress() (*workflows.Progress, error) {
 	return &p, v.Get(&p)
 }
 
+// waitProtected waits until the protection of plan has recorded a
+// completed sync of each of its groups: before that, a group's copy on
+// the other site may not replicate yet, and the storage rightly refuses
+// to promote it (FAILED_PRECONDITION), which an action would pause on.
+func (h *harness) waitProtected(plan string, groups int) {
+	h.t.Helper()
+	simtest.Eventually(h.t, 30*time.Second, "protection of "+plan+" to record a sync of every group", func() bool {
+		ps, err := workflows.ReadProtect(context.Background(), h.c, plan)
+		return err == nil && ps != nil && len(ps.Groups) == groups && !ps.LastSync().IsZero()
+	})
+}
+
 // syncedAndIdle waits until every primary copy's peer holds all of its
 // writes, with no application writing, so the storage state stops
 // changing.

@@ -60,10 +60,7 @@ func TestScenarios(t *testing.T) {
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 40)
-	simtest.Eventually(t, 30*time.Second, "protection to record a sync of every group", func() bool {
-		ps, err := workflows.ReadProtect(context.Background(), h.c, "e2e")
-		return err == nil && len(ps.Groups) == 4 && !ps.LastSync().IsZero()
-	})
+	h.waitProtected("e2e", 4)
 	h.check()
 
 	step("a drill changes nothing", func(t *testing.T) {

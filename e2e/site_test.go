@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/internal/stack"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -55,10 +54,7 @@ func TestSiteFailoverOfThreePlans(t *testing.T) {
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 40)
 	for name := range markers {
-		simtest.Eventually(t, 30*time.Second, "a sync of "+name, func() bool {
-			ps, err := workflows.ReadProtect(t.Context(), h.c, name)
-			return err == nil && !ps.LastSync().IsZero()
-		})
+		h.waitProtected(name, 1)
 	}
 
 	h.siteDown("east")

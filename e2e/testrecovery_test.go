@@ -37,10 +37,7 @@ func TestTestRecoveryWhileWriting(t *testing.T) {
 	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
 	h.startWriters()
 	h.waitWrites("east", "acknowledged", acked, 40)
-	simtest.Eventually(t, 30*time.Second, "protection to record a sync of every group", func() bool {
-		ps, err := workflows.ReadProtect(context.Background(), h.c, "e2e")
-		return err == nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero()
-	})
+	h.waitProtected("e2e", 2)
 	westOf := func(states []*sim.State) *sim.State {
 		for _, s := range states {
 			if s.Site == "west" {
