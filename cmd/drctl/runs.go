@@ -153,7 +153,20 @@ func (a *app) runCommands() []*cobra.Command {
 // queryProgress asks a running (or closed, if a worker is up) action for
 // its progress.
 func queryProgress(ctx context.Context, c client.Client, id, run string) (*workflows.Progress, error) {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return queryProgressWithin(ctx, c, id, run, 10*time.Second)
+}
+
+// actWait is how long resolve and approve wait for the action to answer
+// before they act on it: longer than a workflow task's timeout (10 s).
+// A worker killed in the middle of a workflow task (local calls run
+// inside one) leaves the action unable to answer until Temporal times
+// that task out and hands it to another worker; the operator's command
+// must outlast that, not fail in it.
+const actWait = 30 * time.Second
+
+// queryProgressWithin is queryProgress waiting up to wait for the answer.
+func queryProgressWithin(ctx context.Context, c client.Client, id, run string, wait time.Duration) (*workflows.Progress, error) {
+	qctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	v, err := c.QueryWorkflow(qctx, id, run, workflows.QueryProgress)
 	if err != nil {
@@ -380,7 +393,7 @@ func (a *app) pick(ctx context.Context, id, state, named, what, flag string, tri
 	if err != nil {
 		return nil, nil, "", err
 	}
-	p, err := queryProgress(ctx, c, id, "")
+	p, err := queryProgressWithin(ctx, c, id, "", actWait)
 	if err != nil {
 		return nil, nil, "", temporalError("read the progress of "+id, err)
 	}
