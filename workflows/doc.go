@@ -128,10 +128,14 @@
 //   - an action's changes to the plan's record (its start, a fence, the
 //     primary, an unfence) go aside (record.go): sent from goroutines of
 //     their own while the action goes on; the end goes aside last, and
-//     the action waits once for them all (the record keeps a run's end
-//     over a start that arrives after it); a change the record did not
-//     take is sent again as
-//     a step that pauses like any other. Polls that
+//     the action waits once for them all. One goroutine sends them in
+//     order: a change waits up to a second (less once the action
+//     settles) and goes with those made meanwhile as one signal, the
+//     first carrying the rest (More), so an action whose steps run in
+//     one workflow task signals its record once. The record keeps a run's
+//     end over a start that arrives after it (histories from before the
+//     order); a change the record did not take is sent again as a step
+//     that pauses like any other. Polls that
 //     heartbeat and all of Protect's calls stay regular activities that
 //     Temporal retries; Protect polls in batched SurveyReplication
 //     activities;
@@ -165,7 +169,9 @@
 // local (changeStopLostLocal), and failover-v6*, failback-v4*,
 // reprotect-v4*, drill-v2* and test-recovery-v1.json from before a
 // workload's start made its first attempt locally (changeStartLocal) and
-// an action's end went to the record aside (changeEndAside).
+// an action's end went to the record aside (changeEndAside), and
+// failover-v7*, failback-v5*, reprotect-v5* and drill-v3* from before the
+// record's changes went together (changeTogether).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

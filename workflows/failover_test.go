@@ -210,7 +210,13 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 		func(_, _, _, _ string, arg any) error {
 			f.recordMu.Lock()
 			defer f.recordMu.Unlock()
-			f.record = append(f.record, arg.(workflows.RecordChange))
+			// A signal may carry more changes, sent together: the
+			// changes are kept one by one, in order.
+			c := arg.(workflows.RecordChange)
+			more := c.More
+			c.More = nil
+			f.record = append(f.record, c)
+			f.record = append(f.record, more...)
 			return nil
 		})
 	// Single storage calls run as local activities; their arguments come

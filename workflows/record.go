@@ -40,6 +40,13 @@ const (
 	// changeEndAside: an action's end goes aside too, after the changes
 	// before it, and the action waits once for them all.
 	changeEndAside = "record-end-aside"
+	// changeTogether: the changes sent aside go in order, those made in
+	// one stretch as one signal (aside.together).
+	changeTogether = "record-changes-together"
+	// togetherFor is how long a change sent aside may wait for the ones
+	// after it before it goes: the record lags the action by at most this
+	// and a turn through the server.
+	togetherFor = time.Second
 	// recordRunLength bounds one run of PlanRecord: after this many
 	// changes it continues as new with its state.
 	recordRunLength = 500
@@ -125,6 +132,9 @@ type RecordChange struct {
 	Unfenced   *FenceEntry      `json:"unfenced,omitempty"`
 	Action     *ActionEntry     `json:"action,omitempty"`
 	Protection *ProtectionEntry `json:"protection,omitempty"`
+	// More are changes sent together with this one, applied after it in
+	// their order.
+	More []RecordChange `json:"more,omitempty"`
 }
 
 // apply folds a change into the record.
@@ -171,6 +181,9 @@ func (r *PlanRecord) apply(c RecordChange) {
 		if r.Primary == "" && p.Primary != "" && p.Enabled {
 			r.Primary = p.Primary
 		}
+	}
+	for _, m := range c.More {
+		r.apply(m)
 	}
 }
 
@@ -331,6 +344,17 @@ type aside struct {
 	pending  int
 	failed   []RecordChange
 	starting bool // a change is starting the record
+
+	// together (histories of version 1 of changeTogether): one goroutine
+	// sends the queued changes in order, those queued while it waited
+	// (togetherFor, or until the action settles) as one signal. An
+	// action whose steps run in one workflow task, as a small failover's
+	// do, sends its changes as one signal at its end, where it sent one
+	// per change, each a delivery by the server.
+	together bool
+	queue    []RecordChange
+	sending  bool
+	flush    bool
 }
 
 // record sends a change to the plan's record: aside (histories of version
@@ -342,6 +366,16 @@ func (r *run) record(ctx workflow.Context, c RecordChange) error {
 	}
 	c.At = workflow.Now(ctx)
 	a.pending++
+	if a.together {
+		a.queue = append(a.queue, c)
+		if !a.sending {
+			a.sending = true
+			// Disconnected: the record's bookkeeping outlives a cancel.
+			dctx, _ := workflow.NewDisconnectedContext(ctx)
+			workflow.Go(dctx, r.sendTogether)
+		}
+		return nil
+	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		if err := noteWith(ctx, plan, c, a); err != nil {
 			workflow.GetLogger(ctx).Warn("the plan's record did not take a change", "error", err)
@@ -350,6 +384,32 @@ func (r *run) record(ctx workflow.Context, c RecordChange) error {
 		a.pending--
 	})
 	return nil
+}
+
+// sendTogether sends the queued changes, in order, until none is left:
+// after a wait of togetherFor (or none, once the action settles), every
+// change queued by then goes as one signal, the first carrying the
+// others (More).
+func (r *run) sendTogether(ctx workflow.Context) {
+	a, plan := r.aside, r.plan.Metadata.Name
+	for len(a.queue) > 0 {
+		if !a.flush {
+			tctx, cancel := workflow.WithCancel(ctx)
+			t := workflow.NewTimer(tctx, togetherFor)
+			_ = workflow.Await(ctx, func() bool { return a.flush || t.IsReady() })
+			cancel()
+		}
+		batch := a.queue
+		a.queue = nil
+		c := batch[0]
+		c.More = batch[1:]
+		if err := noteWith(ctx, plan, c, a); err != nil {
+			workflow.GetLogger(ctx).Warn("the plan's record did not take a change", "error", err)
+			a.failed = append(a.failed, batch...)
+		}
+		a.pending -= len(batch)
+	}
+	a.sending = false
 }
 
 // settle waits until the record has taken every change sent aside, and
@@ -361,6 +421,7 @@ func (r *run) settle(ctx workflow.Context) error {
 	if a == nil {
 		return nil
 	}
+	a.flush = true
 	if err := workflow.Await(ctx, func() bool { return a.pending == 0 }); err != nil {
 		return err
 	}

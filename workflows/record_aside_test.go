@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -109,4 +112,117 @@ func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Errorf("record's last action after each signal: %q, want %q", seen, want)
 	}
+}
+
+// TestRecordChangesGoTogether: an action whose steps run in one stretch
+// sends the record its changes (its start, the fence, the new primary,
+// its end) as one signal, in order, where it sent one per change, each
+// a delivery by the server before the action could end. The record
+// exists (as it does once Protect has watched the plan); the plan has no
+// workloads, so every step runs in the first workflow task.
+func TestRecordChangesGoTogether(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	mustOK(t, err)
+	f.plan.Workloads = nil
+	f.east.Down()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	var res workflows.FailoverResult
+	mustOK(t, run.Get(ctx, &res))
+	allDone(t, res.Progress)
+
+	signals := 0
+	it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		mustOK(t, err)
+		if ev.GetEventType() == enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED {
+			signals++
+		}
+	}
+	if signals != 1 {
+		t.Errorf("the failover signalled its record %d times, want once", signals)
+	}
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	cidrs, via := rec.FencedOf("east")
+	switch {
+	case rec.Primary != "west":
+		t.Errorf("record primary %q, want west: %+v", rec.Primary, rec)
+	case via != "west" || !slices.Equal(cidrs, f.plan.Sites[0].Fence.CIDRs):
+		t.Errorf("record holds %v fenced through %q, want %v through west", cidrs, via, f.plan.Sites[0].Fence.CIDRs)
+	case rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateCompleted:
+		t.Errorf("record's last action %+v, want this failover completed", rec.LastAction)
+	case rec.Changes != 4:
+		t.Errorf("record took %d changes, want 4 (start, fence, primary, end)", rec.Changes)
+	}
+}
+
+// TestRecordTakesTheFenceWhileTheActionPauses: the changes sent together
+// wait a second at most, not for the action's end: a failover paused at
+// its promotions (the storage refuses them) has its fence in the record
+// while it waits for the operator, so that drctl status and a later
+// reprotect know what is fenced.
+func TestRecordTakesTheFenceWhileTheActionPauses(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	mustOK(t, err)
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "INVALID_ARGUMENT", Count: 1000, Message: "pool is read-only"}}))
+	f.east.Down()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+
+	paused := ""
+	deadline := time.Now().Add(time.Minute)
+	for paused == "" && time.Now().Before(deadline) {
+		if v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress); err == nil {
+			var p workflows.Progress
+			if v.Get(&p) == nil {
+				for _, s := range p.Steps {
+					if s.State == workflows.StatePaused {
+						paused = s.ID
+					}
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if paused == "" {
+		t.Fatal("the failover never paused at its refused promotions")
+	}
+	var rec *workflows.PlanRecord
+	deadline = time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		rec, err = workflows.ReadRecord(ctx, srv.Client, "shop")
+		mustOK(t, err)
+		if cidrs, via := rec.FencedOf("east"); via == "west" && slices.Equal(cidrs, f.plan.Sites[0].Fence.CIDRs) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if cidrs, via := rec.FencedOf("east"); via != "west" || !slices.Equal(cidrs, f.plan.Sites[0].Fence.CIDRs) {
+		t.Fatalf("paused at %s, the record holds %v fenced through %q, want %v through west: %+v", paused, cidrs, via, f.plan.Sites[0].Fence.CIDRs, rec)
+	}
+	if rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateRunning {
+		t.Errorf("record's last action %+v, want this failover running", rec.LastAction)
+	}
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), RunID: run.GetRunID(), UpdateName: workflows.UpdateResolve,
+		Args: []any{workflows.Decision{Step: paused, Action: workflows.DecisionAbort}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, uh.Get(ctx, nil))
+	var res workflows.FailoverResult
+	_ = run.Get(ctx, &res)
 }

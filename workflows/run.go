@@ -128,7 +128,7 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
 	r.from, r.to, r.recording = from, to, recording(ctx)
 	if r.recording && workflow.GetVersion(ctx, changeNotesAside, workflow.DefaultVersion, 1) == 1 {
-		r.aside = &aside{}
+		r.aside = &aside{together: workflow.GetVersion(ctx, changeTogether, workflow.DefaultVersion, 1) == 1}
 	}
 	r.noteAction(ctx, StateRunning, "")
 	return r, nil
