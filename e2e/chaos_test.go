@@ -48,6 +48,9 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 // actions rather than between them.
 var base = sim.FaultRule{Method: "*", Latency: 100 * time.Millisecond}
 
+// permanentMessage is the error of the fault that does not heal.
+const permanentMessage = "chaos: a fault that waits for the operator"
+
 // transient are the codes of a burst: the spec says retry on each.
 var transient = []string{"ABORTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"}
 
@@ -166,7 +169,7 @@ func (h *harness) chaosAction(rng *rand.Rand, c *chaosCounts, name string, up []
 	if permanent {
 		call := calls[name][0]
 		rules[call.site] = append(rules[call.site], sim.FaultRule{Method: call.rpc, Code: "INVALID_ARGUMENT", Count: 1_000_000,
-			Message: "chaos: a fault that waits for the operator"})
+			Message: permanentMessage})
 		armed = append(armed, fmt.Sprintf("%s INVALID_ARGUMENT for good on %s", call.rpc, call.site))
 		c.Permanent++
 	}
@@ -225,11 +228,14 @@ func (h *harness) restart(name string) {
 // finish waits for the action to complete. A step paused by a permanent
 // fault is what the operator would see: the test clears the fault and
 // retries the step with drctl resolve, as the operator would after the
-// fix. A pause without a permanent fault, or an action that ends any
-// other way, fails the test.
+// fix. A call that failed on the fault before it was cleared may pause
+// its step after that (calls run in parallel): such a pause, with the
+// fault's own error, is retried the same way. A pause for anything else,
+// or an action that ends any other way, fails the test.
 func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 	h.t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
+	cleared := false
 	for ; ; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			p, _ := h.progress()
@@ -265,19 +271,25 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 		if len(paused) == 0 {
 			continue
 		}
-		if !permanent {
-			h.t.Fatalf("the %s paused at %q with no permanent fault armed: %s", name, paused[0].Name, paused[0].LastError)
-		}
-		if !strings.Contains(paused[0].LastError, "INVALID_ARGUMENT") && !strings.Contains(paused[0].LastError, "chaos") {
-			h.t.Fatalf("the %s paused at %q for another reason: %s", name, paused[0].Name, paused[0].LastError)
+		for _, s := range paused {
+			switch {
+			case !permanent && !cleared:
+				h.t.Fatalf("the %s paused at %q with no permanent fault armed: %s", name, s.Name, s.LastError)
+			case !strings.Contains(s.LastError, permanentMessage):
+				h.t.Fatalf("the %s paused at %q for another reason: %s", name, s.Name, s.LastError)
+			}
 		}
 		h.baseFaults(base)
 		for _, s := range paused {
 			h.must("resolve", "e2e", "--retry", "--step", s.Name)
 		}
-		fmt.Printf("chaos:   %s: paused at %d step(s) for the permanent fault; cleared it and retried with drctl resolve\n", name, len(paused))
+		what := "for the permanent fault; cleared it"
+		if cleared {
+			what = "for the permanent fault by a call made before it was cleared"
+		}
+		fmt.Printf("chaos:   %s: paused at %d step(s) %s and retried with drctl resolve\n", name, len(paused), what)
 		c.Paused++
-		permanent = false
+		permanent, cleared = false, true
 	}
 }
 
