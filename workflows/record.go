@@ -43,6 +43,9 @@ const (
 	// changeTogether: the changes sent aside go in order, those made in
 	// one stretch as one signal (aside.together).
 	changeTogether = "record-changes-together"
+	// changeCancelledEnd: a cancelled action records its end, and what
+	// it sent aside, in a disconnected context.
+	changeCancelledEnd = "record-cancelled-end"
 	// togetherFor is how long a change sent aside may wait for the ones
 	// after it before it goes: the record lags the action by at most this
 	// and a turn through the server.
@@ -311,6 +314,12 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 		_ = r.record(ctx, c)
 		return
 	}
+	if ctx.Err() != nil && workflow.GetVersion(ctx, changeCancelledEnd, workflow.DefaultVersion, 1) == 1 {
+		// A cancelled action still tells its record how it ended, and
+		// the changes it made before; no step is left to pause on.
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+		r.cancelled = true
+	}
 	if r.aside != nil && workflow.GetVersion(ctx, changeEndAside, workflow.DefaultVersion, 1) == 1 {
 		// The end goes aside after every other change, and the action
 		// waits once for them all: one turn through the server where
@@ -436,7 +445,7 @@ func (r *run) settle(ctx workflow.Context) error {
 		return nil
 	}
 	plan := r.plan.Metadata.Name
-	if r.aborted {
+	if r.aborted || r.cancelled {
 		// An aborted run has no step left to pause: one more try each.
 		var err error
 		for _, c := range again {

@@ -226,3 +226,32 @@ func TestRecordTakesTheFenceWhileTheActionPauses(t *testing.T) {
 	var res workflows.FailoverResult
 	_ = run.Get(ctx, &res)
 }
+
+// TestRecordTakesACancelledActionsEnd: an action cancelled while it
+// waits (here at an approval gate, before its changes went to the
+// record) still records its start and its end, so that the record does
+// not go on naming the action before it, and drctl's direction checks
+// do not read a state the cancelled action may have changed.
+func TestRecordTakesACancelledActionsEnd(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	mustOK(t, err)
+	f.plan.Policy.Approvals = []string{"beforeFence"}
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	waitFor(t, ctx, srv.Client, run, "approve beforeFence", workflows.StateWaiting)
+	mustOK(t, srv.Client.CancelWorkflow(ctx, run.GetID(), run.GetRunID()))
+	var res workflows.FailoverResult
+	_ = run.Get(ctx, &res)
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if a := rec.LastAction; a == nil || a.RunID != run.GetRunID() || a.Outcome != workflows.StateAborted {
+		t.Fatalf("record's last action %+v after the failover was cancelled, want it aborted", a)
+	}
+}

@@ -109,6 +109,7 @@ type run struct {
 	from, to  string
 	recording bool
 	aside     *aside // the sender of changes to the record, when it runs aside
+	cancelled bool   // the action was cancelled: it records its end regardless
 }
 
 // begin checks that the worker trusts the plan (before anything else),

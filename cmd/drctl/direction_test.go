@@ -18,7 +18,8 @@ import (
 // primary, a failover (or failback, or drill) to east is refused before
 // any side effect with exit 2 and a word on the state: by the storage's
 // own answer when nothing is recorded, by the recorded state (the plan's
-// protection) once it is. --override-state lets the operator go on.
+// protection) once it is. --override-state lets the operator go on; an
+// action running meanwhile refuses a second one, whatever the record says.
 func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
@@ -71,6 +72,9 @@ func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 		t.Fatalf("failover with --override-state: exit %d\n%s\n%s", code, out, errs)
 	}
 	c.eventually("the gate", "shop", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
+	// While it runs, a second action is refused as such, not by the
+	// record, which hears of the running action only within a second.
+	c.want(1, `plan "shop" already has a DR action running: Failover`, "failback", shop, "--to", "east", "--yes")
 	c.ok(nil, "cancel", "shop", "--yes")
 	untouched("an overridden failover cancelled at its gate")
 }

@@ -24,11 +24,22 @@ type planState struct {
 // (workflows.PlanRecord) when it names a primary; for plans from before
 // the record, the last completed action (failover, reprotect, failback; a
 // drill changes nothing), or else the primary its protection watches. An
-// action that did not complete leaves the state unknown: the operator is
-// recovering from it and is not held back. This is the one reader of the
+// action that runs, or did not complete, leaves the state unknown: the
+// operator is recovering from it and is not held back (and a second
+// action is refused while one runs). This is the one reader of the
 // recorded state that actions check their direction against.
 func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planState, error) {
 	name := p.Metadata.Name
+	l, err := lastAction(ctx, c, name)
+	if err != nil {
+		return planState{}, err
+	}
+	if l.status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		// An action runs: the record lags it (its changes reach the
+		// record within about a second), and the action itself refuses
+		// a second one, saying which runs.
+		return planState{}, nil
+	}
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	rec, rerr := workflows.ReadRecord(rctx, c, name)
 	rcancel()
@@ -39,6 +50,10 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 		// may still carry a protection summary sent before the action ended.
 		if a := rec.LastAction; a != nil {
 			switch {
+			case l.runID != "" && l.runID != a.RunID && l.status != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+				// A later action that did not complete (cancelled within
+				// its first second, terminated) and never reached the record.
+				return planState{}, nil
 			case a.Outcome != "completed":
 				return planState{}, nil
 			case strings.HasPrefix(a.Action, "drill") && a.From != "":
@@ -50,10 +65,6 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 		if rec.Primary != "" {
 			return planState{rec.Primary, fmt.Sprintf("the plan's record, updated %s", rec.Updated.UTC().Format(time.RFC3339))}, nil
 		}
-	}
-	l, err := lastAction(ctx, c, name)
-	if err != nil {
-		return planState{}, err
 	}
 	done := l.status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	switch {
