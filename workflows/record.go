@@ -143,7 +143,11 @@ type RecordChange struct {
 // apply folds a change into the record.
 func (r *PlanRecord) apply(c RecordChange) {
 	r.Changes++
-	r.Updated = c.At
+	if c.At.After(r.Updated) {
+		// The time of the latest change: one carried without its own
+		// time (More) does not move it back.
+		r.Updated = c.At
+	}
 	if c.Primary != "" {
 		r.Primary = c.Primary
 	}

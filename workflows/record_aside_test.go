@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -253,5 +254,75 @@ func TestRecordTakesACancelledActionsEnd(t *testing.T) {
 	mustOK(t, err)
 	if a := rec.LastAction; a == nil || a.RunID != run.GetRunID() || a.Outcome != workflows.StateAborted {
 		t.Fatalf("record's last action %+v after the failover was cancelled, want it aborted", a)
+	}
+}
+
+// TestRecordAppliesEachChange: the record folds each change it is sent
+// into the plan's state, as drctl status, reprotect and failback read
+// it: protection names the primary only until an action does; fences of
+// one site through one storage merge, sorted and without repeats; an
+// unfence lifts only the CIDRs it names and drops an entry left empty;
+// the changes a signal carries (More) apply after it, in order; FencedOf
+// gathers a site's CIDRs over every storage that fences it.
+func TestRecordAppliesEachChange(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	fence := func(site, via string, cidrs ...string) *workflows.FenceEntry {
+		return &workflows.FenceEntry{Site: site, Via: via, CIDRs: cidrs}
+	}
+	type want struct {
+		primary string
+		fenced  map[string][]string // site → FencedOf's CIDRs
+		via     map[string]string
+		changes int
+	}
+	steps := []struct {
+		c    workflows.RecordChange
+		want want
+	}{
+		{workflows.RecordChange{Protection: &workflows.ProtectionEntry{Primary: "east", Enabled: true}},
+			want{"east", nil, nil, 1}},
+		{workflows.RecordChange{Fenced: fence("east", "west", "10.0.0.2/32", "10.0.0.1/32")},
+			want{"east", map[string][]string{"east": {"10.0.0.1/32", "10.0.0.2/32"}}, map[string]string{"east": "west"}, 2}},
+		{workflows.RecordChange{Fenced: fence("east", "west", "10.0.0.1/32", "10.0.0.3/32")},
+			want{"east", map[string][]string{"east": {"10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"}}, map[string]string{"east": "west"}, 3}},
+		{workflows.RecordChange{Primary: "west"},
+			want{"west", map[string][]string{"east": {"10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"}}, map[string]string{"east": "west"}, 4}},
+		{workflows.RecordChange{Protection: &workflows.ProtectionEntry{Primary: "east", Enabled: true}},
+			want{"west", map[string][]string{"east": {"10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"}}, map[string]string{"east": "west"}, 5}},
+		{workflows.RecordChange{Unfenced: fence("east", "west", "10.0.0.1/32", "10.0.0.2/32")},
+			want{"west", map[string][]string{"east": {"10.0.0.3/32"}}, map[string]string{"east": "west"}, 6}},
+		{workflows.RecordChange{Unfenced: fence("east", "north", "10.0.0.3/32")},
+			want{"west", map[string][]string{"east": {"10.0.0.3/32"}}, map[string]string{"east": "west"}, 7}},
+		{workflows.RecordChange{Unfenced: fence("east", "west", "10.0.0.3/32")},
+			want{"west", map[string][]string{"east": nil}, map[string]string{"east": ""}, 8}},
+		{workflows.RecordChange{Primary: "east", More: []workflows.RecordChange{
+			{Fenced: fence("west", "east", "10.0.1.1/32")}, {Fenced: fence("west", "north", "10.0.1.2/32")}, {Primary: "north"}}},
+			want{"north", map[string][]string{"west": {"10.0.1.1/32", "10.0.1.2/32"}}, map[string]string{"west": "north"}, 12}},
+	}
+	var got []string
+	for i, st := range steps {
+		st.c.At = at.Add(time.Duration(i) * time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, st.c) }, time.Duration(i+1)*time.Minute)
+		env.RegisterDelayedCallback(func() {
+			v, err := env.QueryWorkflow(workflows.QueryRecord)
+			mustOK(t, err)
+			var rec workflows.PlanRecord
+			mustOK(t, v.Get(&rec))
+			if rec.Primary != st.want.primary || rec.Changes != st.want.changes || !rec.Updated.Equal(st.c.At) {
+				got = append(got, fmt.Sprintf("after change %d: primary %q, %d changes, updated %v; want %q, %d, %v", i, rec.Primary, rec.Changes, rec.Updated, st.want.primary, st.want.changes, st.c.At))
+			}
+			for site, cidrs := range st.want.fenced {
+				if c, via := rec.FencedOf(site); !slices.Equal(c, cidrs) || via != st.want.via[site] {
+					got = append(got, fmt.Sprintf("after change %d: %s fenced %v through %q, want %v through %q (%+v)", i, site, c, via, cidrs, st.want.via[site], rec.Fences))
+				}
+			}
+		}, time.Duration(i+1)*time.Minute+time.Second)
+	}
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Duration(len(steps)+1)*time.Minute)
+	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	for _, g := range got {
+		t.Error(g)
 	}
 }
