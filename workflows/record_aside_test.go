@@ -29,11 +29,7 @@ import (
 // in, the record holds east's fence, west as primary and the completed
 // failover.
 func TestRecordHoldsEveryChangeWhenTheActionEnds(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	srv, f, ctx := recordStack(t)
 
 	if rec, err := workflows.ReadRecord(ctx, srv.Client, "shop"); err == nil && rec != nil {
 		t.Fatalf("the plan has a record before its first action: %+v", rec)
@@ -54,15 +50,7 @@ func TestRecordHoldsEveryChangeWhenTheActionEnds(t *testing.T) {
 	}
 	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
 	mustOK(t, err)
-	cidrs, via := rec.FencedOf("east")
-	switch {
-	case rec.Primary != "west":
-		t.Errorf("record primary %q, want west: %+v", rec.Primary, rec)
-	case via != "west" || !slices.Equal(cidrs, f.plan.Sites[0].Fence.CIDRs):
-		t.Errorf("record holds %v fenced through %q, want %v through west", cidrs, via, f.plan.Sites[0].Fence.CIDRs)
-	case rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateCompleted:
-		t.Errorf("record's last action %+v, want this failover completed", rec.LastAction)
-	}
+	failedOverInRecord(t, rec, f, run)
 }
 
 // startWorker runs a worker of the fixture's activities, with trust as
@@ -122,15 +110,9 @@ func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 // exists (as it does once Protect has watched the plan); the plan has no
 // workloads, so every step runs in the first workflow task.
 func TestRecordChangesGoTogether(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	srv, f, ctx := recordStack(t)
 
-	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
-		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
-	mustOK(t, err)
+	startRecord(t, ctx, srv)
 	f.plan.Workloads = nil
 	f.east.Down()
 	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
@@ -153,15 +135,8 @@ func TestRecordChangesGoTogether(t *testing.T) {
 	}
 	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
 	mustOK(t, err)
-	cidrs, via := rec.FencedOf("east")
-	switch {
-	case rec.Primary != "west":
-		t.Errorf("record primary %q, want west: %+v", rec.Primary, rec)
-	case via != "west" || !slices.Equal(cidrs, f.plan.Sites[0].Fence.CIDRs):
-		t.Errorf("record holds %v fenced through %q, want %v through west", cidrs, via, f.plan.Sites[0].Fence.CIDRs)
-	case rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateCompleted:
-		t.Errorf("record's last action %+v, want this failover completed", rec.LastAction)
-	case rec.Changes != 4:
+	failedOverInRecord(t, rec, f, run)
+	if rec.Changes != 4 {
 		t.Errorf("record took %d changes, want 4 (start, fence, primary, end)", rec.Changes)
 	}
 }
@@ -172,15 +147,9 @@ func TestRecordChangesGoTogether(t *testing.T) {
 // while it waits for the operator, so that drctl status and a later
 // reprotect know what is fenced.
 func TestRecordTakesTheFenceWhileTheActionPauses(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	srv, f, ctx := recordStack(t)
 
-	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
-		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
-	mustOK(t, err)
+	startRecord(t, ctx, srv)
 	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "INVALID_ARGUMENT", Count: 1000, Message: "pool is read-only"}}))
 	f.east.Down()
 	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
@@ -234,15 +203,9 @@ func TestRecordTakesTheFenceWhileTheActionPauses(t *testing.T) {
 // not go on naming the action before it, and drctl's direction checks
 // do not read a state the cancelled action may have changed.
 func TestRecordTakesACancelledActionsEnd(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	srv, f, ctx := recordStack(t)
 
-	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
-		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
-	mustOK(t, err)
+	startRecord(t, ctx, srv)
 	f.plan.Policy.Approvals = []string{"beforeFence"}
 	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
 	mustOK(t, err)
@@ -324,5 +287,41 @@ func TestRecordAppliesEachChange(t *testing.T) {
 	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
 	for _, g := range got {
 		t.Error(g)
+	}
+}
+
+// recordStack is the dev server, the fixture and a worker of its
+// activities, and a context that bounds the test.
+func recordStack(t *testing.T) (*devserver.Server, *fixture, context.Context) {
+	t.Helper()
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return srv, f, ctx
+}
+
+// startRecord starts plan shop's record, as Protect does for a plan it
+// watches, so that an action's changes find it running.
+func startRecord(t *testing.T, ctx context.Context, srv *devserver.Server) {
+	t.Helper()
+	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	mustOK(t, err)
+}
+
+// failedOverInRecord checks that rec holds the completed failover run
+// from east to west: west primary, east's CIDRs fenced through west.
+func failedOverInRecord(t *testing.T, rec *workflows.PlanRecord, f *fixture, run client.WorkflowRun) {
+	t.Helper()
+	cidrs, via := rec.FencedOf("east")
+	switch {
+	case rec.Primary != "west":
+		t.Errorf("record primary %q, want west: %+v", rec.Primary, rec)
+	case via != "west" || !slices.Equal(cidrs, f.plan.Sites[0].Fence.CIDRs):
+		t.Errorf("record holds %v fenced through %q, want %v through west", cidrs, via, f.plan.Sites[0].Fence.CIDRs)
+	case rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateCompleted:
+		t.Errorf("record's last action %+v, want this failover completed", rec.LastAction)
 	}
 }
