@@ -112,7 +112,7 @@ fuzz: ## fuzz the plan loader for FUZZTIME (default 30s)
 # CPU-heavy, so not part of make test; MUTATE_WORKERS, MUTATE_TIMEOUT and
 # MUTATE_ONLY tune it (see scripts/mutate.sh). Results: TESTING.md.
 GREMLINS ?= v0.6.0
-mutate: $(BIN)/gremlins ## mutation testing of the safety-critical code, kill rate per package (slow)
+mutate: $(BIN)/gremlins $(BIN)/temporal ## mutation testing of the safety-critical code, kill rate per package (slow)
 	GREMLINS=$(BIN)/gremlins ./scripts/mutate.sh
 
 $(BIN)/gremlins:

@@ -15,6 +15,11 @@
 #                   to split workflows over two runs; the reports are then
 #                   named after the target and MUTATE_PART
 #   MUTATE_PART     a suffix for the report names of such a part
+#   MUTATE_SELECT   0 to run the whole package's tests on every mutant; by
+#                   default each file's mutants run only the tests that run
+#                   a line of that file (a test that runs none of its lines
+#                   cannot tell a mutant of it from the original), found
+#                   by a coverage run of each test on its own
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GREMLINS=${GREMLINS:-bin/gremlins}
@@ -24,6 +29,17 @@ ONLY=${MUTATE_ONLY:-.}
 dry=()
 [[ ${MUTATE_DRY:-} == 1 ]] && dry=(--dry-run)
 OUT=$PWD/.run/mutate
+# gremlins tests each mutant in a copy of the module without bin/, where the
+# dev-server tests would skip (and every mutant that only they kill would
+# live): point them at the binary by its absolute path.
+if [[ -z ${DROVER_TEMPORAL:-} ]]; then
+  if [[ -x bin/temporal ]]; then
+    export DROVER_TEMPORAL=$PWD/bin/temporal
+  else
+    echo "mutate: no bin/temporal (make temporal): the dev-server tests would skip" >&2
+    exit 2
+  fi
+fi
 mkdir -p "$OUT"
 
 # target name | package dir | files mutated (space separated) | timeout
@@ -58,32 +74,91 @@ for t in "${targets[@]}"; do
       excl+=(-E "^${b//./\\.}\$")
     done
   fi
-  flags="${GOFLAGS:-} -count=1 -short"
+  flags="${GOFLAGS:-} -count=1 -short -failfast"
   [[ -n $skip ]] && flags="$flags -skip=$skip"
-  echo "== $name: $dir/{${files// /,}}"
-  (GOFLAGS="$flags" "$GREMLINS" unleash "./$dir" --workers "$WORKERS" \
-    --timeout-coefficient "${MUTATE_TIMEOUT:-$coef}" -o "$OUT/$name.json" "${dry[@]}" "${excl[@]}") | tee "$OUT/$name.log"
-  summary+=("$name")
+  if [[ ${MUTATE_SELECT:-1} == 0 ]]; then
+    echo "== $name: $dir/{${files// /,}}"
+    (GOFLAGS="$flags" "$GREMLINS" unleash "./$dir" --workers "$WORKERS" \
+      --timeout-coefficient "${MUTATE_TIMEOUT:-$coef}" -o "$OUT/$name.json" "${dry[@]}" "${excl[@]}") | tee "$OUT/$name.log"
+    summary+=("$name")
+    continue
+  fi
+  # Which tests run a line of which file: each test alone, with coverage.
+  cov=$OUT/$name.cov
+  rm -rf "$cov" && mkdir -p "$cov"
+  go test -c -cover -covermode=set -coverpkg="./$dir" -o "$cov/pkg.test" "./$dir"
+  (cd "$dir" && "$cov/pkg.test" -test.list '.*') | grep -E '^(Test|Fuzz|Example)' |
+    { if [[ -n $skip ]]; then grep -v -E "$skip"; else cat; fi; } >"$cov/tests"
+  (cd "$dir" && xargs -P "${MUTATE_COVER_JOBS:-3}" -I{} sh -c \
+    '"$0" -test.short -test.count=1 -test.run "^{}\$" -test.coverprofile "$1/{}.out" >"$1/{}.log" 2>&1 || true' \
+    "$cov/pkg.test" "$cov" <"$cov/tests")
+  if [[ $files == "*" ]]; then
+    files=$(cd "$dir" && ls *.go | grep -v '_test\.go$' | tr '\n' ' ')
+  fi
+  lines=$(python3 - "$cov" $files <<'PY'
+import glob, os, sys
+cov, files = sys.argv[1], sys.argv[2:]
+by = {f: set() for f in files}
+for p in glob.glob(os.path.join(cov, "*.out")):
+    test = os.path.basename(p)[:-4]
+    for line in open(p):
+        if line.startswith("mode:"):
+            continue
+        loc, _, count = line.rsplit(" ", 2)
+        f = os.path.basename(loc.split(":")[0])
+        if f in by and int(count) > 0:
+            by[f].add(test)
+for f in files:
+    print(f, "|".join(sorted(by[f])))
+PY
+)
+  while read -r file tests; do
+    part=$name-${file%.go}
+    if [[ -z $tests ]]; then
+      echo "== $part: $dir/$file: no test runs a line of it"
+      continue
+    fi
+    excl=()
+    for f in "$dir"/*.go; do
+      b=$(basename "$f")
+      [[ $b == *_test.go || $b == "$file" ]] && continue
+      excl+=(-E "^${b//./\\.}\$")
+    done
+    echo "== $part: $dir/$file, $(tr '|' '\n' <<<"$tests" | wc -l) tests run a line of it"
+    (GOFLAGS="$flags -run=^($tests)\$" "$GREMLINS" unleash "./$dir" --workers "$WORKERS" \
+      --timeout-coefficient "${MUTATE_TIMEOUT:-$coef}" -o "$OUT/$part.json" "${dry[@]}" "${excl[@]}") | tee "$OUT/$part.log"
+    summary+=("$part")
+  done <<<"$lines"
 done
 
 echo
 echo "== kill rate (killed / killed + lived; timed out counts as killed; not covered and not viable apart)"
-for name in "${summary[@]}"; do
-  # From the log, so that the figures of a run cut short are still there.
-  python3 - "$OUT/$name.log" "$name" <<'PY'
+# From the logs, so that the figures of a run cut short are still there.
+python3 - "$OUT" "${summary[@]}" <<'PY'
 import collections, re, sys
-path, name = sys.argv[1:3]
-c = collections.Counter()
-seen = set()
-for line in open(path):
-    m = re.match(r"^\s*(KILLED|LIVED|TIMED OUT|NOT COVERED|NOT VIABLE|SKIPPED)\s+(\S+) at (\S+)\s*$", line)
-    if m and (m[2], m[3]) not in seen:
-        seen.add((m[2], m[3]))
-        c[m[1]] += 1
-killed = c["KILLED"] + c["TIMED OUT"]
-lived = c["LIVED"]
-rate = 100.0 * killed / (killed + lived) if killed + lived else 0.0
-print(f"{name:12s} {rate:5.1f}%  killed {c['KILLED']}, timed out {c['TIMED OUT']}, lived {lived}, "
-      f"not covered {c['NOT COVERED']}, not viable {c['NOT VIABLE']}")
+out, names = sys.argv[1], sys.argv[2:]
+def show(name, c):
+    killed = c["KILLED"] + c["TIMED OUT"]
+    lived = c["LIVED"]
+    rate = 100.0 * killed / (killed + lived) if killed + lived else 0.0
+    print(f"{name:24s} {rate:5.1f}%  killed {c['KILLED']}, timed out {c['TIMED OUT']}, lived {lived}, "
+          f"not covered {c['NOT COVERED']}, not viable {c['NOT VIABLE']}")
+per = collections.defaultdict(collections.Counter)
+total = collections.Counter()
+for name in names:
+    c = collections.Counter()
+    seen = set()
+    for line in open(f"{out}/{name}.log"):
+        m = re.match(r"^\s*(KILLED|LIVED|TIMED OUT|NOT COVERED|NOT VIABLE|SKIPPED)\s+(\S+) at (\S+)\s*$", line)
+        if m and (m[2], m[3]) not in seen:
+            seen.add((m[2], m[3]))
+            c[m[1]] += 1
+    show(name, c)
+    per[name.split("-")[0]].update(c)
+    total.update(c)
+if len(names) > 1:
+    print()
+    for pkg, c in per.items():
+        show(pkg, c)
+    show("all", total)
 PY
-done
