@@ -77,6 +77,14 @@ func TestTestRecoveryLeavesProductionAlone(t *testing.T) {
 	var res workflows.TestRecoveryResult
 	mustOK(t, env.GetWorkflowResult(&res))
 	allDone(t, res.Progress)
+	if res.Progress.State != workflows.StateCompleted {
+		t.Fatalf("a test recovery that ended well is %s", res.Progress.State)
+	}
+	// Four copies, two group snapshots (their members' snapshots go with
+	// them) and the loose volume's snapshot: each deletion counted once.
+	if s := stepOf(t, res.Progress, "cleanup/west"); s.Output != "7 copies and snapshots deleted" {
+		t.Fatalf("the cleanup says %q", s.Output)
+	}
 
 	if during == nil || len(during.Clones) != 4 || len(during.Snapshots) != 4 || len(during.GroupSnapshots) != 2 {
 		t.Fatalf("while the test ran west held %v", during)
@@ -176,10 +184,12 @@ func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "CreateVolumeGroupSnapshot", Code: "UNAVAILABLE", Probability: 1, Lost: true}}))
 	env, _ := f.env(t)
 	var asked workflows.TestRecoveryResult
+	var made *sim.State
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(workflows.QueryTestCopies)
 		mustOK(t, err)
 		mustOK(t, v.Get(&asked))
+		made = f.west.Snapshot()
 		mustOK(t, f.west.SetFaults(nil))
 		env.CancelWorkflow()
 	}, time.Minute)
@@ -190,6 +200,29 @@ func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 	}
 	if f.west.FaultCounts()["CreateVolumeGroupSnapshot:Unavailable:LOST"] == 0 {
 		t.Fatal("no answer was lost: the test tests nothing")
+	}
+	v, err := env.QueryWorkflow(workflows.QueryTestCopies)
+	mustOK(t, err)
+	var ended workflows.TestRecoveryResult
+	mustOK(t, v.Get(&ended))
+	// The first group's snapshot (two members, one group snapshot) was
+	// made and its answer lost; the test never went further.
+	if s := stepOf(t, ended.Progress, "cleanup/west"); s.Output != "1 copies and snapshots deleted (2 asked for again by name: their create had no answer)" {
+		t.Fatalf("the cleanup says %q", s.Output)
+	}
+	// Each member's copy learned its own volume's snapshot.
+	found := 0
+	for _, c := range ended.Copies {
+		if c.Snapshot == "" {
+			continue
+		}
+		found++
+		if i := slices.IndexFunc(made.Snapshots, func(sn sim.SnapshotState) bool { return sn.ID == c.Snapshot }); i < 0 || made.Snapshots[i].Volume != c.Volume {
+			t.Fatalf("copy of %s learned snapshot %s: %+v", c.Volume, c.Snapshot, made.Snapshots)
+		}
+	}
+	if found != 2 {
+		t.Fatalf("%d copies learned their snapshot, want 2: %+v", found, ended.Copies)
 	}
 	named := 0
 	for _, c := range asked.Copies {
@@ -203,6 +236,48 @@ func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 	after := f.west.Snapshot()
 	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
 		t.Fatalf("%d copies or snapshots left on west after the cancellation: %+v", n, after.GroupSnapshots)
+	}
+}
+
+// TestTestRecoveryFindsLostSnapshotsAndCopies: as above for the loose
+// volume's snapshot, cut after the groups', and for a copy: the answers to
+// its creates are lost, the test recovery is cancelled while it retries,
+// and the cleanup asks for the one it named again, by that name, and
+// deletes it; the copies it never asked for are not made.
+func TestTestRecoveryFindsLostSnapshotsAndCopies(t *testing.T) {
+	for _, method := range []string{"CreateSnapshot", "CreateVolume"} {
+		t.Run(method, func(t *testing.T) {
+			f := testRecoveryFixture(t)
+			mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: method, Code: "UNAVAILABLE", Probability: 1, Lost: true}}))
+			env, _ := f.env(t)
+			env.RegisterDelayedCallback(func() {
+				mustOK(t, f.west.SetFaults(nil))
+				env.CancelWorkflow()
+			}, time.Minute)
+			env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+			var ce *temporal.CanceledError
+			if err := env.GetWorkflowError(); !errors.As(err, &ce) {
+				t.Fatalf("error %v, want the cancellation", err)
+			}
+			if f.west.FaultCounts()[method+":Unavailable:LOST"] == 0 {
+				t.Fatalf("no answer was lost: the test tests nothing (%v)", f.west.FaultCounts())
+			}
+			after := f.west.Snapshot()
+			if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
+				t.Fatalf("%d copies or snapshots left on west after the cancellation", n)
+			}
+			v, err := env.QueryWorkflow(workflows.QueryTestCopies)
+			mustOK(t, err)
+			var ended workflows.TestRecoveryResult
+			mustOK(t, v.Get(&ended))
+			// CreateSnapshot: the two group snapshots and the loose volume's
+			// snapshot, asked for again; CreateVolume: the first copy,
+			// asked for again, and the three snapshots.
+			want := map[string]string{"CreateSnapshot": "3", "CreateVolume": "4"}[method] + " copies and snapshots deleted (1 asked for again by name: their create had no answer)"
+			if s := stepOf(t, ended.Progress, "cleanup/west"); s.Output != want {
+				t.Fatalf("the cleanup says %q", s.Output)
+			}
+		})
 	}
 }
 
@@ -251,6 +326,20 @@ func TestTestRecoveryOnNomad(t *testing.T) {
 
 	if pgTest == nil || pgCopy == nil || !strings.HasPrefix(pgCopy.ID, "pg-data-test-") || pgCopy.PluginID != "sim" || pgCopy.SnapshotID == "" {
 		t.Fatalf("while the test ran, west's Nomad held job pg-test %+v on copy %+v", pgTest, pgCopy)
+	}
+	// The copy's Nomad id ends in the first eight characters of the run's
+	// id, not the whole of it.
+	// (The test environment's run id is longer than eight.)
+	if run := strings.TrimPrefix(pgCopy.ID, "pg-data-test-"); len(run) != 8 {
+		t.Fatalf("Nomad's copy is %q", pgCopy.ID)
+	}
+	// Two copies deleted through Nomad, two through the storage, the two
+	// group snapshots and the loose volume's snapshot (through Nomad).
+	if s := stepOf(t, res.Progress, "cleanup/west"); s.Output != "7 copies and snapshots deleted" {
+		t.Fatalf("the cleanup says %q", s.Output)
+	}
+	if s := stepOf(t, res.Progress, "preflight/west"); !strings.HasSuffix(s.Output, "; 2 of 4 volume(s) are Nomad CSI volumes, copied through Nomad") {
+		t.Fatalf("the preflight says %q", s.Output)
 	}
 	if during == nil || !slices.ContainsFunc(during.Clones, func(c sim.CloneState) bool { return c.ID == pgCopy.ExternalID }) {
 		t.Fatalf("Nomad's copy %+v is not a copy on west's storage: %v", pgCopy, during)
@@ -324,4 +413,19 @@ func TestTestRecoveryOnDevServer(t *testing.T) {
 	if !cr.Cleaned {
 		t.Fatalf("the cleanup again: %+v", cr)
 	}
+	if cr.Progress.State != workflows.StateCompleted {
+		t.Fatalf("a cleanup that ended well is %s", cr.Progress.State)
+	}
+}
+
+// stepOf is the step of p with the given id; the test fails without one.
+func stepOf(t *testing.T, p workflows.Progress, id string) *workflows.Step {
+	t.Helper()
+	for _, s := range p.Steps {
+		if s.ID == id {
+			return s
+		}
+	}
+	t.Fatalf("%s has no step %s", p.Action, id)
+	return nil
 }
