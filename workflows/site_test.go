@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -228,6 +230,15 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	var res workflows.SiteFailoverResult
 	mustOK(t, run.Get(ctx, &res))
 	record(t, ctx, srv.Client, run, "site-failover")
+	// Started without an action, it is a failover, and its search
+	// attributes say so.
+	desc, err := srv.Client.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
+	mustOK(t, err)
+	var action string
+	mustOK(t, converter.GetDefaultDataConverter().FromPayload(desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[names.AttrAction], &action))
+	if action != "site-failover" {
+		t.Fatalf("the site failover's action attribute is %q", action)
+	}
 	for _, o := range res.Plans {
 		want := workflows.StateCompleted
 		if o.Plan == "loose" {
@@ -242,5 +253,59 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	}
 	if u := f.west.Snapshot().Unit("vol/solo"); u == nil || u.Role == sim.RolePrimary {
 		t.Fatalf("the untrusted plan's volume was promoted: %+v", u)
+	}
+}
+
+// TestSiteDrillReportsWithoutPausing: a site drill runs each plan's own
+// drill, tier by tier, from the input drctl prepared for it. With both
+// sites up every check passes and each tier says its plans were drilled;
+// with east down each plan's drill fails checks, and the tier reports
+// which instead of waiting for the operator: the site drill completes.
+func TestSiteDrillReportsWithoutPausing(t *testing.T) {
+	for _, eastDown := range []bool{false, true} {
+		t.Run(map[bool]string{false: "both up", true: "east down"}[eastDown], func(t *testing.T) {
+			f := newFixture(t)
+			if eastDown {
+				f.east.Down()
+			}
+			sps := sitePlans(t, f)
+			for i := range sps {
+				sps[i].Drill = &workflows.DrillInput{Action: "failover", From: "east", To: "west"}
+			}
+			env, calls := f.env(t)
+			for _, name := range []string{"logs", "loose"} {
+				env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
+			}
+			env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{Action: workflows.SiteDrillAction, From: "east", To: "west", Plans: sps})
+			mustOK(t, env.GetWorkflowError())
+			var res workflows.SiteFailoverResult
+			mustOK(t, env.GetWorkflowResult(&res))
+			if res.Progress.Action != "site drill" || res.Progress.State != workflows.StateCompleted {
+				t.Fatalf("the site drill is %q, %s", res.Progress.Action, res.Progress.State)
+			}
+			wantPlan, wantTier := workflows.StateCompleted, map[string]string{"tier/0": "2 plan(s): drill done", "tier/1": "1 plan(s): drill done"}
+			if eastDown {
+				wantPlan = workflows.StateFailed
+				wantTier = map[string]string{"tier/0": "2 plan(s) drilled, 2 with failed checks: ", "tier/1": "1 plan(s) drilled, 1 with failed checks: loose failed"}
+			}
+			for id, want := range wantTier {
+				if s := stepOf(t, res.Progress, id); s.State != workflows.StateDone || !strings.HasPrefix(s.Output, want) {
+					t.Errorf("step %s: %s, %q; want done, %q", id, s.State, s.Output, want)
+				}
+			}
+			if len(res.Plans) != 3 {
+				t.Fatalf("outcomes %+v, want three", res.Plans)
+			}
+			for _, o := range res.Plans {
+				if o.State != wantPlan {
+					t.Errorf("plan %s: %+v, want %s", o.Plan, o, wantPlan)
+				}
+			}
+			for _, c := range *calls {
+				if slices.Contains([]string{"FenceClusterNetwork", "PromoteVolume", "DemoteVolume"}, c.name) {
+					t.Fatalf("a site drill called %s", c)
+				}
+			}
+		})
 	}
 }
