@@ -130,6 +130,10 @@ func TestPlannedStopsBeforeDemoting(t *testing.T) {
 			t.Run(action+"/"+agent, func(t *testing.T) {
 				var addr string
 				if agent == "fake" {
+					// Each runs on its own fake agent and simulated sites,
+					// and waits seconds for the slow stops: alongside each
+					// other. (A real agent is one for all: one at a time.)
+					t.Parallel()
 					a := nomadfake.Start(t)
 					a.StartDelay, a.HealthyAfter, a.StopDelay = 20*time.Millisecond, 20*time.Millisecond, shutdown
 					addr = a.URL
