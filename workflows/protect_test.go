@@ -27,7 +27,7 @@ func TestProtectRecordsAndContinues(t *testing.T) {
 		mustOK(t, err)
 		mustOK(t, v.Get(&seen))
 	}, 30*time.Second)
-	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Origin: workflows.Origin{By: "ops"}, Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
@@ -35,6 +35,10 @@ func TestProtectRecordsAndContinues(t *testing.T) {
 	}
 	if seen == nil || !seen.Enabled || len(seen.Groups) != 3 || seen.OutOfRPO {
 		t.Fatalf("state at 30s: %+v", seen)
+	}
+	// Who started it, and why the worker acts on its plan.
+	if seen.By != "ops" || !strings.Contains(seen.Trust, "unsigned") {
+		t.Fatalf("state at 30s: by %q, trust %q", seen.By, seen.Trust)
 	}
 	for g, h := range seen.Groups {
 		if h.LastSync.IsZero() || h.Status != "HEALTHY" || h.Error != "" {
