@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -130,6 +131,47 @@ func TestProtectStopAnswersOnceDisabled(t *testing.T) {
 			if answerErr == nil || !strings.Contains(answerErr.Error(), "could not be disabled on 3 of 3 groups on east: db, logs, loose") ||
 				!strings.Contains(answerErr.Error(), "injected") {
 				t.Fatalf("answer %q, %v; want an error naming every group", answer, answerErr)
+			}
+		})
+	}
+}
+
+// TestProtectRetargets: a retarget signal naming the plan's other site
+// makes Protect continue as new from that primary at once; one naming its
+// own primary, or a site the plan does not have, is ignored, and Protect
+// goes on polling at its default interval (none was given) until a run's
+// worth of polls continues it from the same primary.
+func TestProtectRetargets(t *testing.T) {
+	for _, c := range []struct{ to, want string }{{"west", "west"}, {"east", "east"}, {"nowhere", "east"}} {
+		t.Run(c.to, func(t *testing.T) {
+			f := newFixture(t)
+			env, _ := f.testEnv(t)
+			var seen *workflows.ProtectState
+			env.RegisterDelayedCallback(func() {
+				v, err := env.QueryWorkflow(workflows.QueryProtect)
+				mustOK(t, err)
+				mustOK(t, v.Get(&seen))
+				env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: c.to})
+			}, 2*time.Minute+time.Second)
+			start := env.Now()
+			env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east"})
+			var can *workflow.ContinueAsNewError
+			if err := env.GetWorkflowError(); !errors.As(err, &can) {
+				t.Fatalf("error %v, want continue-as-new", err)
+			}
+			// Polls at 0, 30, 60, 90 and 120 s of workflow time.
+			if seen == nil || seen.Polls != 5 {
+				t.Fatalf("state at 2m1s: %+v, want five polls at the default interval", seen)
+			}
+			var next workflows.ProtectInput
+			mustOK(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+			if next.Primary != c.want || next.Interval != workflows.DefaultProtectInterval {
+				t.Fatalf("continued from %q every %v, want %q every %v", next.Primary, next.Interval, c.want, workflows.DefaultProtectInterval)
+			}
+			// Moved at once, before its next poll was due; or the signal
+			// was ignored and the polls went on.
+			if took, next := env.Now().Sub(start), 2*time.Minute+workflows.DefaultProtectInterval; (c.to == "west") != (took < next) {
+				t.Fatalf("continued after %v of workflow time, the next poll due at %v", took, next)
 			}
 		})
 	}
