@@ -188,7 +188,7 @@ func demotePromoted(ctx workflow.Context, r *run, p *plans.Plan, site string, pr
 		}
 	}
 	if len(groups) > 0 && fansOut(ctx, p) {
-		return forGroups(ctx, r, subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Force: true, Guard: true, Rollback: true})
+		return forGroups(ctx, r, r.subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Force: true, Guard: true, Rollback: true})
 	}
 	for _, g := range groups {
 		if err := r.step(ctx, groupStep(GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Rollback: true}, g), true, func(ctx workflow.Context) (string, error) {

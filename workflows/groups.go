@@ -215,15 +215,32 @@ func batches(p *plans.Plan) [][]string {
 	return out
 }
 
-// subPlan is p with only the named groups and no workloads.
-func subPlan(p *plans.Plan, groups []string) *plans.Plan {
+// subPlan is p with only the named groups, in p's order, and no
+// workloads. A fanned-out action cuts one for each child: the groups are
+// found through an index of p's built once, not by a scan of p per child,
+// which made a failover of 20,000 groups spend over a second of workflow
+// task time on the cuts alone (200 children, each scanning 20,000 groups
+// against its 100).
+func (r *run) subPlan(p *plans.Plan, groups []string) *plans.Plan {
+	if r.indexed != p || len(r.groupAt) != len(p.VolumeGroups) {
+		r.indexed, r.groupAt = p, make(map[string]int, len(p.VolumeGroups))
+		for i, g := range p.VolumeGroups {
+			r.groupAt[g.Name] = i
+		}
+	}
+	at := make([]int, 0, len(groups))
+	for _, name := range groups {
+		if i, ok := r.groupAt[name]; ok {
+			at = append(at, i)
+		}
+	}
+	slices.Sort(at)
+	at = slices.Compact(at)
 	sub := *p
 	sub.Workloads = nil
-	sub.VolumeGroups = make([]plans.VolumeGroup, 0, len(groups))
-	for _, g := range p.VolumeGroups {
-		if slices.Contains(groups, g.Name) {
-			sub.VolumeGroups = append(sub.VolumeGroups, g)
-		}
+	sub.VolumeGroups = make([]plans.VolumeGroup, len(at))
+	for j, i := range at {
+		sub.VolumeGroups[j] = p.VolumeGroups[i]
 	}
 	return &sub
 }
@@ -240,7 +257,7 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 		op.Kind = OpKind(op.Kind.Text()) // what a child of an older worker reads
 	}
 	var res GroupBatchResult
-	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: r.subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -104,6 +104,10 @@ type run struct {
 	origin    Origin
 	aborted   bool
 	children  int // GroupBatch children started, for their ids
+	// groupAt is the position of each group of the plan indexed, by
+	// name (see subPlan).
+	indexed *plans.Plan
+	groupAt map[string]int
 	// from and to are the action's sites; recording: it sends what it
 	// changes to the plan's record (histories from before it do not).
 	from, to  string
