@@ -168,6 +168,10 @@ func TestProtectRetargets(t *testing.T) {
 			if next.Primary != c.want || next.Interval != workflows.DefaultProtectInterval {
 				t.Fatalf("continued from %q every %v, want %q every %v", next.Primary, next.Interval, c.want, workflows.DefaultProtectInterval)
 			}
+			// A run is 100 polls (protectRunLength); the state goes on.
+			if c.to != "west" && (next.State == nil || next.State.Polls != 100) {
+				t.Fatalf("continued with state %+v, want it after 100 polls", next.State)
+			}
 			// Moved at once, before its next poll was due; or the signal
 			// was ignored and the polls went on.
 			if took, next := env.Now().Sub(start), 2*time.Minute+workflows.DefaultProtectInterval; (c.to == "west") != (took < next) {
