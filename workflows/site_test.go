@@ -87,6 +87,19 @@ func TestSiteFailoverFencesOncePerStorageInTiers(t *testing.T) {
 	if lastTier0 < 0 || firstTier1 < 0 || firstTier1 < lastTier0 {
 		t.Fatalf("tier 1 promoted at call %d, tier 0's last promotion at %d: %v", firstTier1, lastTier0, *calls)
 	}
+	// One storage system: its fence and verification are steps of their
+	// own, numbered from 1, saying what they did.
+	if s := stepOf(t, res.Progress, "site-fence/west/1"); !strings.HasPrefix(s.Output, "fenced ") || !strings.HasSuffix(s.Output, " for 3 plan(s): logs, shop, loose") {
+		t.Errorf("the site fence says %q", s.Output)
+	}
+	if s := stepOf(t, res.Progress, "site-verify-fence/west/1"); s.Output != "3 CIDRs fenced" {
+		t.Errorf("the fence's verification says %q", s.Output)
+	}
+	for _, name := range []string{"logs", "shop", "loose"} {
+		if s := stepOf(t, res.Progress, "plan-failover/"+name); s.Attempts != 1 || !strings.HasPrefix(s.Output, "completed as workflow "+workflows.ActionID(name)+", RTO ") {
+			t.Errorf("plan step %s: %d attempt(s), %q", name, s.Attempts, s.Output)
+		}
+	}
 	if len(res.Plans) != 3 {
 		t.Fatalf("outcomes %+v, want three", res.Plans)
 	}
