@@ -89,14 +89,24 @@ func TestProtectStops(t *testing.T) {
 
 // TestProtectStopAnswersOnceDisabled: the stop update with disable is
 // answered only after replication is off on every group; when some
-// group cannot be disabled, the answer is an error naming it.
+// group cannot be disabled, the answer is an error naming it: up to 20
+// groups by name and how many more, with the errors of up to five.
 func TestProtectStopAnswersOnceDisabled(t *testing.T) {
+	refuse := func(n int) []sim.FaultRule {
+		return []sim.FaultRule{{Method: "DisableVolumeReplication", Code: "INVALID_ARGUMENT", Count: n, Message: "injected"}}
+	}
 	for _, tc := range []struct {
 		name  string
+		extra int // groups beyond the fixture's three
 		fault []sim.FaultRule
-	}{{"every group", nil}, {"a group refuses", []sim.FaultRule{{Method: "DisableVolumeReplication", Code: "INVALID_ARGUMENT", Count: 100, Message: "injected"}}}} {
+		want  string
+	}{
+		{"every group", 0, nil, ""},
+		{"a group refuses", 0, refuse(100), "could not be disabled on 3 of 3 groups on east: "},
+		{"25 of 31 refuse", 28, refuse(25), "could not be disabled on 25 of 31 groups on east: "},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t)
+			f := newFixtureN(t, tc.extra)
 			env, _ := f.testEnv(t)
 			var answer string
 			var answerErr error
@@ -128,9 +138,24 @@ func TestProtectStopAnswersOnceDisabled(t *testing.T) {
 				}
 				return
 			}
-			if answerErr == nil || !strings.Contains(answerErr.Error(), "could not be disabled on 3 of 3 groups on east: db, logs, loose") ||
-				!strings.Contains(answerErr.Error(), "injected") {
-				t.Fatalf("answer %q, %v; want an error naming every group", answer, answerErr)
+			if answerErr == nil || !strings.Contains(answerErr.Error(), tc.want) {
+				t.Fatalf("answer %q, %v; want an error saying %q", answer, answerErr, tc.want)
+			}
+			msg := answerErr.Error()
+			rest := msg[strings.Index(msg, tc.want)+len(tc.want):]
+			named := strings.Split(rest[:strings.Index(rest, " (")], ", ")
+			wantNamed, wantLines := 3, 3
+			if tc.extra == 0 && !slices.Equal(named, []string{"db", "logs", "loose"}) {
+				t.Fatalf("the groups named are %q: %s", named, msg)
+			}
+			if tc.extra > 0 {
+				wantNamed, wantLines = 21, 5
+				if named[20] != "and 5 more" {
+					t.Fatalf("the groups named end %q, want \"and 5 more\": %s", named[20], msg)
+				}
+			}
+			if len(named) != wantNamed || strings.Count(msg, ": injected") != wantLines {
+				t.Fatalf("%d groups named and %d errors, want %d and %d: %s", len(named), strings.Count(msg, ": injected"), wantNamed, wantLines, msg)
 			}
 		})
 	}
