@@ -64,6 +64,10 @@ func TestPlanDefaultsAppliedOnce(t *testing.T) {
 	var fb workflows.FailbackResult
 	mustOK(t, run.Get(ctx, &fb))
 	allDone(t, fb.Progress)
+	// The reprotect's protection runs on: the failback turns it to east.
+	if s := stepOf(t, fb.Progress, "protect/east"); s.Output != "the running protection (workflow "+workflows.ProtectID("shop")+") now polls east" {
+		t.Fatalf("the failback's protect step says %q", s.Output)
+	}
 
 	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.ProtectID("shop"), UpdateName: workflows.UpdateStopProtect,
 		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})

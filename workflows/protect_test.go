@@ -52,6 +52,16 @@ func TestProtectRecordsAndContinues(t *testing.T) {
 	if seen.LastSync().IsZero() {
 		t.Fatal("no last sync over the groups")
 	}
+	// One survey call per poll (three groups fit one), a hundred polls a run.
+	surveys := 0
+	for _, c := range *calls {
+		if c.name == "SurveyReplication" {
+			surveys++
+		}
+	}
+	if surveys != 100 {
+		t.Fatalf("%d survey calls in a run of 100 polls", surveys)
+	}
 	first := indexOf(*calls, "SurveyReplication", "east", "")
 	for _, src := range []string{"vg-1", "vg-2", "solo"} {
 		if i := indexOf(*calls, "EnableVolumeReplication", "east", src); i < 0 || i > first {
