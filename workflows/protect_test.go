@@ -215,3 +215,37 @@ func TestProtectRetargets(t *testing.T) {
 		})
 	}
 }
+
+// TestProtectSurveysLargePlans: a plan of more groups than one survey
+// call takes is polled in several calls, and every group's answer lands
+// on its own group: all of them healthy with a last sync.
+func TestProtectSurveysLargePlans(t *testing.T) {
+	f := newFixtureN(t, 150)
+	env, calls := f.testEnv(t)
+	var seen *workflows.ProtectState
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryProtect)
+		mustOK(t, err)
+		mustOK(t, v.Get(&seen))
+		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+	}, 15*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	if seen == nil || len(seen.Groups) != 153 {
+		t.Fatalf("state at 15s: %+v, want 153 groups", seen)
+	}
+	for g, h := range seen.Groups {
+		if h.LastSync.IsZero() || h.Status != "HEALTHY" || h.Error != "" {
+			t.Fatalf("group %s: %+v", g, h)
+		}
+	}
+	surveys := 0
+	for _, c := range *calls {
+		if c.name == "SurveyReplication" {
+			surveys++
+		}
+	}
+	if surveys != 2*seen.Polls {
+		t.Fatalf("%d survey calls for %d polls of 153 groups, want two a poll", surveys, seen.Polls)
+	}
+}
