@@ -249,3 +249,42 @@ func TestProtectSurveysLargePlans(t *testing.T) {
 		t.Fatalf("%d survey calls for %d polls of 153 groups, want two a poll", surveys, seen.Polls)
 	}
 }
+
+// TestProtectSaysWhenThePrimaryIsUnreachable: a poll in which some groups
+// answer leaves the primary reachable; one in which none does reports it
+// unreachable with the first group's error (by name), since the first
+// such poll, and a later failed poll keeps that time.
+func TestProtectSaysWhenThePrimaryIsUnreachable(t *testing.T) {
+	for _, subject := range []string{"vg-1", ""} {
+		t.Run(map[string]string{"vg-1": "one group fails", "": "every group fails"}[subject], func(t *testing.T) {
+			f := newFixture(t)
+			env, _ := f.testEnv(t)
+			var seen *workflows.ProtectState
+			start := env.Now()
+			env.RegisterDelayedCallback(func() {
+				mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INVALID_ARGUMENT", Count: 1000, Subject: subject, Message: "injected"}}))
+			}, 5*time.Second)
+			env.RegisterDelayedCallback(func() {
+				v, err := env.QueryWorkflow(workflows.QueryProtect)
+				mustOK(t, err)
+				mustOK(t, v.Get(&seen))
+				send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+			}, 25*time.Second)
+			env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+			mustOK(t, env.GetWorkflowError())
+			if seen == nil || seen.Polls != 3 || !strings.Contains(seen.Groups["db"].Error, "injected") {
+				t.Fatalf("state at 25s: %+v, want three polls, db's failing", seen)
+			}
+			if subject != "" {
+				if seen.Unreachable != "" || !seen.UnreachableSince.IsZero() || seen.Groups["logs"].Error != "" {
+					t.Fatalf("one group failing: unreachable %q since %v, logs %+v", seen.Unreachable, seen.UnreachableSince, seen.Groups["logs"])
+				}
+				return
+			}
+			// Polls at 0 (answered), 10 and 20 s (not): since the one at 10 s.
+			if seen.Unreachable != seen.Groups["db"].Error || seen.UnreachableSince.Sub(start).Round(time.Second) != 10*time.Second {
+				t.Fatalf("unreachable %q since %v after the start, want db's error since 10s", seen.Unreachable, seen.UnreachableSince.Sub(start))
+			}
+		})
+	}
+}
