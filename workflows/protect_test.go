@@ -53,13 +53,7 @@ func TestProtectRecordsAndContinues(t *testing.T) {
 		t.Fatal("no last sync over the groups")
 	}
 	// One survey call per poll (three groups fit one), a hundred polls a run.
-	surveys := 0
-	for _, c := range *calls {
-		if c.name == "SurveyReplication" {
-			surveys++
-		}
-	}
-	if surveys != 100 {
+	if surveys := count(*calls, "SurveyReplication"); surveys != 100 {
 		t.Fatalf("%d survey calls in a run of 100 polls", surveys)
 	}
 	first := indexOf(*calls, "SurveyReplication", "east", "")
@@ -222,15 +216,10 @@ func TestProtectRetargets(t *testing.T) {
 func TestProtectSurveysLargePlans(t *testing.T) {
 	f := newFixtureN(t, 150)
 	env, calls := f.testEnv(t)
-	var seen *workflows.ProtectState
-	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(workflows.QueryProtect)
-		mustOK(t, err)
-		mustOK(t, v.Get(&seen))
-		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
-	}, 15*time.Second)
+	got := stateThenStop(t, env, 15*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 	mustOK(t, env.GetWorkflowError())
+	seen := *got
 	if seen == nil || len(seen.Groups) != 153 {
 		t.Fatalf("state at 15s: %+v, want 153 groups", seen)
 	}
@@ -239,13 +228,7 @@ func TestProtectSurveysLargePlans(t *testing.T) {
 			t.Fatalf("group %s: %+v", g, h)
 		}
 	}
-	surveys := 0
-	for _, c := range *calls {
-		if c.name == "SurveyReplication" {
-			surveys++
-		}
-	}
-	if surveys != 2*seen.Polls {
+	if surveys := count(*calls, "SurveyReplication"); surveys != 2*seen.Polls {
 		t.Fatalf("%d survey calls for %d polls of 153 groups, want two a poll", surveys, seen.Polls)
 	}
 }
@@ -259,19 +242,14 @@ func TestProtectSaysWhenThePrimaryIsUnreachable(t *testing.T) {
 		t.Run(map[string]string{"vg-1": "one group fails", "": "every group fails"}[subject], func(t *testing.T) {
 			f := newFixture(t)
 			env, _ := f.testEnv(t)
-			var seen *workflows.ProtectState
 			start := env.Now()
 			env.RegisterDelayedCallback(func() {
 				mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INVALID_ARGUMENT", Count: 1000, Subject: subject, Message: "injected"}}))
 			}, 5*time.Second)
-			env.RegisterDelayedCallback(func() {
-				v, err := env.QueryWorkflow(workflows.QueryProtect)
-				mustOK(t, err)
-				mustOK(t, v.Get(&seen))
-				send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
-			}, 25*time.Second)
+			got := stateThenStop(t, env, 25*time.Second)
 			env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 			mustOK(t, env.GetWorkflowError())
+			seen := *got
 			if seen == nil || seen.Polls != 3 || !strings.Contains(seen.Groups["db"].Error, "injected") {
 				t.Fatalf("state at 25s: %+v, want three polls, db's failing", seen)
 			}
@@ -298,15 +276,10 @@ func TestProtectPollsEachSourceInOldHistories(t *testing.T) {
 	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INVALID_ARGUMENT", Count: 1000, Subject: "vg-2", Message: "injected"}}))
 	env, calls := f.testEnv(t)
 	env.OnGetVersion("survey-polls", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	var seen *workflows.ProtectState
-	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(workflows.QueryProtect)
-		mustOK(t, err)
-		mustOK(t, v.Get(&seen))
-		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
-	}, 15*time.Second)
+	got := stateThenStop(t, env, 15*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 	mustOK(t, env.GetWorkflowError())
+	seen := *got
 	if indexOf(*calls, "SurveyReplication", "", "") >= 0 || indexOf(*calls, "GetVolumeReplicationInfo", "east", "vg-1") < 0 {
 		t.Fatalf("the old poll's calls: %v", *calls)
 	}
@@ -318,4 +291,18 @@ func TestProtectPollsEachSourceInOldHistories(t *testing.T) {
 			t.Fatalf("group %s: %+v", g, h)
 		}
 	}
+}
+
+// stateThenStop reads Protect's state at d of workflow time, then stops
+// it; the state read is *got once the workflow has ended.
+func stateThenStop(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.Duration) **workflows.ProtectState {
+	t.Helper()
+	got := new(*workflows.ProtectState)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryProtect)
+		mustOK(t, err)
+		mustOK(t, v.Get(got))
+		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+	}, d)
+	return got
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -181,30 +182,14 @@ func TestTestRecoveryNeedsGroupMembers(t *testing.T) {
 // snapshot is left. The answer to the test-copies query names them.
 func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 	f := testRecoveryFixture(t)
-	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "CreateVolumeGroupSnapshot", Code: "UNAVAILABLE", Probability: 1, Lost: true}}))
-	env, _ := f.env(t)
 	var asked workflows.TestRecoveryResult
 	var made *sim.State
-	env.RegisterDelayedCallback(func() {
+	ended := cancelWithAnswersLost(t, f, "CreateVolumeGroupSnapshot", func(env *testsuite.TestWorkflowEnvironment) {
 		v, err := env.QueryWorkflow(workflows.QueryTestCopies)
 		mustOK(t, err)
 		mustOK(t, v.Get(&asked))
 		made = f.west.Snapshot()
-		mustOK(t, f.west.SetFaults(nil))
-		env.CancelWorkflow()
-	}, time.Minute)
-	env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
-	var ce *temporal.CanceledError
-	if err := env.GetWorkflowError(); !errors.As(err, &ce) {
-		t.Fatalf("error %v, want the cancellation", err)
-	}
-	if f.west.FaultCounts()["CreateVolumeGroupSnapshot:Unavailable:LOST"] == 0 {
-		t.Fatal("no answer was lost: the test tests nothing")
-	}
-	v, err := env.QueryWorkflow(workflows.QueryTestCopies)
-	mustOK(t, err)
-	var ended workflows.TestRecoveryResult
-	mustOK(t, v.Get(&ended))
+	})
 	// The first group's snapshot (two members, one group snapshot) was
 	// made and its answer lost; the test never went further.
 	if s := stepOf(t, ended.Progress, "cleanup/west"); s.Output != "1 copies and snapshots deleted (2 asked for again by name: their create had no answer)" {
@@ -233,10 +218,41 @@ func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 	if named == 0 {
 		t.Fatalf("the query named no snapshot asked for and unanswered: %+v", asked.Copies)
 	}
+}
+
+// cancelWithAnswersLost runs a test recovery at west whose calls of
+// method lose their answers, and cancels it after a minute, once before
+// has run and the fault is cleared. It checks that answers were lost,
+// that the cancellation ended it and that nothing is left on west, and
+// returns what the test-copies query answers at the end.
+func cancelWithAnswersLost(t *testing.T, f *fixture, method string, before func(env *testsuite.TestWorkflowEnvironment)) workflows.TestRecoveryResult {
+	t.Helper()
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: method, Code: "UNAVAILABLE", Probability: 1, Lost: true}}))
+	env, _ := f.env(t)
+	env.RegisterDelayedCallback(func() {
+		if before != nil {
+			before(env)
+		}
+		mustOK(t, f.west.SetFaults(nil))
+		env.CancelWorkflow()
+	}, time.Minute)
+	env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+	var ce *temporal.CanceledError
+	if err := env.GetWorkflowError(); !errors.As(err, &ce) {
+		t.Fatalf("error %v, want the cancellation", err)
+	}
+	if f.west.FaultCounts()[method+":Unavailable:LOST"] == 0 {
+		t.Fatalf("no answer was lost: the test tests nothing (%v)", f.west.FaultCounts())
+	}
 	after := f.west.Snapshot()
 	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
-		t.Fatalf("%d copies or snapshots left on west after the cancellation: %+v", n, after.GroupSnapshots)
+		t.Fatalf("%d copies or snapshots left on west after the cancellation: %+v", n, after)
 	}
+	v, err := env.QueryWorkflow(workflows.QueryTestCopies)
+	mustOK(t, err)
+	var ended workflows.TestRecoveryResult
+	mustOK(t, v.Get(&ended))
+	return ended
 }
 
 // TestTestRecoveryFindsLostSnapshotsAndCopies: as above for the loose
@@ -247,29 +263,7 @@ func TestTestRecoveryFindsLostGroupSnapshots(t *testing.T) {
 func TestTestRecoveryFindsLostSnapshotsAndCopies(t *testing.T) {
 	for _, method := range []string{"CreateSnapshot", "CreateVolume"} {
 		t.Run(method, func(t *testing.T) {
-			f := testRecoveryFixture(t)
-			mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: method, Code: "UNAVAILABLE", Probability: 1, Lost: true}}))
-			env, _ := f.env(t)
-			env.RegisterDelayedCallback(func() {
-				mustOK(t, f.west.SetFaults(nil))
-				env.CancelWorkflow()
-			}, time.Minute)
-			env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
-			var ce *temporal.CanceledError
-			if err := env.GetWorkflowError(); !errors.As(err, &ce) {
-				t.Fatalf("error %v, want the cancellation", err)
-			}
-			if f.west.FaultCounts()[method+":Unavailable:LOST"] == 0 {
-				t.Fatalf("no answer was lost: the test tests nothing (%v)", f.west.FaultCounts())
-			}
-			after := f.west.Snapshot()
-			if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
-				t.Fatalf("%d copies or snapshots left on west after the cancellation", n)
-			}
-			v, err := env.QueryWorkflow(workflows.QueryTestCopies)
-			mustOK(t, err)
-			var ended workflows.TestRecoveryResult
-			mustOK(t, v.Get(&ended))
+			ended := cancelWithAnswersLost(t, testRecoveryFixture(t), method, nil)
 			// CreateSnapshot: the two group snapshots and the loose volume's
 			// snapshot, asked for again; CreateVolume: the first copy,
 			// asked for again, and the three snapshots.
