@@ -8,12 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -82,6 +87,30 @@ func TestReadProtectAndAttributesOnTheServer(t *testing.T) {
 		}
 		mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "test over"))
 	}
+
+	// On a namespace without Drover's search attributes an action still
+	// starts, without them: an index the operator has not registered
+	// must not stop a failover.
+	_, err = srv.Client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: "bare", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
+	mustOK(t, err)
+	bare, err := client.NewClientFromExisting(srv.Client, client.Options{Namespace: "bare"})
+	mustOK(t, err)
+	defer bare.Close()
+	var run client.WorkflowRun
+	simtest.Eventually(t, 30*time.Second, "the new namespace to take workflows", func() bool {
+		run, err = workflows.Start(ctx, bare, "bare-plan", workflows.Drill, workflows.DrillInput{Action: "failover"})
+		var nf *serviceerror.NamespaceNotFound
+		if errors.As(err, &nf) {
+			return false
+		}
+		mustOK(t, err)
+		return true
+	})
+	if missing, err := workflows.MissingAttributes(ctx, srv.Client, "bare"); err != nil || len(missing) == 0 {
+		t.Fatalf("the bare namespace lacks %v (%v): the test tests nothing", missing, err)
+	}
+	mustOK(t, bare.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "test over"))
 }
 
 // TestChildrenInheritAttributes: the children of an action carry its
