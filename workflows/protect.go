@@ -133,29 +133,14 @@ type StopProtect struct {
 // update, disabling replication only when asked.
 func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	p := in.Plan
-	note, err := trust(ctx, p, in.Origin)
-	if err != nil {
-		return nil, err
-	}
-	if p == nil || p.Site(in.Primary) == nil {
-		return nil, fmt.Errorf("protect: the plan has no site %q", in.Primary)
-	}
 	s := in.State
 	if s == nil || s.Primary != in.Primary {
 		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
 	}
-	s.Runs++
-	if note != "" {
-		s.Trust, s.By = note, in.By
-	}
-	// Protect runs for days and must answer a stop or a query at once;
-	// a local activity on a dead site would hold its workflow task for
-	// the call's deadline.
-	ctx = workflow.WithValue(ctx, regularOnly{}, true)
-	interval := in.Interval
-	if interval <= 0 {
-		interval = DefaultProtectInterval
-	}
+	// The handlers come first: a stop or a query can arrive with a run's
+	// first workflow task (a run that continued as new when a failback
+	// retargeted it, say), and an update that finds no handler when the
+	// task yields to the plan's check is refused as unknown.
 	var stop *StopProtect
 	var cancelRound workflow.CancelFunc
 	if err := workflow.SetQueryHandler(ctx, QueryProtect, func() (*ProtectState, error) { return s, nil }); err != nil {
@@ -181,6 +166,25 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		return disabled.message, disabled.err
 	}); err != nil {
 		return nil, err
+	}
+	note, err := trust(ctx, p, in.Origin)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil || p.Site(in.Primary) == nil {
+		return nil, fmt.Errorf("protect: the plan has no site %q", in.Primary)
+	}
+	s.Runs++
+	if note != "" {
+		s.Trust, s.By = note, in.By
+	}
+	// Protect runs for days and must answer a stop or a query at once;
+	// a local activity on a dead site would hold its workflow task for
+	// the call's deadline.
+	ctx = workflow.WithValue(ctx, regularOnly{}, true)
+	interval := in.Interval
+	if interval <= 0 {
+		interval = DefaultProtectInterval
 	}
 	log := workflow.GetLogger(ctx)
 	// A retarget signal (sent by Reprotect and Failback when the primary

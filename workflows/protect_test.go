@@ -306,3 +306,23 @@ func stateThenStop(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.
 	}, d)
 	return got
 }
+
+// TestProtectTakesAStopWithItsFirstTask: a stop that reaches a Protect
+// run before the plan's check has returned (a run that just continued as
+// new) is taken, not refused as an unknown update.
+func TestProtectTakesAStopWithItsFirstTask(t *testing.T) {
+	f := newFixture(t)
+	env, _ := f.testEnv(t)
+	var answerErr error
+	answered := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdateStopProtect, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { answered, answerErr = true, err },
+			OnComplete: func(_ any, err error) { answered, answerErr = true, err }}, workflows.StopProtect{})
+	}, 0)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	if !answered || answerErr != nil {
+		t.Fatalf("the stop: answered %v, %v", answered, answerErr)
+	}
+}
