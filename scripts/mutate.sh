@@ -58,25 +58,29 @@ targets=(
   "workflows|workflows|*|2|^(TestActionsOnDevServer|TestInputSizeLine|TestFailoverStartsNomadJobsByPriority|TestFailoverPausesOnUnhealthyWorkload|TestFailbackStopsBeforeDemoting)$"
 )
 
+# exclude DIR FILES sets excl to gremlins' flags that leave out every
+# non-test file of DIR but FILES (space separated; "*" leaves out none).
+exclude() {
+  excl=()
+  [[ $2 == "*" ]] && return
+  local f b
+  for f in "$1"/*.go; do
+    b=$(basename "$f")
+    [[ $b == *_test.go || " $2 " == *" $b "* ]] && continue
+    excl+=(-E "^${b//./\\.}\$")
+  done
+}
+
 summary=()
 for t in "${targets[@]}"; do
   IFS='|' read -r name dir files coef skip <<<"$t"
   [[ $name =~ $ONLY ]] || continue
   files=${MUTATE_FILES:-$files}
   name=$name${MUTATE_PART:+-$MUTATE_PART}
-  # Exclude every non-test file of the package that is not mutated.
-  excl=()
-  if [[ $files != "*" ]]; then
-    for f in "$dir"/*.go; do
-      b=$(basename "$f")
-      [[ $b == *_test.go ]] && continue
-      [[ " $files " == *" $b "* ]] && continue
-      excl+=(-E "^${b//./\\.}\$")
-    done
-  fi
   flags="${GOFLAGS:-} -count=1 -short -failfast"
   [[ -n $skip ]] && flags="$flags -skip=$skip"
   if [[ ${MUTATE_SELECT:-1} == 0 ]]; then
+    exclude "$dir" "$files"
     echo "== $name: $dir/{${files// /,}}"
     (GOFLAGS="$flags" "$GREMLINS" unleash "./$dir" --workers "$WORKERS" \
       --timeout-coefficient "${MUTATE_TIMEOUT:-$coef}" -o "$OUT/$name.json" "${dry[@]}" "${excl[@]}") | tee "$OUT/$name.log"
@@ -118,12 +122,7 @@ PY
       echo "== $part: $dir/$file: no test runs a line of it"
       continue
     fi
-    excl=()
-    for f in "$dir"/*.go; do
-      b=$(basename "$f")
-      [[ $b == *_test.go || $b == "$file" ]] && continue
-      excl+=(-E "^${b//./\\.}\$")
-    done
+    exclude "$dir" "$file"
     echo "== $part: $dir/$file, $(tr '|' '\n' <<<"$tests" | wc -l) tests run a line of it"
     (GOFLAGS="$flags -run=^($tests)\$" "$GREMLINS" unleash "./$dir" --workers "$WORKERS" \
       --timeout-coefficient "${MUTATE_TIMEOUT:-$coef}" -o "$OUT/$part.json" "${dry[@]}" "${excl[@]}") | tee "$OUT/$part.log"

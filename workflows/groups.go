@@ -216,11 +216,11 @@ func batches(p *plans.Plan) [][]string {
 }
 
 // subPlan is p with only the named groups, in p's order, and no
-// workloads. A fanned-out action cuts one for each child: the groups are
-// found through an index of p's built once, not by a scan of p per child,
-// which made a failover of 20,000 groups spend over a second of workflow
-// task time on the cuts alone (200 children, each scanning 20,000 groups
-// against its 100).
+// workloads. An operation that runs in GroupBatch children cuts one for
+// each child: the groups are found through an index of p's built once,
+// not by a scan of p per child, which at 20,000 groups spent over a second
+// of workflow task time on the cuts alone (200 children, each scanning
+// 20,000 groups against its 100).
 func (r *run) subPlan(p *plans.Plan, groups []string) *plans.Plan {
 	if r.indexed != p || len(r.groupAt) != len(p.VolumeGroups) {
 		r.indexed, r.groupAt = p, make(map[string]int, len(p.VolumeGroups))

@@ -22,13 +22,9 @@ import (
 func TestProtectRecordsAndContinues(t *testing.T) {
 	f := newFixture(t)
 	env, calls := f.testEnv(t)
-	var seen *workflows.ProtectState
-	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(workflows.QueryProtect)
-		mustOK(t, err)
-		mustOK(t, v.Get(&seen))
-	}, 30*time.Second)
+	got := stateAt(t, env, 30*time.Second, nil)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Origin: workflows.Origin{By: "ops"}, Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	seen := *got
 
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
@@ -175,15 +171,12 @@ func TestProtectRetargets(t *testing.T) {
 		t.Run(c.to, func(t *testing.T) {
 			f := newFixture(t)
 			env, _ := f.testEnv(t)
-			var seen *workflows.ProtectState
-			env.RegisterDelayedCallback(func() {
-				v, err := env.QueryWorkflow(workflows.QueryProtect)
-				mustOK(t, err)
-				mustOK(t, v.Get(&seen))
+			got := stateAt(t, env, 2*time.Minute+time.Second, func() {
 				env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: c.to})
-			}, 2*time.Minute+time.Second)
+			})
 			start := env.Now()
 			env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east"})
+			seen := *got
 			var can *workflow.ContinueAsNewError
 			if err := env.GetWorkflowError(); !errors.As(err, &can) {
 				t.Fatalf("error %v, want continue-as-new", err)
@@ -293,36 +286,25 @@ func TestProtectPollsEachSourceInOldHistories(t *testing.T) {
 	}
 }
 
-// stateThenStop reads Protect's state at d of workflow time, then stops
-// it; the state read is *got once the workflow has ended.
-func stateThenStop(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.Duration) **workflows.ProtectState {
+// stateAt reads Protect's state at d of workflow time, then runs then
+// (when not nil); the state read is *got once the workflow has ended.
+func stateAt(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.Duration, then func()) **workflows.ProtectState {
 	t.Helper()
 	got := new(*workflows.ProtectState)
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(workflows.QueryProtect)
 		mustOK(t, err)
 		mustOK(t, v.Get(got))
-		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+		if then != nil {
+			then()
+		}
 	}, d)
 	return got
 }
 
-// TestProtectTakesAStopWithItsFirstTask: a stop that reaches a Protect
-// run before the plan's check has returned (a run that just continued as
-// new) is taken, not refused as an unknown update.
-func TestProtectTakesAStopWithItsFirstTask(t *testing.T) {
-	f := newFixture(t)
-	env, _ := f.testEnv(t)
-	var answerErr error
-	answered := false
-	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdateStopProtect, "", &testsuite.TestUpdateCallback{
-			OnAccept: func() {}, OnReject: func(err error) { answered, answerErr = true, err },
-			OnComplete: func(_ any, err error) { answered, answerErr = true, err }}, workflows.StopProtect{})
-	}, 0)
-	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
-	mustOK(t, env.GetWorkflowError())
-	if !answered || answerErr != nil {
-		t.Fatalf("the stop: answered %v, %v", answered, answerErr)
-	}
+// stateThenStop reads Protect's state at d of workflow time, then stops
+// it (see stateAt).
+func stateThenStop(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.Duration) **workflows.ProtectState {
+	t.Helper()
+	return stateAt(t, env, d, func() { send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil) })
 }
