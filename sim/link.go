@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/drover-dr/drover/csiaddons/replication"
@@ -231,6 +232,13 @@ func (s *Site) applyFromPeer(a applyUnit) string {
 		}
 		if u.st.Seq != a.BaseSeq {
 			return fmt.Sprintf("base mismatch: at %d, delta from %d", u.st.Seq, a.BaseSeq)
+		}
+		if len(a.Blocks) == 0 && u.st.Epoch == a.Epoch && u.st.Seq == a.ToSeq && u.st.Enabled && u.st.InSync &&
+			slices.Equal(u.st.Lineage, a.Lineage) {
+			// An empty delta to a copy that holds it all: nothing changes,
+			// so nothing is written (a site of many groups would otherwise
+			// rewrite every unit's file at every interval).
+			return ""
 		}
 		for vol, bs := range a.Blocks {
 			if u.st.Blocks[vol] == nil {

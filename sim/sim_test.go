@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -454,6 +455,51 @@ func TestRestartFromStateFile(t *testing.T) {
 	}
 	waitSynced(t, re, "vg/vg-1")
 	check(t, re, b)
+}
+
+// An interval with nothing to ship still syncs (the primary's last sync
+// time moves on), but the secondary does not rewrite its copy's file: a
+// site of thousands of groups would otherwise spend the machine rewriting
+// them every interval. What it holds stays what a restart reads.
+func TestIdleSyncRewritesNothing(t *testing.T) {
+	a, b := startPair(t, pairOpts{})
+	ctx := ctxT(t)
+	enable(t, a, group("vg-1"))
+	w := dataClient(t, a, nodeA)
+	_, err := w.Write(ctx, "v1", 0, []byte("before the idle rounds"))
+	mustOK(t, err)
+	waitSynced(t, a, "vg/vg-1")
+	file := filepath.Join(b.cfg.StateDir, "units", "vg_vg-1.json")
+	inode := func() uint64 {
+		t.Helper()
+		fi, err := os.Stat(file)
+		mustOK(t, err)
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	// The sync in flight when waitSynced saw the first one may still land.
+	time.Sleep(2 * a.cfg.SyncInterval)
+	before, synced := inode(), a.Snapshot().Unit("vg/vg-1").LastSync.SnapTime
+	time.Sleep(6 * a.cfg.SyncInterval)
+	if last := a.Snapshot().Unit("vg/vg-1").LastSync.SnapTime; !last.After(synced) {
+		t.Fatalf("no sync round in six intervals: last sync still %v", last)
+	}
+	if inode() != before {
+		t.Fatal("the secondary rewrote its copy's file for empty deltas")
+	}
+	// A change is written.
+	_, err = w.Write(ctx, "v1", 1, []byte("after"))
+	mustOK(t, err)
+	waitSynced(t, a, "vg/vg-1")
+	eventually(t, 5*time.Second, "the change written on the secondary", func() bool { return inode() != before })
+	b.Close()
+	rb := dataClient(t, startSite(t, b.cfg), nodeB)
+	for i, want := range []string{"before the idle rounds", "after"} {
+		got, err := rb.Read(ctx, "v1", int64(i))
+		mustOK(t, err)
+		if string(got) != want {
+			t.Fatalf("block %d after the secondary's restart = %q", i, got)
+		}
+	}
 }
 
 func TestSiteDownAndUp(t *testing.T) {
