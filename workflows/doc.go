@@ -132,7 +132,11 @@
 //     order: a change waits up to a second (less once the action
 //     settles) and goes with those made meanwhile as one signal, the
 //     first carrying the rest (More), so an action whose steps run in
-//     one workflow task signals its record once. The record keeps a run's
+//     one workflow task signals its record once. The worker sends that
+//     signal, in a local activity (RecordSender, registered by the worker
+//     that runs the workflows), so that it is taken within the task: a
+//     small action runs in one workflow task. Without a record yet, or
+//     without the activity, the workflow sends it. The record keeps a run's
 //     end over a start that arrives after it (histories from before the
 //     order); a change the record did not take is sent again as a step
 //     that pauses like any other. Polls that
@@ -171,7 +175,9 @@
 // workload's start made its first attempt locally (changeStartLocal) and
 // an action's end went to the record aside (changeEndAside), and
 // failover-v7*, failback-v5*, reprotect-v5* and drill-v3* from before the
-// record's changes went together (changeTogether).
+// record's changes went together (changeTogether), and failover-v8*,
+// failback-v6*, reprotect-v6* and drill-v4* from before the worker sent
+// them (changeTogether version 2).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

@@ -53,6 +53,7 @@ func deadPrimary(t *testing.T, srv *devserver.Server, kill func(f *fixture)) {
 	mustOK(t, err)
 	w := worker.New(c, workflows.TaskQueue, worker.Options{})
 	workflows.Register(w)
+	w.RegisterActivity(&workflows.RecordSender{Client: c})
 	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
 	w.RegisterActivity(f.storage)
 	w.RegisterActivity(f.workloads)

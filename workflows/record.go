@@ -41,7 +41,8 @@ const (
 	// before it, and the action waits once for them all.
 	changeEndAside = "record-end-aside"
 	// changeTogether: the changes sent aside go in order, those made in
-	// one stretch as one signal (aside.together).
+	// one stretch as one signal (aside.together); from version 2 the
+	// worker sends that signal, in a local activity (aside.local).
 	changeTogether = "record-changes-together"
 	// changeCancelledEnd: a cancelled action records its end, and what
 	// it sent aside, in a disconnected context.
@@ -368,6 +369,16 @@ type aside struct {
 	queue    []RecordChange
 	sending  bool
 	flush    bool
+
+	// local (histories of version 2 of changeTogether): the worker sends
+	// the signal (RecordSender, a local activity) instead of the
+	// workflow. A signal the workflow sends is a command, whose result
+	// comes back in a workflow task of its own: a turn through the
+	// server at the end of every action. The worker's signal is taken
+	// when the call returns, inside the task that runs the steps, so a
+	// small action runs in one task. When it cannot (no record yet, a
+	// worker without the activity) the workflow sends the change itself.
+	local bool
 }
 
 // record sends a change to the plan's record: aside (histories of version
@@ -416,13 +427,70 @@ func (r *run) sendTogether(ctx workflow.Context) {
 		a.queue = nil
 		c := batch[0]
 		c.More = batch[1:]
-		if err := noteWith(ctx, plan, c, a); err != nil {
+		if err := sendAside(ctx, plan, c, a); err != nil {
 			workflow.GetLogger(ctx).Warn("the plan's record did not take a change", "error", err)
 			a.failed = append(a.failed, batch...)
 		}
 		a.pending -= len(batch)
 	}
 	a.sending = false
+}
+
+// sendAside sends changes that go together: by the worker, when the
+// history says so (aside.local) and it can, else as the workflow's own
+// signal (noteWith).
+func sendAside(ctx workflow.Context, plan string, c RecordChange, a *aside) error {
+	if a.local {
+		var rs *RecordSender
+		lctx := workflow.WithLocalActivityOptions(ctx, recordSendOptions)
+		err := workflow.ExecuteLocalActivity(lctx, rs.SendRecordChange, RecordSend{Plan: plan, Change: c}).Get(ctx, nil)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() == nil {
+			workflow.GetLogger(ctx).Debug("the worker did not send the record its changes: the workflow does", "error", err)
+		}
+	}
+	return noteWith(ctx, plan, c, a)
+}
+
+// recordSendOptions bound the worker's signal to a record: a few short
+// attempts, then the workflow sends the change itself.
+var recordSendOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    5 * time.Second,
+	ScheduleToCloseTimeout: 12 * time.Second,
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumAttempts: 3},
+}
+
+// RecordSend is a change for a plan's record, as the worker sends it.
+type RecordSend struct {
+	Plan   string       `json:"plan"`
+	Change RecordChange `json:"change"`
+}
+
+// RecordSender is the worker's activity that signals a plan's record
+// (sendAside): the worker that runs the workflows registers it with its
+// Temporal client. Signalling a record gives nothing that a client of
+// the namespace does not have already: the activity reaches only
+// records, with their own signal.
+type RecordSender struct {
+	Client client.Client
+}
+
+// SendRecordChange signals the plan's record with the change. A record
+// that does not exist yet is a non-retryable error: the workflow starts
+// it. Sent again after a lost answer, a change applies again to the same
+// state (PlanRecord.apply); only the record's count of changes moves.
+func (s *RecordSender) SendRecordChange(ctx context.Context, in RecordSend) error {
+	if s == nil || s.Client == nil {
+		return temporal.NewNonRetryableApplicationError("this worker has no client to signal records", "NoRecordClient", nil)
+	}
+	err := s.Client.SignalWorkflow(ctx, RecordID(in.Plan), "", SignalRecord, in.Change)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), "NoRecord", err)
+	}
+	return err
 }
 
 // settle waits until the record has taken every change sent aside, and

@@ -59,6 +59,7 @@ func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activi
 	t.Helper()
 	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
 	workflows.Register(w)
+	w.RegisterActivity(&workflows.RecordSender{Client: srv.Client})
 	w.RegisterActivity(trust)
 	w.RegisterActivity(f.storage)
 	w.RegisterActivity(f.workloads)
@@ -106,9 +107,11 @@ func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 // TestRecordChangesGoTogether: an action whose steps run in one stretch
 // sends the record its changes (its start, the fence, the new primary,
 // its end) as one signal, in order, where it sent one per change, each
-// a delivery by the server before the action could end. The record
-// exists (as it does once Protect has watched the plan); the plan has no
-// workloads, so every step runs in the first workflow task.
+// a delivery by the server before the action could end. The worker sends
+// it, inside the workflow task that runs the steps: the failover runs in
+// one workflow task, where a signal of its own took a second one. The
+// record exists (as it does once Protect has watched the plan); the plan
+// has no workloads, so every step runs in the first workflow task.
 func TestRecordChangesGoTogether(t *testing.T) {
 	srv, f, ctx := recordStack(t)
 
@@ -121,17 +124,27 @@ func TestRecordChangesGoTogether(t *testing.T) {
 	mustOK(t, run.Get(ctx, &res))
 	allDone(t, res.Progress)
 
-	signals := 0
-	it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		mustOK(t, err)
-		if ev.GetEventType() == enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED {
-			signals++
+	count := func(id, runID string, types ...enumspb.EventType) map[enumspb.EventType]int {
+		n := map[enumspb.EventType]int{}
+		it := srv.Client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			mustOK(t, err)
+			if slices.Contains(types, ev.GetEventType()) {
+				n[ev.GetEventType()]++
+			}
 		}
+		return n
 	}
-	if signals != 1 {
-		t.Errorf("the failover signalled its record %d times, want once", signals)
+	fo := count(run.GetID(), run.GetRunID(), enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED, enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+	if n := fo[enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]; n != 0 {
+		t.Errorf("the failover signalled its record itself %d times, want the worker to", n)
+	}
+	if n := fo[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]; n != 1 {
+		t.Errorf("the failover took %d workflow tasks, want 1", n)
+	}
+	if n := count(workflows.RecordID("shop"), "", enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]; n != 1 {
+		t.Errorf("the record was signalled %d times, want once", n)
 	}
 	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
 	mustOK(t, err)

@@ -92,6 +92,7 @@ func TestFiveThousandGroups(t *testing.T) {
 
 	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
 	workflows.Register(w)
+	w.RegisterActivity(&workflows.RecordSender{Client: srv.Client})
 	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
 	w.RegisterActivity(storage)
 	w.RegisterActivity(activities.NewWorkloads())

@@ -275,6 +275,7 @@ func run(args []string, stderr io.Writer) int {
 	if c.site == "" {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)
+		w.RegisterActivity(&workflows.RecordSender{Client: cl})
 		ids := make([]string, len(c.trust.Keys))
 		for i, k := range c.trust.Keys {
 			ids[i] = plans.KeyID(k)
