@@ -400,6 +400,10 @@ func namespace(opts client.Options) string {
 func connect(opts client.Options, timeout time.Duration, stop <-chan os.Signal, logger *slog.Logger) (client.Client, error) {
 	deadline := time.Now().Add(timeout)
 	wait := 100 * time.Millisecond
+	// answered is the last error of an attempt the deadline did not cut:
+	// when it cuts the last attempt short, the one before says more (a
+	// namespace that does not exist) than "deadline exceeded".
+	var answered error
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		cl, err := client.DialContext(ctx, opts)
@@ -411,8 +415,15 @@ func connect(opts client.Options, timeout time.Duration, stop <-chan os.Signal, 
 			}
 			cl.Close()
 		}
+		cut := ctx.Err() != nil
 		cancel()
+		if !cut {
+			answered = err
+		}
 		if time.Now().Add(wait).After(deadline) {
+			if cut && answered != nil {
+				return nil, answered
+			}
 			return nil, err
 		}
 		logger.Warn("Temporal is not ready; retrying", "attempt", attempt, "in", wait, "error", err)
