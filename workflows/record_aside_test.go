@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -289,6 +292,15 @@ func TestRecordAppliesEachChange(t *testing.T) {
 			if rec.Primary != st.want.primary || rec.Changes != st.want.changes || !rec.Updated.Equal(st.c.At) {
 				got = append(got, fmt.Sprintf("after change %d: primary %q, %d changes, updated %v; want %q, %d, %v", i, rec.Primary, rec.Changes, rec.Updated, st.want.primary, st.want.changes, st.c.At))
 			}
+			// One entry per site and storage: a fence through the same
+			// storage merges into it.
+			for j, e := range rec.Fences {
+				for _, o := range rec.Fences[j+1:] {
+					if e.Site == o.Site && e.Via == o.Via {
+						got = append(got, fmt.Sprintf("after change %d: two entries for %s through %s: %+v", i, e.Site, e.Via, rec.Fences))
+					}
+				}
+			}
 			for site, cidrs := range st.want.fenced {
 				if c, via := rec.FencedOf(site); !slices.Equal(c, cidrs) || via != st.want.via[site] {
 					got = append(got, fmt.Sprintf("after change %d: %s fenced %v through %q, want %v through %q (%+v)", i, site, c, via, cidrs, st.want.via[site], rec.Fences))
@@ -336,5 +348,32 @@ func failedOverInRecord(t *testing.T, rec *workflows.PlanRecord, f *fixture, run
 		t.Errorf("record holds %v fenced through %q, want %v through west", cidrs, via, f.plan.Sites[0].Fence.CIDRs)
 	case rec.LastAction == nil || rec.LastAction.RunID != run.GetRunID() || rec.LastAction.Outcome != workflows.StateCompleted:
 		t.Errorf("record's last action %+v, want this failover completed", rec.LastAction)
+	}
+}
+
+// TestRecordContinuesAsNewAfterItsRunLength: a record that has taken 500
+// changes continues as new, carrying its state, so that its history
+// stays small however long the plan lives; before that it goes on.
+func TestRecordContinuesAsNewAfterItsRunLength(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	const runLength = 500
+	env.RegisterDelayedCallback(func() {
+		for i := range runLength {
+			env.SignalWorkflow(workflows.SignalRecord, workflows.RecordChange{At: at.Add(time.Duration(i) * time.Second), Primary: fmt.Sprint("site-", i)})
+		}
+	}, time.Minute)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("after %d changes the record ended with %v, want it to continue as new", runLength, err)
+	}
+	var in workflows.PlanRecordInput
+	mustOK(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &in))
+	if in.Record.Changes != runLength || in.Record.Primary != fmt.Sprint("site-", runLength-1) || in.Record.Plan != "shop" {
+		t.Fatalf("the record continued as new with %d changes, primary %q, plan %q; want %d, site-%d, shop",
+			in.Record.Changes, in.Record.Primary, in.Record.Plan, runLength, runLength-1)
 	}
 }
