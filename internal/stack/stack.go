@@ -203,7 +203,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			"--ui-port", uiPort, "--db-filename", filepath.Join(o.Dir, "temporal.db"), "--log-level", "warn",
 			// An activity the workflow's own worker can run starts in the
 			// reply to the workflow task, without a trip through matching.
-			"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+			"--dynamic-config-value", "system.enableActivityEagerExecution=true",
+			// One partition per task queue: a task goes straight to a
+			// waiting poller instead of being forwarded between partitions
+			// (DR actions are few; a queue's throughput is not the limit).
+			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1"}
 		for _, name := range SearchAttributes {
 			args = append(args, "--search-attribute", name+"=Keyword")
 		}
