@@ -18,8 +18,9 @@ import (
 
 // TestStartWaitsUntilHealthyWithItsOwnTimeout: a workload that is not
 // healthy at the first look is waited for until it is (the start step
-// ends saying so, after a second check), each wait with that workload's
-// own healthTimeout, not another workload's.
+// ends saying so, after a second check), one healthy at the first look
+// is not looked at again, and each look has that workload's own
+// healthTimeout, not another workload's.
 func TestStartWaitsUntilHealthyWithItsOwnTimeout(t *testing.T) {
 	f := newFixture(t)
 	checked := filepath.Join(t.TempDir(), "checked")
@@ -59,6 +60,10 @@ func TestStartWaitsUntilHealthyWithItsOwnTimeout(t *testing.T) {
 	}
 	if len(got["pg"]) < 2 {
 		t.Errorf("pg's health was looked at %d times, want a first look and a wait after it", len(got["pg"]))
+	}
+	// web is healthy at the first look: no wait after it.
+	if len(got["web"]) != 1 {
+		t.Errorf("web's health was looked at %d times, want once", len(got["web"]))
 	}
 	for name, timeouts := range got {
 		for _, d := range timeouts {
