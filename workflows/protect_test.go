@@ -260,6 +260,34 @@ func TestProtectSaysWhenThePrimaryIsUnreachable(t *testing.T) {
 	}
 }
 
+// TestProtectWatchesAHangingPoll: while a poll round hangs (a primary
+// that answers nothing lets every call run on), the watch says the
+// primary is unreachable since the round began, within half the RPO
+// target of it, not only once the round ends or after a whole interval.
+func TestProtectWatchesAHangingPoll(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(time.Second) // the watch ticks every 500 ms
+	env, _ := f.testEnv(t)
+	start := env.Now()
+	env.RegisterDelayedCallback(func() {
+		mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Latency: 3 * time.Second, Count: 1000}}))
+	}, 5*time.Second)
+	// The round of 10 s hangs; at 10.7 s the watch has ticked once.
+	got := stateThenStop(t, env, 10700*time.Millisecond)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	seen := *got
+	if seen == nil || seen.Unreachable == "" {
+		t.Fatalf("state 0.7 s into a hanging poll round: %+v, want the primary unreachable", seen)
+	}
+	if since := seen.UnreachableSince.Sub(start).Round(100 * time.Millisecond); since != 10*time.Second {
+		t.Errorf("unreachable since %v after the start, want since the round began at 10s", since)
+	}
+	if !seen.Groups["db"].OutOfRPO {
+		t.Errorf("db in RPO after ten seconds without a sync known: %+v", seen.Groups["db"])
+	}
+}
+
 // TestProtectPollsEachSourceInOldHistories: a Protect whose history is
 // from before the batched survey polls each group with its own calls,
 // and still records every group's last sync, and a group's failure on its
