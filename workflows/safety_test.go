@@ -483,15 +483,20 @@ func TestFailbackWaitsForTheFinalSync(t *testing.T) {
 	if res.RolledBack {
 		t.Fatalf("rolled back: %s", res.Reason)
 	}
-	attempts := 0
+	attempts, said := 0, false
 	for _, s := range res.Steps {
 		if strings.HasPrefix(s.Name, "promote ") && strings.HasSuffix(s.Name, " on west") {
 			attempts += s.Attempts
+			// The step keeps the storage's last refusal.
+			said = said || strings.Contains(s.LastError, "final sync not received yet")
 		}
 	}
 	// Three groups promoted once each, and two answers of FAILED_PRECONDITION.
 	if attempts != 5 {
 		t.Fatalf("%d promotion attempts on west, want 5 (3 groups, 2 refusals)", attempts)
+	}
+	if !said {
+		t.Errorf("no promotion step on west shows the storage's refusal: %+v", res.Steps)
 	}
 	roles(t, f.west, sim.RolePrimary)
 	roles(t, f.east, sim.RoleSecondary)
