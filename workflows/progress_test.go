@@ -94,3 +94,20 @@ func TestProgressWhileCallsRetry(t *testing.T) {
 	}
 	t.Logf("retrying step: %q: %d failed attempts, last error %q, note %q", retried.Name, retried.Retries, retried.LastError, retried.Note)
 }
+
+// TestStepKey: a step is named to drctl resolve (and in drctl status's
+// hint) by its ID, and by its name only in the progress of an action
+// from before steps had IDs.
+func TestStepKey(t *testing.T) {
+	for _, c := range []struct {
+		step workflows.Step
+		want string
+	}{
+		{workflows.Step{ID: "fence/east", Name: "fence east"}, "fence/east"},
+		{workflows.Step{Name: "fence east"}, "fence east"},
+	} {
+		if got := c.step.Key(); got != c.want {
+			t.Errorf("key of %+v: %q, want %q", c.step, got, c.want)
+		}
+	}
+}

@@ -155,6 +155,15 @@ func TestRecordChangesGoTogether(t *testing.T) {
 	if rec.Changes != 4 {
 		t.Errorf("record took %d changes, want 4 (start, fence, primary, end)", rec.Changes)
 	}
+	// The primary's step says where the change went and that the action
+	// waits for it.
+	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.Name == "record west as primary" })
+	want := "sent to " + workflows.RecordID("shop") + "; the action ends once it has taken it"
+	if i < 0 {
+		t.Errorf("no step records west as primary")
+	} else if got := res.Steps[i].Output; got != want {
+		t.Errorf("the primary's step says %q, want %q", got, want)
+	}
 }
 
 // TestRecordTakesTheFenceWhileTheActionPauses: the changes sent together
