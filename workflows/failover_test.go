@@ -477,4 +477,11 @@ func TestFailoverApprovalGate(t *testing.T) {
 	if !waited {
 		t.Fatalf("the gate did not hold the promotion back: %v", *calls)
 	}
+	// The gate's step is done, and says who approved it.
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.Name == "approve beforePromote" })
+	if i < 0 || res.Steps[i].State != workflows.StateDone || res.Steps[i].By != "ops" {
+		t.Fatalf("the gate's step in %+v, want it done and approved by ops", res.Progress)
+	}
 }
