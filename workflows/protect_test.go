@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -285,6 +286,35 @@ func TestProtectWatchesAHangingPoll(t *testing.T) {
 	}
 	if !seen.Groups["db"].OutOfRPO {
 		t.Errorf("db in RPO after ten seconds without a sync known: %+v", seen.Groups["db"])
+	}
+}
+
+// TestProtectNotesTheRecordEveryTenPolls: Protect sends the plan's record
+// its summary at its first poll, then, while nothing but the lag changes,
+// every tenth poll, and once more when it stops: not a signal per poll.
+func TestProtectNotesTheRecordEveryTenPolls(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(time.Hour) // in RPO throughout
+	env, _ := f.testEnv(t)
+	start := env.Now()
+	// Polls at 0, 10, ... 250 s; stopped at 255 s.
+	got := stateThenStop(t, env, 255*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	if *got == nil || (*got).Polls != 26 {
+		t.Fatalf("state at 255 s: %+v, want 26 polls", *got)
+	}
+	var at []string
+	f.recordMu.Lock()
+	for _, c := range f.record {
+		if p := c.Protection; p != nil {
+			at = append(at, fmt.Sprintf("%v running=%v", p.Checked.Sub(start).Round(time.Second), p.Running))
+		}
+	}
+	f.recordMu.Unlock()
+	want := []string{"0s running=true", "1m30s running=true", "3m10s running=true", "4m15s running=false"}
+	if !slices.Equal(at, want) {
+		t.Errorf("protection's summaries sent to the record at %q, want %q", at, want)
 	}
 }
 
