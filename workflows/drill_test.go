@@ -191,3 +191,26 @@ func TestDrillChecksFencingWithoutCIDRs(t *testing.T) {
 		t.Fatal("the drill passed")
 	}
 }
+
+// TestDrillSeesDegradedReplication: replication that reports itself
+// DEGRADED (the link to the peer is cut) fails the freshness check, by
+// its status, while its lag is still well within the RPO target.
+func TestDrillSeesDegradedReplication(t *testing.T) {
+	f := newFixture(t)
+	f.east.SetLink(false)
+	// The next round of shipping (every 20 ms here) marks the copies
+	// DEGRADED; the lag stays far below the RPO target of five minutes.
+	time.Sleep(500 * time.Millisecond)
+	var res workflows.DrillResult
+	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	failed := map[string]string{}
+	for _, s := range res.Steps {
+		if s.State == workflows.StateFailed {
+			failed[s.Name] = s.LastError
+		}
+	}
+	if res.OK || !strings.Contains(failed["replication of db fresh on east"], "is DEGRADED") {
+		t.Fatalf("failed checks %v, want db's freshness failed for its DEGRADED status", failed)
+	}
+}
