@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/drover-dr/drover/plans"
@@ -66,5 +67,29 @@ func TestSubPlanIndexesOncePerPlan(t *testing.T) {
 	}
 	if got := names(r.subPlan(other, []string{"a", "ccc"})); !slices.Equal(got, []string{"ccc/3", "a/1"}) {
 		t.Fatalf("cut of another plan: %v, want its own groups in its order", got)
+	}
+}
+
+// TestBatchFailureNamesFiveAndCountsTheRest: a batch that failed on many
+// groups names the first five with their errors and counts the others,
+// so that the step's error stays readable at any plan size.
+func TestBatchFailureNamesFiveAndCountsTheRest(t *testing.T) {
+	op := GroupOp{Kind: OpPromote, Site: "west", Force: true}
+	var failed []GroupFailure
+	for i := range 7 {
+		failed = append(failed, GroupFailure{Group: fmt.Sprint("g", i), Error: "refused"})
+	}
+	for _, c := range []struct {
+		n    int
+		want string
+	}{
+		{5, "g0: refused; g1: refused; g2: refused; g3: refused; g4: refused"},
+		{6, "g0: refused; g1: refused; g2: refused; g3: refused; g4: refused; and 1 more"},
+		{7, "g0: refused; g1: refused; g2: refused; g3: refused; g4: refused; and 2 more"},
+	} {
+		err := batchFailure(op, failed[:c.n], 10)
+		if want := fmt.Sprintf("failed on %d of 10 groups on west: %s", c.n, c.want); !strings.Contains(err.Error(), want+" (") {
+			t.Errorf("%d failed: %q, want it to say %q", c.n, err, want)
+		}
 	}
 }
