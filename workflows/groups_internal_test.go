@@ -93,3 +93,35 @@ func TestBatchFailureNamesFiveAndCountsTheRest(t *testing.T) {
 		}
 	}
 }
+
+// TestRoleSampleSpreadsOverThePlan: the role check asks about at most n
+// groups, spread evenly over the plan, and about every group of a plan
+// that has no more than n.
+func TestRoleSampleSpreadsOverThePlan(t *testing.T) {
+	p := &plans.Plan{}
+	for i := range 9 {
+		p.VolumeGroups = append(p.VolumeGroups, plans.VolumeGroup{Name: fmt.Sprint("g", i)})
+	}
+	names := func(gs []plans.VolumeGroup) string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	for _, c := range []struct {
+		n    int
+		want string
+	}{
+		{3, "g0 g3 g6"},
+		{4, "g0 g2 g4 g6"},
+		{1, "g0"},
+		{0, "g0"},
+		{9, "g0 g1 g2 g3 g4 g5 g6 g7 g8"},
+		{20, "g0 g1 g2 g3 g4 g5 g6 g7 g8"},
+	} {
+		if got := names(roleSample(p, c.n)); got != c.want {
+			t.Errorf("sample of %d: %q, want %q", c.n, got, c.want)
+		}
+	}
+}

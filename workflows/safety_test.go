@@ -476,7 +476,8 @@ func TestFailbackRefusesStaleReplication(t *testing.T) {
 // lost.
 func TestFailbackWaitsForTheFinalSync(t *testing.T) {
 	f := newFixture(t)
-	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "FAILED_PRECONDITION", Count: 2, Message: "final sync not received yet"}}))
+	// db's group is refused twice: three attempts, two pauses.
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Subject: "vg-1", Code: "FAILED_PRECONDITION", Count: 2, Message: "final sync not received yet"}}))
 	var res workflows.FailbackResult
 	_, err := f.run(t, workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"}, &res)
 	mustOK(t, err)
@@ -497,6 +498,25 @@ func TestFailbackWaitsForTheFinalSync(t *testing.T) {
 	}
 	if !said {
 		t.Errorf("no promotion step on west shows the storage's refusal: %+v", res.Steps)
+	}
+	// A refused group waits between its attempts, the pause doubling
+	// from the plan's initial interval: one of it, then two.
+	first := f.plan.Policy.Retry.InitialInterval.D()
+	if first <= 0 {
+		t.Fatal("the fixture's plan has no initial retry interval")
+	}
+	three := false
+	for _, s := range res.Steps {
+		if !strings.HasPrefix(s.Name, "promote ") || s.Attempts < 2 {
+			continue
+		}
+		three = three || s.Attempts == 3
+		if want := first * time.Duration(1<<(s.Attempts-1)-1); s.End.Sub(s.Start) < want {
+			t.Errorf("%s made %d attempts in %v, want at least %v of pauses between them", s.Name, s.Attempts, s.End.Sub(s.Start), want)
+		}
+	}
+	if !three {
+		t.Errorf("no promotion step on west made three attempts: %+v", res.Steps)
 	}
 	roles(t, f.west, sim.RolePrimary)
 	roles(t, f.east, sim.RoleSecondary)
