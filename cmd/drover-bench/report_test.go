@@ -30,6 +30,11 @@ func TestTargets(t *testing.T) {
 			t.Errorf("the targets lack %q:\n%s", want, out)
 		}
 	}
+	one := rows[0]
+	one.tasks, one.rto = 1, 40*time.Millisecond
+	if out := targets([]row{one}); !strings.Contains(out, "230ms — **not met** (one workflow task, no turn through the server between steps; its steps took 40ms; a workflow that does nothing takes 25ms here)") {
+		t.Errorf("a one-task failover's target:\n%s", out)
+	}
 	rows[3].events = 50083
 	if out := targets(rows); !strings.Contains(out, "at most 2.500 (at 20000 groups) — **not met**") {
 		t.Errorf("2.5 events per group passed:\n%s", out)
