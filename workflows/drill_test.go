@@ -46,12 +46,7 @@ func TestDrill(t *testing.T) {
 	f.plan.Policy.RPOTarget = plans.Duration(1)
 	more, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
 	mustOK(t, err)
-	failed := map[string]string{}
-	for _, s := range res.Steps {
-		if s.State == workflows.StateFailed {
-			failed[s.Name] = s.LastError
-		}
-	}
+	failed := failedChecks(res)
 	if res.OK || !strings.Contains(failed["secrets accepted on west"], "DROVER_DRILL_NOT_SET") || !strings.Contains(failed["replication of db fresh on east"], "more than the RPO target") {
 		t.Fatalf("failed checks %v", failed)
 	}
@@ -204,13 +199,19 @@ func TestDrillSeesDegradedReplication(t *testing.T) {
 	var res workflows.DrillResult
 	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
 	mustOK(t, err)
+	failed := failedChecks(res)
+	if res.OK || !strings.Contains(failed["replication of db fresh on east"], "is DEGRADED") {
+		t.Fatalf("failed checks %v, want db's freshness failed for its DEGRADED status", failed)
+	}
+}
+
+// failedChecks are a drill's failed checks, by name, with their errors.
+func failedChecks(res workflows.DrillResult) map[string]string {
 	failed := map[string]string{}
 	for _, s := range res.Steps {
 		if s.State == workflows.StateFailed {
 			failed[s.Name] = s.LastError
 		}
 	}
-	if res.OK || !strings.Contains(failed["replication of db fresh on east"], "is DEGRADED") {
-		t.Fatalf("failed checks %v, want db's freshness failed for its DEGRADED status", failed)
-	}
+	return failed
 }
