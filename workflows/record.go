@@ -486,8 +486,7 @@ func (s *RecordSender) SendRecordChange(ctx context.Context, in RecordSend) erro
 		return temporal.NewNonRetryableApplicationError("this worker has no client to signal records", "NoRecordClient", nil)
 	}
 	err := s.Client.SignalWorkflow(ctx, RecordID(in.Plan), "", SignalRecord, in.Change)
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	if isNotFound(err) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), "NoRecord", err)
 	}
 	return err

@@ -37,13 +37,12 @@ func targets(rows []row) string {
 		fmt.Fprintf(&b, "- 5,000 groups at 0 ms in 3 s or less: %v — %s\n", ms(r.measured), verdict(r.measured <= 3*time.Second))
 	}
 	if r := find(1, 0); r != nil {
-		if r.tasks <= 1 {
-			fmt.Fprintf(&b, "- one group at 0 ms in 100 ms or less: %v — %s (one workflow task, no turn through the server between steps; its steps took %v; a workflow that does nothing takes %v here)\n",
-				ms(r.measured), verdict(r.measured <= 100*time.Millisecond), ms(r.rto), ms(r.empty))
-		} else {
-			fmt.Fprintf(&b, "- one group at 0 ms in 100 ms or less: %v — %s (%d workflow tasks, a median of %v apart: %v of turns through the server; a workflow that does nothing takes %v here)\n",
-				ms(r.measured), verdict(r.measured <= 100*time.Millisecond), r.tasks, ms(r.turn), ms(time.Duration(r.tasks-1)*r.turn), ms(r.empty))
+		where := fmt.Sprintf("one workflow task, no turn through the server between steps; its steps took %v", ms(r.rto))
+		if r.tasks > 1 {
+			where = fmt.Sprintf("%d workflow tasks, a median of %v apart: %v of turns through the server", r.tasks, ms(r.turn), ms(time.Duration(r.tasks-1)*r.turn))
 		}
+		fmt.Fprintf(&b, "- one group at 0 ms in 100 ms or less: %v — %s (%s; a workflow that does nothing takes %v here)\n",
+			ms(r.measured), verdict(r.measured <= 100*time.Millisecond), where, ms(r.empty))
 	}
 	for _, t := range []struct {
 		n     int
