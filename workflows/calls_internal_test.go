@@ -295,3 +295,23 @@ func TestBackoff(t *testing.T) {
 		t.Error("isTimeout")
 	}
 }
+
+// TestFailureCode: the step failure metric's code is the error's type
+// when it has one, and says a cancellation or a timeout apart from the
+// rest.
+func TestFailureCode(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{temporal.NewApplicationError("no such group", "NOT_FOUND"), "NOT_FOUND"},
+		{temporal.NewApplicationError("untyped", ""), "Other"},
+		{temporal.NewCanceledError(), "Canceled"},
+		{temporal.NewTimeoutError(0, nil), "Timeout"},
+		{errors.New("plain"), "Other"},
+	} {
+		if got := failureCode(c.err); got != c.want {
+			t.Errorf("failureCode(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}

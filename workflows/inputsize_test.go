@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
@@ -82,5 +85,46 @@ func TestInputSizeLine(t *testing.T) {
 		t.Fatalf("the server accepted an input of %d bytes: %v", workflows.MaxInputBytes+16, err)
 	} else {
 		t.Logf("the server refuses %d bytes: %v", workflows.MaxInputBytes+16, err)
+	}
+}
+
+// TestInputSizeCountsTheWholeInput: the size checked is that of an
+// action's input with the plan and both site names, as the worker and
+// drctl encode it; a plan whose input is exactly at the limit starts, one
+// a byte past it does not.
+func TestInputSizeCountsTheWholeInput(t *testing.T) {
+	limit := workflows.MaxInputBytes - workflows.InputReserve
+	p := paddedPlan(t, "edge", limit-24)
+	payload, err := codec.Converter().ToPayload(workflows.FailoverInput{Plan: p, From: "east", To: "west"})
+	mustOK(t, err)
+	if got, err := workflows.InputSize(p); err != nil || got != proto.Size(payload) {
+		t.Fatalf("InputSize %d (%v), want %d: the failover input from east to west", got, err, proto.Size(payload))
+	}
+	// Random letters added one at a time until the input is exactly at
+	// the limit, then past it.
+	rng := rand.New(rand.NewPCG(3, 4))
+	pad := p.Metadata.Labels["pad"]
+	var at, past bool
+	for i := 0; i < 200 && !past; i++ {
+		pad += string(rune('a' + rng.IntN(26)))
+		p.Metadata.Labels = map[string]string{"pad": pad}
+		n, err := workflows.InputSize(p)
+		mustOK(t, err)
+		err = workflows.CheckInputSize(p)
+		switch {
+		case n == limit:
+			at = true
+			if err != nil {
+				t.Fatalf("an input of exactly %d bytes refused: %v", n, err)
+			}
+		case n > limit:
+			past = true
+			if err == nil {
+				t.Fatalf("an input of %d bytes, over %d, passed", n, limit)
+			}
+		}
+	}
+	if !at || !past {
+		t.Fatalf("the padding never hit the limit exactly (%v) or passed it (%v)", at, past)
 	}
 }

@@ -1,0 +1,70 @@
+package workflows_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// TestFailoverAsksTheTakingSiteForItsRoles: before any side effect a
+// failover asks the taking site's storage which copies are primary
+// there already. Toward the site that holds every primary copy it ends
+// with ErrWrongDirection, naming the count, and fences and promotes
+// nothing; toward the secondary it goes on, its check saying how many of
+// the copies asked are not primary (after one was promoted there by
+// hand: two of three).
+func TestFailoverAsksTheTakingSiteForItsRoles(t *testing.T) {
+	f := newFixture(t)
+	var res workflows.FailoverResult
+	calls, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "west", To: "east"}, &res)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrWrongDirection ||
+		!strings.Contains(err.Error(), "the storage of east reports its copies as primary already (3 of 3 asked answer replication info as a primary)") {
+		t.Fatalf("failover toward the primary: %v, want %s naming 3 of 3", err, workflows.ErrWrongDirection)
+	}
+	for _, c := range calls {
+		if c.name == "FenceClusterNetwork" || c.name == "PromoteVolume" || c.name == "DemoteVolume" {
+			t.Fatalf("the refused failover called %s: %v", c, calls)
+		}
+	}
+	if fenced := f.east.FencedCIDRs(); len(fenced) != 0 {
+		t.Fatalf("the refused failover fenced %v", fenced)
+	}
+
+	// Group logs moves to west, as a planned switchover of it alone
+	// would: demoted on east, promoted on west, synced from there.
+	logs := &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{
+		Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: "vg-2"}}}
+	controller := func(s *simtest.Site) replication.ControllerClient {
+		conn, err := grpc.NewClient(s.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		mustOK(t, err)
+		t.Cleanup(func() { conn.Close() })
+		return replication.NewControllerClient(conn)
+	}
+	_, err = controller(f.east).DemoteVolume(t.Context(), &replication.DemoteVolumeRequest{ReplicationSource: logs})
+	mustOK(t, err)
+	west := controller(f.west)
+	_, err = west.PromoteVolume(t.Context(), &replication.PromoteVolumeRequest{ReplicationSource: logs})
+	mustOK(t, err)
+	simtest.Eventually(t, 10*time.Second, "logs synced from west", func() bool {
+		_, err := west.GetVolumeReplicationInfo(t.Context(), &replication.GetVolumeReplicationInfoRequest{ReplicationSource: logs})
+		return err == nil
+	})
+	f.east.Down()
+	_, err = f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	if s := stepOf(t, res.Progress, "check-roles/west"); s.State != workflows.StateDone || s.Output != "2 of 3 copies asked on west are not primary" {
+		t.Errorf("the role check: %s, output %q; want done, 2 of 3 not primary", s.State, s.Output)
+	}
+	roles(t, f.west, sim.RolePrimary)
+}
