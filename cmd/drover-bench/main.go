@@ -444,6 +444,7 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 		return err
 	}
 	r.measured = time.Since(t0)
+	tEnd := time.Now()
 	r.rto = res.RTO
 	r.steps = res.Steps
 	if o.steps {
@@ -456,6 +457,11 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	}
 	if r.workflows, r.events, err = historyCost(ctx, c, wr, o.steps && r.groups <= 10, r); err != nil {
 		return err
+	}
+	if o.steps && r.tasks == 1 {
+		if err := breakdown(ctx, c, wr, p.Metadata.Name, t0, tEnd, res.Steps); err != nil {
+			return err
+		}
 	}
 	if log, err := os.ReadFile(filepath.Join(st.Dir, "temporal.log")); err == nil {
 		for _, line := range strings.Split(string(log), "\n") {
@@ -552,6 +558,61 @@ func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, ti
 		events += d.GetWorkflowExecutionInfo().GetHistoryLength()
 	}
 	return len(ids), events, nil
+}
+
+// breakdown prints where a failover that ran in one workflow task spent
+// its time, from the client's clock (t0 before signing the plan, end at
+// the result) and the event times of the failover's and the record's
+// histories (the same machine's clock): the client's start, the wait for
+// the worker, the task before its first step, the steps, the record's
+// signal (from the last step's end to the record's signal event, then
+// to the task's end), the server's handling of the completed task, and
+// the result's way back to the client.
+func breakdown(ctx context.Context, c client.Client, wr client.WorkflowRun, plan string, t0, end time.Time, steps []*workflows.Step) error {
+	times := map[enumspb.EventType]time.Time{}
+	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return err
+		}
+		if _, ok := times[e.GetEventType()]; !ok {
+			times[e.GetEventType()] = e.GetEventTime().AsTime()
+		}
+	}
+	var signalled time.Time
+	it = c.GetWorkflowHistory(ctx, workflows.RecordID(plan), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return err
+		}
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED && e.GetEventTime().AsTime().After(t0) {
+			signalled = e.GetEventTime().AsTime()
+		}
+	}
+	if len(steps) == 0 || signalled.IsZero() {
+		return nil
+	}
+	first, last := steps[0].Start, steps[0].End
+	for _, s := range steps {
+		if s.Start.Before(first) {
+			first = s.Start
+		}
+		if s.End.After(last) {
+			last = s.End
+		}
+	}
+	started := times[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED]
+	taskStarted := times[enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED]
+	taskDone := times[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+	closed := times[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED]
+	ms := func(a, b time.Time) int64 { return b.Sub(a).Milliseconds() }
+	fmt.Printf("   breakdown: client start %dms, to the worker %dms, before the steps %dms, steps %dms, "+
+		"record's signal %dms + %dms to the task's end, server %dms, result %dms\n",
+		ms(t0, started), ms(started, taskStarted), ms(taskStarted, first), ms(first, last),
+		ms(last, signalled), ms(signalled, taskDone), ms(taskDone, closed), ms(closed, end))
+	return nil
 }
 
 // peakRSS reads a process's peak resident set size.
