@@ -49,7 +49,7 @@ func rpcCall[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 	if ctx.Value(regularOnly{}) != nil {
 		return call[T](ctx, o, fn, in)
 	}
-	if workflow.GetVersion(ctx, changeHandover, workflow.DefaultVersion, 1) == 1 {
+	if version(ctx, changeHandover, 1) == 1 {
 		return retried[T](ctx, o, fn, in, o.TaskQueue == "" && localCalls(ctx))
 	}
 	if o.TaskQueue != "" || !localCalls(ctx) {
@@ -78,7 +78,7 @@ func cannotList(ctx workflow.Context, err error) bool {
 	if !errors.As(err, &ae) || ae.Type() != activities.ErrNotImplemented {
 		return false
 	}
-	return workflow.GetVersion(ctx, changeUnlistedFence, workflow.DefaultVersion, 1) == 1
+	return version(ctx, changeUnlistedFence, 1) == 1
 }
 
 // changeHandover marks histories in which a call's attempts are the
@@ -251,7 +251,7 @@ func fenceCIDRs(ctx workflow.Context, p *plans.Plan, site, rpc string, cidrs []s
 // localCalls tells whether this run makes its single storage calls as
 // local activities, and its independent calls at once.
 func localCalls(ctx workflow.Context) bool {
-	return workflow.GetVersion(ctx, changeLocalCalls, workflow.DefaultVersion, 1) == 1
+	return version(ctx, changeLocalCalls, 1) == 1
 }
 
 // together runs fns at once and returns when all have.

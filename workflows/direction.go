@@ -26,8 +26,8 @@ const changeRoleCheck = "failover-role-check"
 // plan's groups: one round trip instead of up to ten, and a sample that
 // a partial failover (which promotes the first priorities first) does
 // not fill with promoted copies.
-func roleCheck(ctx workflow.Context, in FailoverInput) (check bool, version workflow.Version) {
-	v := workflow.GetVersion(ctx, changeRoleCheck, workflow.DefaultVersion, 2)
+func roleCheck(ctx workflow.Context, in FailoverInput) (check bool, ver workflow.Version) {
+	v := version(ctx, changeRoleCheck, 2)
 	return v >= 1 && !in.OverrideState, v
 }
 

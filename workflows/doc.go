@@ -177,7 +177,12 @@
 // failover-v7*, failback-v5*, reprotect-v5* and drill-v3* from before the
 // record's changes went together (changeTogether), and failover-v8*,
 // failback-v6*, reprotect-v6* and drill-v4* from before the worker sent
-// them (changeTogether version 2).
+// them (changeTogether version 2), and failover-v9*, failback-v7*,
+// reprotect-v7*, drill-v5*, protect-v1*, site-failover-v1,
+// test-recovery-v2 and test-cleanup-v1 from before generations
+// (versions.go): a run now takes every change above from one marker,
+// its generation, where each change recorded a marker and an upsert of
+// its own.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

@@ -69,7 +69,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		return nil, err
 	}
 	res := &DrillResult{}
-	fast := workflow.GetVersion(ctx, changeDrillFast, workflow.DefaultVersion, 1) == 1
+	fast := version(ctx, changeDrillFast, 1) == 1
 	if fast {
 		p = drillPlan(p)
 	}

@@ -262,7 +262,7 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 			if o.StartToCloseTimeout > deadline {
 				o.StartToCloseTimeout = deadline
 			}
-			if workflow.GetVersion(ctx, changeStopLostLocal, workflow.DefaultVersion, 1) == 1 {
+			if version(ctx, changeStopLostLocal, 1) == 1 {
 				// The first attempt is local, cut at localBudget; a lost
 				// site's stop that takes longer goes on as a regular
 				// activity within the deadline.

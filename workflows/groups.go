@@ -200,7 +200,7 @@ func GroupBatch(ctx workflow.Context, in GroupBatchInput) (*GroupBatchResult, er
 
 // fansOut tells whether a plan's groups go to child workflows.
 func fansOut(ctx workflow.Context, p *plans.Plan) bool {
-	return len(p.VolumeGroups) > GroupsPerChild && workflow.GetVersion(ctx, changeFanOut, workflow.DefaultVersion, 1) == 1
+	return len(p.VolumeGroups) > GroupsPerChild && version(ctx, changeFanOut, 1) == 1
 }
 
 // batches cuts each priority's groups into batches of GroupsPerChild,
@@ -253,7 +253,7 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 	kind := strings.NewReplacer(" ", "-", ":", "").Replace(op.verb())
 	id := fmt.Sprintf("%s/%s-%s-%d", workflow.GetInfo(ctx).WorkflowExecution.ID, kind, op.Site, r.children)
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TypedSearchAttributes: childAttributes(ctx, "", "")})
-	if workflow.GetVersion(ctx, changeOpKinds, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if version(ctx, changeOpKinds, 1) == workflow.DefaultVersion {
 		op.Kind = OpKind(op.Kind.Text()) // what a child of an older worker reads
 	}
 	var res GroupBatchResult
@@ -286,7 +286,7 @@ func batchFailure(op GroupOp, failed []GroupFailure, total int) error {
 // its retry runs again only those groups.
 func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
 	if fansOut(ctx, p) {
-		if rpc, ok := batchRPC(op); ok && workflow.GetVersion(ctx, changeBatchCalls, workflow.DefaultVersion, 1) == 1 {
+		if rpc, ok := batchRPC(op); ok && version(ctx, changeBatchCalls, 1) == 1 {
 			return inBatches(ctx, r, p, op, rpc)
 		}
 		bs := batches(p)

@@ -149,7 +149,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	var disabled *disableOutcome
 	if err := workflow.SetUpdateHandler(ctx, UpdateStopProtect, func(ctx workflow.Context, req StopProtect) (string, error) {
 		// Histories from before answered at once, even with disable.
-		waits := workflow.GetVersion(ctx, changeStopWaits, workflow.DefaultVersion, 1) == 1
+		waits := version(ctx, changeStopWaits, 1) == 1
 		stop = &req
 		if cancelRound != nil {
 			cancelRound() // a poll of a dead site can hang until its deadline
@@ -235,7 +235,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		round, cancel := workflow.WithCancel(ctx)
 		cancelRound = cancel
 		ended := false
-		if workflow.GetVersion(ctx, changeWatch, workflow.DefaultVersion, 1) == 1 {
+		if version(ctx, changeWatch, 1) == 1 {
 			s.RPOTarget = p.Policy.RPOTarget.D()
 			workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
 		}
@@ -260,7 +260,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return s, err
 		}
 	}
-	if workflow.GetVersion(ctx, changeStopWaits, workflow.DefaultVersion, 1) == 1 {
+	if version(ctx, changeStopWaits, 1) == 1 {
 		out := &disableOutcome{message: "protection stopped; replication left enabled"}
 		if stop.Disable {
 			r, err := newRun(ctx, "unprotect", p)
@@ -363,7 +363,7 @@ type Retarget struct {
 // the plan from its new primary. It starts Protect (as a child that
 // outlives the action) or, when one runs, signals it to retarget.
 func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) error {
-	if workflow.GetVersion(ctx, changeProtectAfter, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if version(ctx, changeProtectAfter, 1) == workflow.DefaultVersion {
 		return nil
 	}
 	return r.step(ctx, protectStep(primary), false, func(ctx workflow.Context) (string, error) {
@@ -394,7 +394,7 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 // holds up the workflow task, so a stop or a query is answered at once
 // even while a dead primary lets every call run to its deadline.
 func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
-	if workflow.GetVersion(ctx, changeSurvey, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if version(ctx, changeSurvey, 1) == workflow.DefaultVersion {
 		pollEach(ctx, p, s)
 		return
 	}

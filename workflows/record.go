@@ -241,7 +241,7 @@ func endedAlready(last, a *ActionEntry) bool {
 // recording tells whether this run sends its changes to the plan's
 // record (histories from before the record do not).
 func recording(ctx workflow.Context) bool {
-	return workflow.GetVersion(ctx, changeRecord, workflow.DefaultVersion, 1) == 1
+	return version(ctx, changeRecord, 1) == 1
 }
 
 // note sends a change to the plan's record, starting the record when the
@@ -319,13 +319,13 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 		_ = r.record(ctx, c)
 		return
 	}
-	if ctx.Err() != nil && workflow.GetVersion(ctx, changeCancelledEnd, workflow.DefaultVersion, 1) == 1 {
+	if ctx.Err() != nil && version(ctx, changeCancelledEnd, 1) == 1 {
 		// A cancelled action still tells its record how it ended, and
 		// the changes it made before; no step is left to pause on.
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		r.cancelled = true
 	}
-	if r.aside != nil && workflow.GetVersion(ctx, changeEndAside, workflow.DefaultVersion, 1) == 1 {
+	if r.aside != nil && version(ctx, changeEndAside, 1) == 1 {
 		// The end goes aside after every other change, and the action
 		// waits once for them all: one turn through the server where
 		// settling, then sending the end, took two. Signals sent apart

@@ -139,12 +139,28 @@ func TestRecordChangesGoTogether(t *testing.T) {
 		}
 		return n
 	}
-	fo := count(run.GetID(), run.GetRunID(), enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED, enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+	fo := count(run.GetID(), run.GetRunID(), enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED, enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+		enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES)
 	if n := fo[enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]; n != 0 {
 		t.Errorf("the failover signalled its record itself %d times, want the worker to", n)
 	}
 	if n := fo[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]; n != 1 {
 		t.Errorf("the failover took %d workflow tasks, want 1", n)
+	}
+	// One version marker for all the changes the run has (its
+	// generation), with its upsert of TemporalChangeVersion, where each
+	// change had one of each.
+	versions := 0
+	it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		mustOK(t, err)
+		if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "Version" {
+			versions++
+		}
+	}
+	if n := fo[enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES]; versions != 1 || n != 1 {
+		t.Errorf("the failover recorded %d version markers and %d upserts, want one each (its generation)", versions, n)
 	}
 	if n := count(workflows.RecordID("shop"), "", enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]; n != 1 {
 		t.Errorf("the record was signalled %d times, want once", n)

@@ -78,6 +78,8 @@ func TestReprotectStepsSayWhatTheyDid(t *testing.T) {
 	t.Run("before the record", func(t *testing.T) {
 		f, fo := failedOver(t)
 		env, _ := f.env(t)
+		// A run from before generations, which asks for each change.
+		env.OnGetVersion("generation", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 		env.OnGetVersion("plan-record", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 		env.ExecuteWorkflow(workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: fo.Fenced})
 		mustOK(t, env.GetWorkflowError())

@@ -132,8 +132,8 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 	}
 	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
 	r.from, r.to, r.recording = from, to, recording(ctx)
-	if r.recording && workflow.GetVersion(ctx, changeNotesAside, workflow.DefaultVersion, 1) == 1 {
-		v := workflow.GetVersion(ctx, changeTogether, workflow.DefaultVersion, 2)
+	if r.recording && version(ctx, changeNotesAside, 1) == 1 {
+		v := version(ctx, changeTogether, 2)
 		r.aside = &aside{together: v >= 1, local: v == 2}
 	}
 	r.noteAction(ctx, StateRunning, "")

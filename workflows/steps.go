@@ -129,12 +129,12 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 		}
 		o := activities.WorkloadOptions(p, site, in.Workload)
 		var out activities.WorkloadOutput
-		if workflow.GetVersion(ctx, changeHandover, workflow.DefaultVersion, 1) == 1 {
+		if version(ctx, changeHandover, 1) == 1 {
 			// The first attempt is local (a start that answers at once, a
 			// Nomad job registered, costs no turn through the server); one
 			// that takes longer than localBudget is cut and goes on as a
 			// regular activity, which a start hook must bear like a retry.
-			local := workflow.GetVersion(ctx, changeStartLocal, workflow.DefaultVersion, 1) == 1 && o.TaskQueue == "" && localCalls(ctx)
+			local := version(ctx, changeStartLocal, 1) == 1 && o.TaskQueue == "" && localCalls(ctx)
 			out, err = retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, local)
 		} else {
 			out, err = call[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in)
@@ -149,10 +149,10 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 			}
 		}
 		hin := activities.HealthInput{WorkloadInput: in, Timeout: timeout}
-		hin.Report = workflow.GetVersion(ctx, changeHealthNotes, workflow.DefaultVersion, 1) == 1
+		hin.Report = version(ctx, changeHealthNotes, 1) == 1
 		var h activities.HealthOutcome
 		ho := activities.HealthOptions(p, site, in.Workload, timeout)
-		if hin.Report && ho.TaskQueue == "" && workflow.GetVersion(ctx, changeHealthLocal, workflow.DefaultVersion, 1) == 1 && localCalls(ctx) {
+		if hin.Report && ho.TaskQueue == "" && version(ctx, changeHealthLocal, 1) == 1 && localCalls(ctx) {
 			// The first look is a local activity: with nothing known yet it
 			// returns at its first check, healthy or not, and a workload
 			// that is healthy at once costs no turn through the server.
@@ -201,7 +201,7 @@ const changeStopConfirmed = "stop-confirmed"
 func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
 	batches := byPriority(workloadsOn(p, site), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
 	slices.Reverse(batches)
-	confirm := workflow.GetVersion(ctx, changeStopConfirmed, workflow.DefaultVersion, 1) == 1
+	confirm := version(ctx, changeStopConfirmed, 1) == 1
 	name := func(w string) stepRef { return stopStep(site, w) }
 	return r.stepBatches(ctx, batches, name, confirm, func(ctx workflow.Context, name string) (string, error) {
 		in, err := activities.WorkloadInputFor(p, site, name, action)
@@ -341,7 +341,7 @@ func resync(ctx workflow.Context, p *plans.Plan, site, group string, discard boo
 					"then retry this step, or abort and move the plan with failover and reprotect instead; the storage said: %s",
 					in.Source, site, ErrorText(err)), activities.ErrFailedPrecondition, nil)
 			}
-			if workflow.GetVersion(ctx, changeForceResync, workflow.DefaultVersion, 1) == 1 {
+			if version(ctx, changeForceResync, 1) == 1 {
 				refusal := ErrorText(err)
 				f := in
 				f.Force = true

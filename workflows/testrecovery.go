@@ -547,7 +547,7 @@ const changeFindLost = "test-find-lost"
 // nothing to delete: the storage holds no object of that name it could
 // return. Copies are asked for only from a snapshot found.
 func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryResult) int {
-	if workflow.GetVersion(ctx, changeFindLost, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if version(ctx, changeFindLost, 1) == workflow.DefaultVersion {
 		return 0
 	}
 	found := 0

@@ -60,7 +60,7 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 }
 
 func verifyPlan(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
-	if workflow.GetVersion(ctx, changeTrustedPlan, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if version(ctx, changeTrustedPlan, 1) == workflow.DefaultVersion {
 		return "", nil
 	}
 	var t *activities.PlanTrust
@@ -82,7 +82,7 @@ func verifyPlan(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 // client cannot start a workflow as another's child, so a GroupBatch
 // started from outside (with a forged sub-plan) is refused.
 func trustParent(ctx workflow.Context) error {
-	if workflow.GetVersion(ctx, changeTrustedPlan, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if version(ctx, changeTrustedPlan, 1) == workflow.DefaultVersion {
 		return nil
 	}
 	if workflow.GetInfo(ctx).ParentWorkflowExecution == nil {

@@ -1,0 +1,58 @@
+package workflows
+
+import "go.temporal.io/sdk/workflow"
+
+// changeGeneration marks runs that take every change of generation1 at
+// the version given there from one marker: where each change had a
+// marker of its own (workflow.GetVersion records a marker and upserts
+// the TemporalChangeVersion search attribute the first time a run asks
+// for a change), a failover recorded some 14 of each, every one a
+// command the server handles before the action completes.
+//
+// Runs recorded before it ask for each change on its own, as before: in
+// their replay the generation is DefaultVersion. The map is frozen: a
+// later change gets a marker of its own (or a generation 2 that holds
+// it).
+const changeGeneration = "generation"
+
+// generation1 is each change a run of generation 1 has, at its version.
+var generation1 = map[string]workflow.Version{
+	changeBatchCalls:    1,
+	changeLocalCalls:    1,
+	changeUnlistedFence: 1,
+	changeHandover:      1,
+	changeRoleCheck:     2,
+	changeDrillFast:     1,
+	changeStopLostLocal: 1,
+	changeFanOut:        1,
+	changeOpKinds:       1,
+	changeProtectAfter:  1,
+	changeSurvey:        1,
+	changeStopWaits:     1,
+	changeWatch:         1,
+	changeRecord:        1,
+	changeNotesAside:    1,
+	changeEndAside:      1,
+	changeTogether:      2,
+	changeCancelledEnd:  1,
+	changeHealthNotes:   1,
+	changeHealthLocal:   1,
+	changeStartLocal:    1,
+	changeStopConfirmed: 1,
+	changeForceResync:   1,
+	changeFindLost:      1,
+	changeTrustedPlan:   1,
+}
+
+// version is workflow.GetVersion(ctx, change, DefaultVersion, max) for a
+// run of generation 1 too: such a run has change at its generation1
+// version, with no marker of its own. A run asks for its generation the
+// first time it asks for any change, where it would have recorded that
+// change's marker: a run recorded before generations asked for each
+// change there, and replays with DefaultVersion.
+func version(ctx workflow.Context, change string, max workflow.Version) workflow.Version {
+	if v, ok := generation1[change]; ok && workflow.GetVersion(ctx, changeGeneration, workflow.DefaultVersion, 1) == 1 {
+		return v
+	}
+	return workflow.GetVersion(ctx, change, workflow.DefaultVersion, max)
+}
