@@ -11,6 +11,7 @@ import (
 
 	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -35,7 +36,7 @@ func (f *fixture) verify(t *testing.T, rec workflows.PlanRecord) workflows.Verif
 func TestVerifyNamesEveryDrift(t *testing.T) {
 	f := newFixtureN(t, 150) // 153 groups: two survey calls of up to 100
 	fenced := simtest.NodeA + "/32"
-	simtest.Eventually(t, 10*time.Second, "every group synced once", func() bool {
+	simtest.Eventually(t, time.Minute, "every group synced once", func() bool {
 		res := f.verify(t, workflows.PlanRecord{Primary: "east"})
 		return len(res.Drift) == 0 && len(res.Checked) == 3
 	})
@@ -61,7 +62,7 @@ func TestVerifyNamesEveryDrift(t *testing.T) {
 	defer conn.Close()
 	_, err = fence.NewFenceControllerClient(conn).FenceClusterNetwork(t.Context(), &fence.FenceClusterNetworkRequest{Cidrs: []*fence.CIDR{{Cidr: fenced}}})
 	mustOK(t, err)
-	simtest.Eventually(t, 10*time.Second, "the fence listed by both sites", func() bool {
+	simtest.Eventually(t, time.Minute, "the fence listed by both sites", func() bool {
 		return len(f.east.FencedCIDRs()) == 1 && len(f.west.FencedCIDRs()) == 1
 	})
 	if res = f.verify(t, rec); len(res.Drift) != 0 || res.Checked[0] != "east lists 1 fenced CIDR(s)" || res.Checked[1] != "west lists 1 fenced CIDR(s)" {
@@ -88,10 +89,20 @@ func TestVerifyNamesEveryDrift(t *testing.T) {
 		t.Errorf("the secondary as primary: drift %q, want all 153 groups counted and five named", res.Drift)
 	}
 
+	// The primary's storage fails to answer for one group (the last by
+	// name, in the second survey call): that group's line says so.
+	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INTERNAL", Probability: 1, Count: 1000,
+		Subject: "vg-0150", Message: "injected"}}))
+	res = f.verify(t, rec)
+	if len(res.Drift) != 1 || !strings.HasPrefix(res.Drift[0], "could not ask east about group vg-0150: ") || !strings.Contains(res.Drift[0], "injected") {
+		t.Errorf("one group not answered: drift %q", res.Drift)
+	}
+	mustOK(t, f.east.SetFaults(nil))
+
 	// The link cut: the primary's copies replicate DEGRADED, one drift
 	// line per group.
 	f.east.SetLink(false)
-	simtest.Eventually(t, 10*time.Second, "replication degraded", func() bool {
+	simtest.Eventually(t, time.Minute, "replication degraded", func() bool {
 		return len(f.verify(t, rec).Drift) == 153
 	})
 	res = f.verify(t, rec)
