@@ -67,6 +67,15 @@ type retriedRun struct {
 // saw and the attempts the storage got.
 func runRetried(t *testing.T, o workflow.ActivityOptions, f *flaky) (retriedRun, []attempt) {
 	t.Helper()
+	return runCall(t, f, func(ctx workflow.Context) (string, error) {
+		return retried[string](ctx, o, f.PromoteVolume, "vg-1", true)
+	})
+}
+
+// runCall runs call in a test workflow, for the step it runs for, and
+// returns what it saw and the attempts the storage got.
+func runCall(t *testing.T, f *flaky, call func(ctx workflow.Context) (string, error)) (retriedRun, []attempt) {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(f)
@@ -74,7 +83,7 @@ func runRetried(t *testing.T, o workflow.ActivityOptions, f *flaky) (retriedRun,
 	wf := func(ctx workflow.Context) (retriedRun, error) {
 		step := &Step{ID: "promote/west/vg-1"}
 		ctx = workflow.WithValue(ctx, stepKey{}, step)
-		out, err := retried[string](ctx, o, f.PromoteVolume, "vg-1", true)
+		out, err := call(ctx)
 		r := retriedRun{Out: out, Step: *step}
 		if err != nil {
 			r.Err = err.Error()
@@ -313,5 +322,27 @@ func TestFailureCode(t *testing.T) {
 		if got := failureCode(c.err); got != c.want {
 			t.Errorf("failureCode(%v) = %q, want %q", c.err, got, c.want)
 		}
+	}
+}
+
+// TestRPCCallMakesItsOwnAttempts: a storage call of a new run makes its
+// attempts itself (retried), so that the step shows each failed one;
+// only histories from before that hand the whole retry policy to one
+// local activity, whose retries no step sees.
+func TestRPCCallMakesItsOwnAttempts(t *testing.T) {
+	f := &flaky{fail: func(n int) error {
+		if n < 3 {
+			return unavailable(n)
+		}
+		return nil
+	}}
+	o := workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5}}
+	r, as := runCall(t, f, func(ctx workflow.Context) (string, error) {
+		return rpcCall[string](ctx, o, f.PromoteVolume, "vg-1")
+	})
+	if r.Out != "promoted" || len(as) != 3 || r.Step.Retries != 2 || as[1].local {
+		t.Errorf("result %q (%s) after %d attempts, step retries %d, second attempt local %v; want promoted after 3, 2 retries shown, regular",
+			r.Out, r.Err, len(as), r.Step.Retries, len(as) > 1 && as[1].local)
 	}
 }
