@@ -200,11 +200,12 @@ type row struct {
 	workflows   int
 	steps       []*workflows.Step
 	parallelism int
-	events      int64         // history events of the failover and its children
-	warnings    int           // the server's history and payload size warnings
-	empty       time.Duration // median start-to-result of a workflow that does nothing, on the same server
-	tasks       int           // workflow tasks of the failover itself
-	turn        time.Duration // median time from one of its workflow tasks to the next
+	events      int64                           // history events of the failover and its children
+	warnings    int                             // the server's history and payload size warnings
+	empty       time.Duration                   // median start-to-result of a workflow that does nothing, on the same server
+	tasks       int                             // workflow tasks of the failover itself
+	turn        time.Duration                   // median time from one of its workflow tasks to the next
+	eventAt     map[enumspb.EventType]time.Time // the time of the failover's first event of each type
 }
 
 // design is the path the design prescribes: the ideal plus the preflight
@@ -444,7 +445,6 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 		return err
 	}
 	r.measured = time.Since(t0)
-	tEnd := time.Now()
 	r.rto = res.RTO
 	r.steps = res.Steps
 	if o.steps {
@@ -459,7 +459,7 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 		return err
 	}
 	if o.steps && r.tasks == 1 {
-		if err := breakdown(ctx, c, wr, p.Metadata.Name, t0, tEnd, res.Steps); err != nil {
+		if err := breakdown(ctx, c, p.Metadata.Name, t0, r); err != nil {
 			return err
 		}
 	}
@@ -522,6 +522,7 @@ func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, ti
 		first   time.Time
 		started []time.Time
 	)
+	r.eventAt = map[enumspb.EventType]time.Time{}
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
@@ -535,6 +536,9 @@ func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, ti
 		}
 		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
 			started = append(started, e.GetEventTime().AsTime())
+		}
+		if _, ok := r.eventAt[e.GetEventType()]; !ok {
+			r.eventAt[e.GetEventType()] = e.GetEventTime().AsTime()
 		}
 		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
 			ids = append(ids, a.GetWorkflowExecution().GetWorkflowId())
@@ -561,27 +565,16 @@ func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, ti
 }
 
 // breakdown prints where a failover that ran in one workflow task spent
-// its time, from the client's clock (t0 before signing the plan, end at
-// the result) and the event times of the failover's and the record's
-// histories (the same machine's clock): the client's start, the wait for
-// the worker, the task before its first step, the steps, the record's
-// signal (from the last step's end to the record's signal event, then
-// to the task's end), the server's handling of the completed task, and
-// the result's way back to the client.
-func breakdown(ctx context.Context, c client.Client, wr client.WorkflowRun, plan string, t0, end time.Time, steps []*workflows.Step) error {
-	times := map[enumspb.EventType]time.Time{}
-	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			return err
-		}
-		if _, ok := times[e.GetEventType()]; !ok {
-			times[e.GetEventType()] = e.GetEventTime().AsTime()
-		}
-	}
+// its time, from the client's clock (t0 before signing the plan, the
+// result r.measured later) and the event times of the failover's history
+// (read by historyCost) and the record's (the same machine's clock): the
+// client's start, the wait for the worker, the task before its first
+// step, the steps, the record's signal (from the last step's end to the
+// record's signal event, then to the task's end), the server's handling
+// of the completed task, and the result's way back to the client.
+func breakdown(ctx context.Context, c client.Client, plan string, t0 time.Time, r *row) error {
 	var signalled time.Time
-	it = c.GetWorkflowHistory(ctx, workflows.RecordID(plan), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := c.GetWorkflowHistory(ctx, workflows.RecordID(plan), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
@@ -591,11 +584,11 @@ func breakdown(ctx context.Context, c client.Client, wr client.WorkflowRun, plan
 			signalled = e.GetEventTime().AsTime()
 		}
 	}
-	if len(steps) == 0 || signalled.IsZero() {
+	if len(r.steps) == 0 || signalled.IsZero() {
 		return nil
 	}
-	first, last := steps[0].Start, steps[0].End
-	for _, s := range steps {
+	first, last := r.steps[0].Start, r.steps[0].End
+	for _, s := range r.steps {
 		if s.Start.Before(first) {
 			first = s.Start
 		}
@@ -603,15 +596,16 @@ func breakdown(ctx context.Context, c client.Client, wr client.WorkflowRun, plan
 			last = s.End
 		}
 	}
-	started := times[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED]
-	taskStarted := times[enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED]
-	taskDone := times[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-	closed := times[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED]
+	at := r.eventAt
+	started := at[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED]
+	taskStarted := at[enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED]
+	taskDone := at[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+	closed := at[enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED]
 	ms := func(a, b time.Time) int64 { return b.Sub(a).Milliseconds() }
 	fmt.Printf("   breakdown: client start %dms, to the worker %dms, before the steps %dms, steps %dms, "+
 		"record's signal %dms + %dms to the task's end, server %dms, result %dms\n",
 		ms(t0, started), ms(started, taskStarted), ms(taskStarted, first), ms(first, last),
-		ms(last, signalled), ms(signalled, taskDone), ms(taskDone, closed), ms(closed, end))
+		ms(last, signalled), ms(signalled, taskDone), ms(taskDone, closed), ms(closed, t0.Add(r.measured)))
 	return nil
 }
 
