@@ -45,12 +45,7 @@ func TestFailoverAsksTheTakingSiteForItsRoles(t *testing.T) {
 	// would: demoted on east, promoted on west, synced from there.
 	logs := &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{
 		Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: "vg-2"}}}
-	controller := func(s *simtest.Site) replication.ControllerClient {
-		conn, err := grpc.NewClient(s.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		mustOK(t, err)
-		t.Cleanup(func() { conn.Close() })
-		return replication.NewControllerClient(conn)
-	}
+	controller := func(s *simtest.Site) replication.ControllerClient { return replication.NewControllerClient(dial(t, s)) }
 	_, err = controller(f.east).DemoteVolume(t.Context(), &replication.DemoteVolumeRequest{ReplicationSource: logs})
 	mustOK(t, err)
 	west := controller(f.west)
@@ -67,4 +62,14 @@ func TestFailoverAsksTheTakingSiteForItsRoles(t *testing.T) {
 		t.Errorf("the role check: %s, output %q; want done, 2 of 3 not primary", s.State, s.Output)
 	}
 	roles(t, f.west, sim.RolePrimary)
+}
+
+// dial connects to a simulated site's CSI-Addons socket, as an operator
+// acting by hand would; the connection closes with the test.
+func dial(t *testing.T, s *simtest.Site) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(s.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	mustOK(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/drover-dr/drover/csiaddons/fence"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
@@ -57,10 +54,7 @@ func TestVerifyNamesEveryDrift(t *testing.T) {
 	// Fenced by hand through west: as recorded, no drift (the two sites
 	// share the fence domain, so east lists it too, and it is recorded);
 	// with the record holding none, each site's listing is drift.
-	conn, err := grpc.NewClient(f.west.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	mustOK(t, err)
-	defer conn.Close()
-	_, err = fence.NewFenceControllerClient(conn).FenceClusterNetwork(t.Context(), &fence.FenceClusterNetworkRequest{Cidrs: []*fence.CIDR{{Cidr: fenced}}})
+	_, err := fence.NewFenceControllerClient(dial(t, f.west)).FenceClusterNetwork(t.Context(), &fence.FenceClusterNetworkRequest{Cidrs: []*fence.CIDR{{Cidr: fenced}}})
 	mustOK(t, err)
 	simtest.Eventually(t, time.Minute, "the fence listed by both sites", func() bool {
 		return len(f.east.FencedCIDRs()) == 1 && len(f.west.FencedCIDRs()) == 1
