@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dr/drover/csiaddons/replication"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -21,7 +22,25 @@ func (f *fixture) splitBrain(t *testing.T) {
 	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
 	mustOK(t, err)
 	defer east.Close()
+	// A shipping round checks the link once, at its start: one under way
+	// when the link is cut can still carry a write to west. The write
+	// waits until a round has seen the link down (db degraded on east),
+	// after a first sync, without which east has no status to report.
+	db := &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{
+		Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: "vg-1"}}}
+	rc := replication.NewControllerClient(dial(t, f.east))
+	status := func() replication.GetVolumeReplicationInfoResponse_Status {
+		info, err := rc.GetVolumeReplicationInfo(ctx, &replication.GetVolumeReplicationInfoRequest{ReplicationSource: db})
+		if err != nil {
+			return -1
+		}
+		return info.GetStatus()
+	}
+	simtest.Eventually(t, 20*time.Second, "db synced once", func() bool { return status() != -1 })
 	f.east.SetLink(false)
+	simtest.Eventually(t, 20*time.Second, "a shipping round to see the link down", func() bool {
+		return status() == replication.GetVolumeReplicationInfoResponse_DEGRADED
+	})
 	_, err = east.Write(ctx, "v1", 7, []byte("east's divergent write"))
 	mustOK(t, err)
 	f.east.Down()
