@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -22,6 +23,19 @@ const changeBatchCalls = "batch-calls"
 // batchReport is how long a ReplicateBatch runs before it returns what it
 // has, so that the step's note shows the groups done.
 const batchReport = 5 * time.Second
+
+// changeLocalBatch marks histories in which a batch's first attempt on
+// the workflow's own worker is a local activity that starts calls for
+// localBatchReport and returns: a batch that is done by then costs no
+// turn through the server, where the regular activity cost two (the
+// workflow task that schedules it, the one its result wakes). What it
+// left goes on in regular activities, as before.
+const changeLocalBatch = "local-batch"
+
+// localBatchReport is how long a batch's local attempt starts calls:
+// with the calls it started still to end, it holds the workflow task for
+// at most localBudget.
+const localBatchReport = 700 * time.Millisecond
 
 // batchRPC is the RPC of an operation a batch can make, if any.
 func batchRPC(op GroupOp) (string, bool) {
@@ -66,6 +80,7 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 			}
 			in.ReportAfter = batchReport
 			o := batchOptions(p, op.Site, rpc, in.Items)
+			local := o.TaskQueue == "" && localCalls(ctx) && version(ctx, changeLocalBatch, 1) == 1
 			start := workflow.Now(ctx)
 			attempts := map[string]int{}
 			var (
@@ -87,7 +102,11 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 				for _, g := range todo {
 					in.Items = append(in.Items, items[g])
 				}
-				res, err := call[activities.BatchResult](ctx, o, st.ReplicateBatch, in)
+				res, err := firstBatch(ctx, local, in)
+				if !local || err != nil {
+					res, err = call[activities.BatchResult](ctx, o, st.ReplicateBatch, in)
+				}
+				local = false
 				if err != nil {
 					return progress(), err
 				}
@@ -140,6 +159,25 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 		}
 	}
 	return nil
+}
+
+// firstBatch is a batch's local attempt, when local: it starts calls for
+// localBatchReport and returns what it did and what it left (NotRun),
+// within localBudget. An error (a call that held it past the budget, a
+// worker without the activity) is no failure of the calls: the regular
+// activity makes them, as it would have.
+func firstBatch(ctx workflow.Context, local bool, in activities.BatchInput) (activities.BatchResult, error) {
+	var res activities.BatchResult
+	if !local {
+		return res, nil
+	}
+	in.ReportAfter = localBatchReport
+	lo := workflow.LocalActivityOptions{StartToCloseTimeout: localBudget, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}}
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), st.ReplicateBatch, in).Get(ctx, &res)
+	if err != nil && ctx.Err() == nil {
+		noteStep(ctx, fmt.Sprintf("the batch's local attempt ended (%s); the calls go on as a regular activity", ErrorText(err)))
+	}
+	return res, err
 }
 
 // batchOptions are the options of a ReplicateBatch: on the site's queue,

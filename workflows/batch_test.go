@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -9,10 +10,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -116,6 +120,10 @@ func TestBatchAttemptOutlastsItsCalls(t *testing.T) {
 	f := newFixtureN(t, 150)
 	f.east.Down()
 	env, _ := f.env(t)
+	// A run of generation 1, whose batches are regular activities from
+	// the first attempt: a local first attempt (generation 2) leaves what
+	// it did not start to regular attempts bounded the same way.
+	env.OnGetVersion("generation", workflow.DefaultVersion, 2).Return(workflow.Version(1))
 	var (
 		mu     sync.Mutex
 		bounds []string
@@ -149,4 +157,65 @@ func TestBatchAttemptOutlastsItsCalls(t *testing.T) {
 		t.Fatalf("batch attempts bounded shorter than their calls may take: %v", short)
 	}
 	t.Logf("batch attempts' bounds: %v", bounds)
+}
+
+// TestBatchGoesLocalFirst: a batch's first attempt is a local activity
+// on the workflow's own worker that starts calls for 700 ms. A batch
+// done by then needs no regular activity, and a failover of 152 groups
+// runs in one workflow task; a batch that takes longer (each promotion
+// 120 ms here: 75 groups of a priority, ten at a time, take 900 ms)
+// leaves the rest to a regular activity, and every group is promoted.
+func TestBatchGoesLocalFirst(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	for _, c := range []struct {
+		name    string
+		latency time.Duration
+		regular bool
+	}{{"quick", 0, false}, {"slow", 120 * time.Millisecond, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixtureN(t, 150)
+			f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			// The record runs (as once Protect has watched the plan), and
+			// the plan has no workloads: every other step is local.
+			startRecord(t, ctx, srv)
+			f.plan.Workloads = nil
+			if c.latency > 0 {
+				mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Latency: c.latency}}))
+			}
+			f.east.Down()
+			run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+			mustOK(t, err)
+			var res workflows.FailoverResult
+			mustOK(t, run.Get(ctx, &res))
+			allDone(t, res.Progress)
+			allRoles(t, f.west, sim.RolePrimary)
+
+			batches, tasks := 0, 0
+			it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				ev, err := it.Next()
+				mustOK(t, err)
+				if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "ReplicateBatch" {
+					batches++
+				}
+				if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+					tasks++
+				}
+			}
+			switch {
+			case !c.regular && (batches != 0 || tasks != 1):
+				t.Errorf("%d regular batch activities and %d workflow tasks, want none and one: the batches end within their local attempt", batches, tasks)
+			case c.regular && batches == 0:
+				t.Errorf("no regular batch activity: want one for the groups the local attempt left")
+			}
+			for _, s := range res.Steps {
+				var done, of int
+				if _, err := fmt.Sscanf(s.Output, "%d of %d groups done", &done, &of); strings.HasPrefix(s.ID, "promote/") && (err != nil || done != of) {
+					t.Errorf("step %s says %q, want every group of its priority done", s.ID, s.Output)
+				}
+			}
+		})
+	}
 }

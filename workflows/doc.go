@@ -151,7 +151,11 @@
 //     done (the step's note), and the step retries the groups the
 //     classification table lets it retry after the plan's back-off,
 //     showing each failed round; a crashed worker's next attempt skips
-//     the groups its heartbeat lists as done. The operations that poll
+//     the groups its heartbeat lists as done. On the workflow's own
+//     worker the first attempt is a local activity that starts calls for
+//     700 ms (changeLocalBatch): a batch done by then costs no turn
+//     through the server, and what it left goes on as regular
+//     activities. The operations that poll
 //     (resync, wait for a sync, freshness checks, the failback's final
 //     promotion) go to GroupBatch children of up to 100 groups, one step
 //     per batch. Either way, a batch that failed on some groups pauses and
@@ -182,7 +186,10 @@
 // test-recovery-v2 and test-cleanup-v1 from before generations
 // (versions.go): a run now takes every change above from one marker,
 // its generation, where each change recorded a marker and an upsert of
-// its own.
+// its own. failover-v10*, failback-v8*, reprotect-v8*, drill-v6*,
+// protect-v2*, site-failover-v2, test-recovery-v3 and test-cleanup-v2
+// are of generation 1, from before a batch's first attempt was local
+// (changeLocalBatch, generation 2).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

@@ -10,9 +10,9 @@ import "go.temporal.io/sdk/workflow"
 // command the server handles before the action completes.
 //
 // Runs recorded before it ask for each change on its own, as before: in
-// their replay the generation is DefaultVersion. The map is frozen: a
-// later change gets a marker of its own (or a generation 2 that holds
-// it).
+// their replay the generation is DefaultVersion. The generations are
+// frozen: a later change goes into a new generation that holds every
+// change before it.
 const changeGeneration = "generation"
 
 // generation1 is each change a run of generation 1 has, at its version.
@@ -44,15 +44,45 @@ var generation1 = map[string]workflow.Version{
 	changeTrustedPlan:   1,
 }
 
+// generation2 is generation 1 and the first attempt of a batch of calls
+// made locally (changeLocalBatch).
+var generation2 = with(generation1, map[string]workflow.Version{changeLocalBatch: 1})
+
+// generations are the frozen generations by number; the last is the one
+// new runs take.
+var generations = []map[string]workflow.Version{1: generation1, 2: generation2}
+
+// with is a generation: every change of before, and those of more.
+func with(before, more map[string]workflow.Version) map[string]workflow.Version {
+	g := make(map[string]workflow.Version, len(before)+len(more))
+	// Copies between maps: the order does not show.
+	//workflowcheck:ignore
+	for c, v := range before {
+		g[c] = v
+	}
+	//workflowcheck:ignore
+	for c, v := range more {
+		g[c] = v
+	}
+	return g
+}
+
 // version is workflow.GetVersion(ctx, change, DefaultVersion, max) for a
-// run of generation 1 too: such a run has change at its generation1
-// version, with no marker of its own. A run asks for its generation the
-// first time it asks for any change, where it would have recorded that
+// run of a generation too: such a run has change at its generation's
+// version (DefaultVersion when its generation is older than the change),
+// with no marker of its own. A run asks for its generation the first
+// time it asks for any change, where it would have recorded that
 // change's marker: a run recorded before generations asked for each
 // change there, and replays with DefaultVersion.
 func version(ctx workflow.Context, change string, max workflow.Version) workflow.Version {
-	if v, ok := generation1[change]; ok && workflow.GetVersion(ctx, changeGeneration, workflow.DefaultVersion, 1) == 1 {
-		return v
+	last := workflow.Version(len(generations) - 1)
+	if _, ok := generations[last][change]; ok {
+		if g := workflow.GetVersion(ctx, changeGeneration, workflow.DefaultVersion, last); g != workflow.DefaultVersion {
+			if v, ok := generations[g][change]; ok {
+				return v
+			}
+			return workflow.DefaultVersion
+		}
 	}
 	return workflow.GetVersion(ctx, change, workflow.DefaultVersion, max)
 }
