@@ -23,6 +23,12 @@
 //	             [--extra 20000@0s] [--sequential-limit 90s]
 //	             [--parallelism 10] [--bin bin] [--out BENCHMARKS.md]
 //	             [--chart docs/bench.svg] [--steps]
+//	             [--repeat 1] [--repeat-max 0]
+//
+// With --repeat N each row (up to --repeat-max groups) is measured N
+// times, each on fresh stacks, and the table gives medians: the failover
+// of the median run, the median of each baseline; every run's failover
+// time is listed below the table.
 //
 // It also counts the history events of each failover and its children
 // per group, reads the server's log for history and payload size
@@ -31,6 +37,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -79,6 +86,8 @@ func main() {
 	flag.DurationVar(&o.seqLimit, "sequential-limit", 90*time.Second, "skip the sequential baseline where it would take longer than this (groups × latency)")
 	flag.StringVar(&o.chart, "chart", "", "write the SVG chart here (default: docs/bench.svg beside --out)")
 	flag.BoolVar(&o.steps, "steps", false, "print each failover's steps and how long each took")
+	flag.IntVar(&o.repeat, "repeat", 1, "measure each row this many times, each on fresh stacks, and report the medians")
+	flag.IntVar(&o.repeatMax, "repeat-max", 0, "repeat only rows of at most this many groups (0: every row)")
 	flag.Parse()
 	var err error
 	if o.sizes, err = ints(sizes); err != nil {
@@ -95,6 +104,9 @@ func main() {
 	}
 	if o.parallelism < 1 {
 		fail(2, "--parallelism must be at least 1")
+	}
+	if o.repeat < 1 || o.repeatMax < 0 {
+		fail(2, "--repeat must be at least 1 and --repeat-max at least 0")
 	}
 	if o.bin == "" {
 		exe, err := os.Executable()
@@ -127,6 +139,9 @@ type options struct {
 	dir, chart  string
 	seqLimit    time.Duration
 	steps       bool
+	// repeat: each row up to repeatMax groups (0: every row) is measured
+	// this many times, each on fresh stacks, and its figures are medians.
+	repeat, repeatMax int
 }
 
 // size is one row's plan size and plugin latency.
@@ -206,6 +221,7 @@ type row struct {
 	tasks       int                             // workflow tasks of the failover itself
 	turn        time.Duration                   // median time from one of its workflow tasks to the next
 	eventAt     map[enumspb.EventType]time.Time // the time of the failover's first event of each type
+	runs        []time.Duration                 // each run's failover time, when the row was measured more than once
 }
 
 // design is the path the design prescribes: the ideal plus the preflight
@@ -233,25 +249,37 @@ func run(ctx context.Context, o options) error {
 	var rows []row
 	for _, sz := range all {
 		n, lat := sz.groups, sz.latency
-		r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks,
-			rounds: int(math.Ceil(float64(n) / float64(o.parallelism)))}
-		r.ideal = lat + time.Duration(r.rounds)*lat + hooks
-		fmt.Printf("== %d groups, latency %v: ideal %v\n", n, lat, r.ideal.Round(time.Millisecond))
-		if err := measure(ctx, o, &r); err != nil {
-			return fmt.Errorf("%d groups at %v: %w", n, lat, err)
+		ideal := lat + time.Duration(int(math.Ceil(float64(n)/float64(o.parallelism))))*lat + hooks
+		fmt.Printf("== %d groups, latency %v: ideal %v\n", n, lat, ideal.Round(time.Millisecond))
+		reps := o.repeat
+		if o.repeatMax > 0 && n > o.repeatMax {
+			reps = 1
 		}
-		if time.Duration(n)*lat <= o.seqLimit {
-			if err := sequential(ctx, o, &r, false); err != nil {
-				return fmt.Errorf("%d groups at %v, sequential: %w", n, lat, err)
+		var runs []row
+		for k := range reps {
+			r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks,
+				rounds: int(math.Ceil(float64(n) / float64(o.parallelism))), ideal: ideal}
+			if reps > 1 {
+				fmt.Printf("   run %d of %d\n", k+1, reps)
 			}
+			if err := measure(ctx, o, &r); err != nil {
+				return fmt.Errorf("%d groups at %v: %w", n, lat, err)
+			}
+			if time.Duration(n)*lat <= o.seqLimit {
+				if err := sequential(ctx, o, &r, false); err != nil {
+					return fmt.Errorf("%d groups at %v, sequential: %w", n, lat, err)
+				}
+			}
+			if err := sequential(ctx, o, &r, true); err != nil {
+				return fmt.Errorf("%d groups at %v, direct: %w", n, lat, err)
+			}
+			fmt.Printf("   measured %v (RTO in the workflow %v), direct %v, sequential %v, empty workflow %v, worker peak %d MiB, %.3f history events per group\n",
+				r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.direct.Round(time.Millisecond), r.sequential.Round(time.Millisecond),
+				r.empty.Round(time.Millisecond), r.peakRSS>>20,
+				float64(r.events)/float64(n))
+			runs = append(runs, r)
 		}
-		if err := sequential(ctx, o, &r, true); err != nil {
-			return fmt.Errorf("%d groups at %v, direct: %w", n, lat, err)
-		}
-		fmt.Printf("   measured %v (RTO in the workflow %v), direct %v, sequential %v, empty workflow %v, worker peak %d MiB, %.3f history events per group\n",
-			r.measured.Round(time.Millisecond), r.rto.Round(time.Millisecond), r.direct.Round(time.Millisecond), r.sequential.Round(time.Millisecond),
-			r.empty.Round(time.Millisecond), r.peakRSS>>20,
-			float64(r.events)/float64(n))
+		r := medianRow(runs)
 		rows = append(rows, r)
 	}
 	if o.chart != "" {
@@ -270,6 +298,34 @@ func run(ctx context.Context, o options) error {
 		return splice(o.out, report)
 	}
 	return nil
+}
+
+// medianRow is one row from several runs of it: the run of the median
+// failover time, with the median of each baseline (direct, sequential,
+// the empty workflow) and every run's failover time (runs).
+func medianRow(runs []row) row {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	med := func(get func(row) time.Duration) time.Duration {
+		var ds []time.Duration
+		for _, r := range runs {
+			ds = append(ds, get(r))
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	byTime := slices.Clone(runs)
+	slices.SortFunc(byTime, func(a, b row) int { return cmp.Compare(a.measured, b.measured) })
+	r := byTime[len(byTime)/2]
+	r.direct = med(func(x row) time.Duration { return x.direct })
+	r.sequential = med(func(x row) time.Duration { return x.sequential })
+	r.empty = med(func(x row) time.Duration { return x.empty })
+	r.runs = nil
+	for _, x := range runs {
+		r.runs = append(r.runs, x.measured)
+	}
+	return r
 }
 
 // timeHooks runs the workload's start and health hooks as the exec
@@ -736,6 +792,7 @@ func render(o options, rows []row) string {
 			ms(r.ideal), ms(r.design()), direct, ms(r.measured), ratio, toDirect, seq, speedup, r.workflows, float64(r.events)/float64(r.groups), r.peakRSS>>20)
 	}
 	b.WriteString("\nSequential runs are skipped where they would take longer than " + o.seqLimit.String() + " (groups × latency).\n")
+	b.WriteString(runsNote(rows))
 	b.WriteString(targets(rows))
 	if o.chart != "" {
 		rel := o.chart
@@ -779,6 +836,26 @@ func render(o options, rows []row) string {
 	return b.String()
 }
 
+// runsNote lists the failover time of each run of the rows measured
+// more than once, whose figures in the table are medians.
+func runsNote(rows []row) string {
+	var b strings.Builder
+	for _, r := range rows {
+		if len(r.runs) < 2 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\nRows measured more than once give medians: the failover of the median run (its history, steps and memory), and the median of each baseline. Each run's failover time:\n\n")
+		}
+		var each []string
+		for _, d := range r.runs {
+			each = append(each, ms(d))
+		}
+		fmt.Fprintf(&b, "- %d groups at %v: %s\n", r.groups, r.latency, strings.Join(each, ", "))
+	}
+	return b.String()
+}
+
 func ms(d time.Duration) string {
 	if d < 10*time.Second {
 		return d.Round(time.Millisecond).String()
@@ -799,7 +876,14 @@ func command(o options) string {
 	for _, e := range o.extra {
 		extra = append(extra, fmt.Sprintf("%d@%v", e.groups, e.latency))
 	}
-	return fmt.Sprintf("make bench BENCH_FLAGS='--sizes %s --latencies %s --extra %s --parallelism %d'", strings.Join(sizes, ","), strings.Join(lats, ","), strings.Join(extra, ","), o.parallelism)
+	rep := ""
+	if o.repeat > 1 {
+		rep = fmt.Sprintf(" --repeat %d", o.repeat)
+		if o.repeatMax > 0 {
+			rep += fmt.Sprintf(" --repeat-max %d", o.repeatMax)
+		}
+	}
+	return fmt.Sprintf("make bench BENCH_FLAGS='--sizes %s --latencies %s --extra %s --parallelism %d%s'", strings.Join(sizes, ","), strings.Join(lats, ","), strings.Join(extra, ","), o.parallelism, rep)
 }
 
 // machine describes the machine: CPU model and count, memory, kernel, Go.

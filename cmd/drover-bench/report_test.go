@@ -40,3 +40,26 @@ func TestTargets(t *testing.T) {
 		t.Errorf("2.5 events per group passed:\n%s", out)
 	}
 }
+
+// TestMedianRow: a row measured several times takes the run of the
+// median failover time, the median of each baseline, and lists every
+// run's time under the table.
+func TestMedianRow(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	runs := []row{
+		{groups: 1, measured: ms(300), direct: ms(20), sequential: ms(15), empty: ms(40), tasks: 3},
+		{groups: 1, measured: ms(120), direct: ms(30), sequential: ms(19), empty: ms(60), tasks: 1},
+		{groups: 1, measured: ms(150), direct: ms(25), sequential: ms(11), empty: ms(50), tasks: 2},
+	}
+	r := medianRow(runs)
+	if r.measured != ms(150) || r.tasks != 2 || r.direct != ms(25) || r.sequential != ms(15) || r.empty != ms(50) {
+		t.Errorf("median row: measured %v, tasks %d, direct %v, sequential %v, empty %v; want 150ms of the run with 2 tasks, 25ms, 15ms, 50ms",
+			r.measured, r.tasks, r.direct, r.sequential, r.empty)
+	}
+	if got := runsNote([]row{r}); !strings.Contains(got, "- 1 groups at 0s: 300ms, 120ms, 150ms\n") {
+		t.Errorf("the note of the runs:\n%s", got)
+	}
+	if one := medianRow(runs[:1]); one.measured != ms(300) || len(one.runs) != 0 || runsNote([]row{one}) != "" {
+		t.Errorf("a row measured once: %+v, note %q", one, runsNote([]row{one}))
+	}
+}
