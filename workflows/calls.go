@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -85,6 +86,13 @@ func cannotList(ctx workflow.Context, err error) bool {
 // workflow's (retried): a short local first attempt, then regular ones.
 const changeHandover = "call-handover"
 
+// changeCutAtBudget marks histories in which a local attempt that ended
+// with the call's own answer to its deadline hands over like one the SDK
+// timed out (cutAtBudget), where it counted as a failed attempt. Only a
+// run that meets that answer asks, so a run that never does records no
+// marker of it.
+const changeCutAtBudget = "cut-at-budget"
+
 // localBudget is the longest a local attempt may hold the workflow task:
 // while it runs, the server holds back every query of the action.
 const localBudget = time.Second
@@ -132,10 +140,10 @@ func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 		if err == nil {
 			return out, nil
 		}
-		if ctx.Err() != nil || !activities.Retryable(err) {
+		cut := local && o.StartToCloseTimeout > localBudget && (isTimeout(err) || (cutAtBudget(err) && version(ctx, changeCutAtBudget, 1) == 1))
+		if ctx.Err() != nil || (!cut && !activities.Retryable(err)) {
 			return out, err
 		}
-		cut := local && isTimeout(err) && o.StartToCloseTimeout > localBudget
 		wasLocal := local
 		local = false
 		if cut {
@@ -190,6 +198,21 @@ func isTimeout(err error) bool {
 	var te *temporal.TimeoutError
 	return errors.As(err, &te)
 }
+
+// cutAtBudget tells whether a local attempt ended at its deadline: the
+// SDK's timeout, or the call's own answer to it. A storage call returns
+// its context's error when the activity's deadline passes, and when that
+// answer and the deadline come together the SDK reports the answer (as
+// an application error of the Go type's name once it has been through
+// the SDK's converter, as itself in the test environment).
+func cutAtBudget(err error) bool {
+	var ae *temporal.ApplicationError
+	return isTimeout(err) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ae) && ae.Type() == deadlineExceededType)
+}
+
+// deadlineExceededType is the error type the SDK gives an activity's
+// context.DeadlineExceeded (the name of its Go type).
+var deadlineExceededType = reflect.TypeOf(context.DeadlineExceeded).Name()
 
 // activityName is the name an activity method is registered under
 // ("PromoteVolume" for st.PromoteVolume).

@@ -3,16 +3,20 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/drover-dr/drover/activities"
 )
 
 // flaky is a storage call for the retry loop's tests: each attempt is
@@ -25,6 +29,9 @@ type flaky struct {
 	fail func(n int) error
 	// hold is how long the first attempt runs before it answers.
 	hold time.Duration
+	// noticing: the first attempt runs until its deadline and answers
+	// with its context's error, as a storage call cut by it does.
+	noticing bool
 	// now is the workflow's clock (the test environment's).
 	now func() time.Time
 }
@@ -41,6 +48,10 @@ func (f *flaky) PromoteVolume(ctx context.Context, _ string) (string, error) {
 	n := len(f.attempts) + 1
 	f.attempts = append(f.attempts, attempt{local: info.IsLocalActivity, deadline: info.Deadline.Sub(info.StartedTime).Round(time.Second), at: f.now()})
 	f.mu.Unlock()
+	if n == 1 && f.noticing {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
 	if n == 1 && f.hold > 0 {
 		// A call that does not notice its deadline: the attempt is cut
 		// by its timeout, not by an error of its own.
@@ -274,6 +285,25 @@ func TestRetriedHandsALongCallOver(t *testing.T) {
 	}
 }
 
+// TestRetriedHandsOverACallCutByItsOwnContext: a local first attempt
+// whose call notices the local budget and answers with its context's
+// error (as storage calls do) is cut as one that did not answer: it
+// hands over to a regular activity with the whole deadline, even where
+// the policy allows a single attempt.
+func TestRetriedHandsOverACallCutByItsOwnContext(t *testing.T) {
+	f := &flaky{fail: func(int) error { return nil }, noticing: true}
+	r, as := runRetried(t, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 5 * time.Second, MaximumAttempts: 1},
+	}, f)
+	if len(as) != 2 || r.Out != "promoted" || !as[0].local || as[1].local || as[1].deadline != 30*time.Second {
+		t.Fatalf("%d attempts %+v, result %q (%s): want a local one, then a regular one with the whole 30 s, promoted", len(as), as, r.Out, r.Err)
+	}
+	if r.Step.Retries != 0 {
+		t.Errorf("step retries %d, want none: the cut is no failure", r.Step.Retries)
+	}
+}
+
 // TestBackoff: the pause after the n-th failed attempt grows by the
 // coefficient from the initial interval and stops at the maximum; an
 // unset interval is 1 s and an unset coefficient 2.
@@ -342,5 +372,30 @@ func TestRPCCallMakesItsOwnAttempts(t *testing.T) {
 	if r.Out != "promoted" || len(as) != 3 || r.Step.Retries != 2 || as[1].local {
 		t.Errorf("result %q (%s) after %d attempts, step retries %d, second attempt local %v; want promoted after 3, 2 retries shown, regular",
 			r.Out, r.Err, len(as), r.Step.Retries, len(as) > 1 && as[1].local)
+	}
+}
+
+// TestCutAtBudget: a local attempt ended at its deadline, whichever way
+// the SDK reports it: its own timeout, the call's context error as the
+// test environment passes it, or that error as a real worker's
+// converter turns it into an application error. A call's other errors,
+// and a deadline the storage reported, are failures.
+func TestCutAtBudget(t *testing.T) {
+	fc := temporal.GetDefaultFailureConverter()
+	converted := fc.FailureToError(fc.ErrorToFailure(context.DeadlineExceeded))
+	for _, c := range []struct {
+		name string
+		err  error
+		cut  bool
+	}{
+		{"the SDK's timeout", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), true},
+		{"the context's error", fmt.Errorf("promote: %w", context.DeadlineExceeded), true},
+		{"the context's error converted", converted, true},
+		{"the storage's DEADLINE_EXCEEDED", temporal.NewApplicationError("PromoteVolume: DeadlineExceeded", activities.ErrDeadlineExceeded), false},
+		{"an unavailable storage", unavailable(1), false},
+	} {
+		if got := cutAtBudget(c.err); got != c.cut {
+			t.Errorf("%s (%v): cut %v, want %v", c.name, c.err, got, c.cut)
+		}
 	}
 }
