@@ -71,7 +71,7 @@ $(BIN)/temporal:
 	GOBIN=$(abspath $(BIN)) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI)
 
 BENCH_FLAGS ?=
-bench: build $(BIN)/temporal ## failover time by plan size and latency, written to BENCHMARKS.md (about 6 minutes)
+bench: build $(BIN)/temporal ## failover time by plan size and latency, written to BENCHMARKS.md (about 10 minutes)
 	$(BIN)/drover-bench --out BENCHMARKS.md $(BENCH_FLAGS)
 
 # The linters, built from their Go modules at pinned versions into bin/.
