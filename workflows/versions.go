@@ -1,6 +1,10 @@
 package workflows
 
-import "go.temporal.io/sdk/workflow"
+import (
+	"maps"
+
+	"go.temporal.io/sdk/workflow"
+)
 
 // changeGeneration marks runs that take every change of generation1 at
 // the version given there from one marker: where each change had a
@@ -54,16 +58,8 @@ var generations = []map[string]workflow.Version{1: generation1, 2: generation2}
 
 // with is a generation: every change of before, and those of more.
 func with(before, more map[string]workflow.Version) map[string]workflow.Version {
-	g := make(map[string]workflow.Version, len(before)+len(more))
-	// Copies between maps: the order does not show.
-	//workflowcheck:ignore
-	for c, v := range before {
-		g[c] = v
-	}
-	//workflowcheck:ignore
-	for c, v := range more {
-		g[c] = v
-	}
+	g := maps.Clone(before)
+	maps.Copy(g, more)
 	return g
 }
 
