@@ -35,6 +35,10 @@ func TestTargets(t *testing.T) {
 	if out := targets([]row{one}); !strings.Contains(out, "230ms — **not met** (one workflow task, no turn through the server between steps; its steps took 40ms; a workflow that does nothing takes 25ms here)") {
 		t.Errorf("a one-task failover's target:\n%s", out)
 	}
+	rows[2].direct, rows[3].direct = time.Second, 6*time.Second
+	if out := targets(rows); !strings.Contains(out, "4.67× (7s against 1.5s) — **not met**; the same path run directly: 6.00× (6s against 1s)\n") {
+		t.Errorf("the 20,000-group target without the direct program's own growth:\n%s", out)
+	}
 	rows[3].events = 50083
 	if out := targets(rows); !strings.Contains(out, "at most 2.500 (at 20000 groups) — **not met**") {
 		t.Errorf("2.5 events per group passed:\n%s", out)
