@@ -185,11 +185,7 @@ func TestBatchGoesLocalFirst(t *testing.T) {
 				mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Latency: c.latency}}))
 			}
 			f.east.Down()
-			run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-			mustOK(t, err)
-			var res workflows.FailoverResult
-			mustOK(t, run.Get(ctx, &res))
-			allDone(t, res.Progress)
+			run, res := failOverEast(t, ctx, srv, f)
 			allRoles(t, f.west, sim.RolePrimary)
 
 			batches, tasks := 0, 0

@@ -39,11 +39,7 @@ func TestRecordHoldsEveryChangeWhenTheActionEnds(t *testing.T) {
 	}
 	f.plan.Workloads = nil
 	f.east.Down()
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-	mustOK(t, err)
-	var res workflows.FailoverResult
-	mustOK(t, run.Get(ctx, &res))
-	allDone(t, res.Progress)
+	run, res := failOverEast(t, ctx, srv, f)
 	// The changes start the record once between them: none failed and
 	// needed sending again.
 	for _, st := range res.Steps {
@@ -54,6 +50,18 @@ func TestRecordHoldsEveryChangeWhenTheActionEnds(t *testing.T) {
 	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
 	mustOK(t, err)
 	failedOverInRecord(t, rec, f, run)
+}
+
+// failOverEast fails plan shop over from east to west through the dev
+// server and waits until it has completed with every step done.
+func failOverEast(t *testing.T, ctx context.Context, srv *devserver.Server, f *fixture) (client.WorkflowRun, workflows.FailoverResult) {
+	t.Helper()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	var res workflows.FailoverResult
+	mustOK(t, run.Get(ctx, &res))
+	allDone(t, res.Progress)
+	return run, res
 }
 
 // startWorker runs a worker of the fixture's activities, with trust as
@@ -121,11 +129,7 @@ func TestRecordChangesGoTogether(t *testing.T) {
 	startRecord(t, ctx, srv)
 	f.plan.Workloads = nil
 	f.east.Down()
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-	mustOK(t, err)
-	var res workflows.FailoverResult
-	mustOK(t, run.Get(ctx, &res))
-	allDone(t, res.Progress)
+	run, res := failOverEast(t, ctx, srv, f)
 
 	count := func(id, runID string, types ...enumspb.EventType) map[enumspb.EventType]int {
 		n := map[enumspb.EventType]int{}

@@ -276,11 +276,7 @@ func TestLostSiteStopCutAndRunAgain(t *testing.T) {
 		}
 	}
 	f.east.Down()
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-	mustOK(t, err)
-	var res workflows.FailoverResult
-	mustOK(t, run.Get(ctx, &res))
-	allDone(t, res.Progress)
+	_, res := failOverEast(t, ctx, srv, f)
 	cutThenRunWhole(t, log, "stop")
 	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "stop-workloads/east" })
 	if i < 0 || !strings.Contains(res.Steps[i].Output, "web: stopped") {
@@ -308,11 +304,7 @@ func TestWorkloadStartCutAndRunAgain(t *testing.T) {
 		}
 	}
 	f.east.Down()
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
-	mustOK(t, err)
-	var res workflows.FailoverResult
-	mustOK(t, run.Get(ctx, &res))
-	allDone(t, res.Progress)
+	_, res := failOverEast(t, ctx, srv, f)
 	cutThenRunWhole(t, log, "start")
 	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "start/west/web" })
 	// The cut is not a failure: the step counts no failed try.
