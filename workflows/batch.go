@@ -102,7 +102,11 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 				for _, g := range todo {
 					in.Items = append(in.Items, items[g])
 				}
-				res, err := firstBatch(ctx, local, in)
+				var res activities.BatchResult
+				var err error
+				if local {
+					res, err = firstBatch(ctx, in)
+				}
 				if !local || err != nil {
 					res, err = call[activities.BatchResult](ctx, o, st.ReplicateBatch, in)
 				}
@@ -161,16 +165,13 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 	return nil
 }
 
-// firstBatch is a batch's local attempt, when local: it starts calls for
+// firstBatch is a batch's local attempt: it starts calls for
 // localBatchReport and returns what it did and what it left (NotRun),
 // within localBudget. An error (a call that held it past the budget, a
 // worker without the activity) is no failure of the calls: the regular
 // activity makes them, as it would have.
-func firstBatch(ctx workflow.Context, local bool, in activities.BatchInput) (activities.BatchResult, error) {
+func firstBatch(ctx workflow.Context, in activities.BatchInput) (activities.BatchResult, error) {
 	var res activities.BatchResult
-	if !local {
-		return res, nil
-	}
 	in.ReportAfter = localBatchReport
 	lo := workflow.LocalActivityOptions{StartToCloseTimeout: localBudget, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}}
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), st.ReplicateBatch, in).Get(ctx, &res)

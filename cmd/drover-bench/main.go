@@ -249,7 +249,8 @@ func run(ctx context.Context, o options) error {
 	var rows []row
 	for _, sz := range all {
 		n, lat := sz.groups, sz.latency
-		ideal := lat + time.Duration(int(math.Ceil(float64(n)/float64(o.parallelism))))*lat + hooks
+		rounds := int(math.Ceil(float64(n) / float64(o.parallelism)))
+		ideal := lat + time.Duration(rounds)*lat + hooks
 		fmt.Printf("== %d groups, latency %v: ideal %v\n", n, lat, ideal.Round(time.Millisecond))
 		reps := o.repeat
 		if o.repeatMax > 0 && n > o.repeatMax {
@@ -257,8 +258,7 @@ func run(ctx context.Context, o options) error {
 		}
 		var runs []row
 		for k := range reps {
-			r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks,
-				rounds: int(math.Ceil(float64(n) / float64(o.parallelism))), ideal: ideal}
+			r := row{groups: n, latency: lat, parallelism: o.parallelism, hooks: hooks, rounds: rounds, ideal: ideal}
 			if reps > 1 {
 				fmt.Printf("   run %d of %d\n", k+1, reps)
 			}
