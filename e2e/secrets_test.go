@@ -101,9 +101,19 @@ func TestSecretsStayOnTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The database and its write-ahead log, which holds the commits not
+	// yet copied into the database.
 	db, err := os.ReadFile(filepath.Join(h.st.Dir, "temporal.db"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wal, err := os.ReadFile(filepath.Join(h.st.Dir, "temporal.db-wal")); err == nil {
+		db = append(db, wal...)
+	} else if !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(db, []byte(workflows.ActionID("e2e"))) {
+		t.Fatal("Temporal's database and its log do not name the action: the search below would prove nothing")
 	}
 	places := map[string][]byte{"the histories": history.Bytes(), "the worker's log": logs, "Temporal's database": db,
 		"drctl's output": []byte(strings.Join(outputs, "\n"))}

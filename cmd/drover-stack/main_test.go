@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,6 +166,20 @@ func TestUpDown(t *testing.T) {
 	})
 	if !strings.Contains(string(status), "running") {
 		t.Fatalf("the protection does not run:\n%s", status)
+	}
+	// Temporal's database is in write-ahead-log mode (bytes 18 and 19 of
+	// an SQLite file's header are 2 for WAL, 1 for the rollback journal).
+	head := make([]byte, 20)
+	if f, err := os.Open(filepath.Join(dir, "temporal.db")); err != nil {
+		t.Fatal(err)
+	} else if _, err := io.ReadFull(f, head); err != nil {
+		f.Close()
+		t.Fatal(err)
+	} else {
+		f.Close()
+	}
+	if string(head[:16]) != "SQLite format 3\x00" || head[18] != 2 || head[19] != 2 {
+		t.Fatalf("temporal.db's header %q: want an SQLite database in WAL mode (versions 2, 2)", head)
 	}
 	again, aout := stackCmd(bin, dir, "up", "--ports", "free")
 	if err := again.Run(); bintest.ExitCode(err) != 1 || !strings.Contains(aout.String(), "a stack already runs from") {
