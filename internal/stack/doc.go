@@ -1,5 +1,6 @@
 // Package stack runs Drover's local embedded stack as real processes: the
-// Temporal dev server (the pinned CLI in bin/, with a file database), two
+// Temporal dev server (the pinned CLI in bin/, with a file database in
+// SQLite's write-ahead-log mode, every commit synced), two
 // simulated storage sites (one drover-sim process each, replicating to
 // each other), the worker, and a data writer on each site's loopback
 // client address. `make demo` runs a failover, reprotect and failback on
