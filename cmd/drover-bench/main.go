@@ -30,6 +30,11 @@
 // of the median run, the median of each baseline; every run's failover
 // time is listed below the table.
 //
+// A row's stack that does not start (a port picked free and taken by
+// another program before the stack's process binds it) is started once
+// more on other ports; a second failure, or any failure once the stack
+// runs, ends the command.
+//
 // It also counts the history events of each failover and its children
 // per group, reads the server's log for history and payload size
 // warnings, checks the figures against the performance targets, and
@@ -368,6 +373,23 @@ policy:
 // startStack starts a fresh stack for n groups with every storage call
 // delayed by lat.
 func startStack(ctx context.Context, o options, n int, lat time.Duration, storageOnly bool) (*stack.Stack, *plans.Plan, error) {
+	st, p, err := setUp(ctx, o, n, lat, storageOnly)
+	if err != nil && ctx.Err() == nil {
+		// Set-up, not measurement: a port picked free can be taken by
+		// another program before the stack's process binds it. Once
+		// more, on other ports.
+		fmt.Printf("   the stack did not start (%v); once more on other ports\n", err)
+		st, p, err = setUp(ctx, o, n, lat, storageOnly)
+	}
+	return st, p, err
+}
+
+// freeLayout picks the stack's addresses (a test takes one first).
+var freeLayout = stack.Free
+
+// setUp starts a fresh stack for a row on free addresses, with
+// replication enabled and synced and the row's latency on every call.
+func setUp(ctx context.Context, o options, n int, lat time.Duration, storageOnly bool) (*stack.Stack, *plans.Plan, error) {
 	dir := filepath.Join(o.dir, fmt.Sprintf("g%d-l%v", n, lat))
 	if storageOnly {
 		dir += "-seq"
@@ -382,7 +404,7 @@ func startStack(ctx context.Context, o options, n int, lat time.Duration, storag
 	if err := planFor(planFile, n, o.parallelism); err != nil {
 		return nil, nil, err
 	}
-	layout, err := stack.Free()
+	layout, err := freeLayout()
 	if err != nil {
 		return nil, nil, err
 	}
