@@ -46,9 +46,11 @@ func TestForgedPlansAreRefused(t *testing.T) {
 		p := *f.plan
 		p.Sites = append([]plans.Site(nil), f.plan.Sites...)
 		p.Sites[0].Fence.CIDRs = []string{"10.66.0.0/16"}
+		hooks := func() *plans.ExecHooks {
+			return &plans.ExecHooks{Start: "touch " + owned, Stop: "touch " + owned, TestStart: "touch " + owned, TestStop: "touch " + owned}
+		}
 		p.Workloads = []plans.Workload{{Name: "evil", Sites: map[string]plans.WorkloadRef{
-			"east": {Exec: &plans.ExecHooks{Start: "touch " + owned, Stop: "touch " + owned}},
-			"west": {Exec: &plans.ExecHooks{Start: "touch " + owned, Stop: "touch " + owned}}}}}
+			"east": {Exec: hooks()}, "west": {Exec: hooks()}}}}
 		return &p
 	}
 	sign := func(p *plans.Plan, k ed25519.PrivateKey, validFor time.Duration, at time.Time) *plans.Signature {
@@ -81,6 +83,11 @@ func TestForgedPlansAreRefused(t *testing.T) {
 		{"unsigned drill", workflows.Drill, workflows.DrillInput{Plan: forged(), Action: "failover", From: "east", To: "west"}, "the plan is not signed"},
 		{"unsigned verify", workflows.Verify, workflows.VerifyInput{Plan: forged(), Record: &workflows.PlanRecord{Plan: "shop"}}, "the plan is not signed"},
 		{"unsigned protect", workflows.Protect, workflows.ProtectInput{Plan: forged(), Primary: "west"}, "the plan is not signed"},
+		{"unsigned test recovery", workflows.TestRecovery, workflows.TestRecoveryInput{Plan: forged(), At: "west"}, "the plan is not signed"},
+		{"test recovery signed by an unknown key", workflows.TestRecovery, workflows.TestRecoveryInput{Plan: forged(), At: "west",
+			Origin: workflows.Origin{Signature: sign(forged(), otherKey, 0, time.Now())}}, "a key this worker does not trust"},
+		{"unsigned test cleanup", workflows.TestCleanup, workflows.TestCleanupInput{Plan: forged(), At: "west", Run: "r1",
+			Copies: []workflows.TestCopy{{Group: "db", Volume: "v1", Copy: "v1", CopyName: "v1"}}}, "the plan is not signed"},
 		{"group batch on its own", workflows.GroupBatch, workflows.GroupBatchInput{Plan: forged(),
 			Op: workflows.GroupOp{Kind: workflows.OpPromote, Site: "west", Force: true}}, "runs only as the child"},
 	}
