@@ -15,10 +15,10 @@ import (
 )
 
 // TestActionAgainstTheRecordedStateIsRefused: with east the healthy
-// primary, a failover (or failback, or drill) to east is refused before
-// any side effect with exit 2 and a word on the state: by the storage's
-// own answer when nothing is recorded, by the recorded state (the plan's
-// protection) once it is. --override-state lets the operator go on; an
+// primary, a failover (or failback, or drill) to east, and a reprotect
+// that would demote east, are refused before any side effect with exit
+// 2 and a word on the state: by the storage's own answer when nothing
+// is recorded, by the recorded state (the plan's protection) once it is. --override-state lets the operator go on; an
 // action running meanwhile refuses a second one, whatever the record says.
 func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
@@ -63,6 +63,9 @@ func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	c.want(2, recorded, "failover", shop, "--to", "east", "--yes")
 	c.want(2, recorded, "failback", shop, "--to", "east", "--yes")
 	c.want(2, recorded, "drill", shop, "--to", "east")
+	// A reprotect of the healthy primary would demote it with force and
+	// resync it from west, throwing away its writes.
+	c.want(2, `plan "shop": east is the primary (the plan's record, updated `, "reprotect", shop, "--from", "east", "--yes")
 	untouched("actions refused by the recorded state")
 
 	// The operator who means it: the failover starts (and waits at its
