@@ -80,6 +80,19 @@ func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	c.want(1, `plan "shop" already has a DR action running: Failover`, "failback", shop, "--to", "east", "--yes")
 	c.ok(nil, "cancel", "shop", "--yes")
 	untouched("an overridden failover cancelled at its gate")
+
+	// A drill whose checks fail exits 1 and names every failed check, so
+	// that a drill run from a schedule does not pass silently.
+	if err := west.SetFaults([]sim.FaultRule{{Method: "Probe", Code: "INVALID_ARGUMENT", Count: 1000, Message: "plugin misconfigured"}}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, 30*time.Second, "a drill once the cancelled failover has ended", func() bool {
+		code, out, errs = c.run("drill", shop, "--to", "west", "--wait")
+		return !strings.Contains(errs, "already has a DR action running")
+	})
+	if code != 1 || !strings.Contains(out, "check(s) failed:") || !strings.Contains(out, "storage ready on west: ") || !strings.Contains(out, "plugin misconfigured") {
+		t.Fatalf("drill to a site whose plugin refuses its Probe: exit %d, want 1 and the failed checks named\n%s\n%s", code, out, errs)
+	}
 }
 
 // onePlan writes a plan of one group, db, over the sites east and west to
