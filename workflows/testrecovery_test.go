@@ -19,6 +19,7 @@ import (
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -125,6 +126,48 @@ func TestTestRecoveryLeavesProductionAlone(t *testing.T) {
 	}
 	if strings.Index(lines, "pg test-start") > strings.Index(lines, "web test-start") {
 		t.Errorf("web started before pg, against their priorities:\n%s", lines)
+	}
+}
+
+// TestTestRecoveryEndsAtItsTimeLimit: a test recovery nobody ends runs
+// its workloads on the copies for policy.testTimeLimit (an hour by
+// default), then stops them and deletes every copy and snapshot, as an
+// approval would: test copies do not run on for ever.
+func TestTestRecoveryEndsAtItsTimeLimit(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		limit time.Duration
+		says  string
+	}{{"default", 0, "time limit of 1h0m0s reached: cleaning up"}, {"plan's", 3 * time.Hour, "time limit of 3h0m0s reached: cleaning up"}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := testRecoveryFixture(t)
+			f.plan.Policy.TestTimeLimit = plans.Duration(c.limit)
+			env, _ := f.env(t)
+			var during *sim.State
+			want := c.limit
+			if want == 0 {
+				want = time.Hour
+			}
+			env.RegisterDelayedCallback(func() { during = f.west.Snapshot() }, want-time.Minute)
+			start := env.Now()
+			env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+			mustOK(t, env.GetWorkflowError())
+			var res workflows.TestRecoveryResult
+			mustOK(t, env.GetWorkflowResult(&res))
+			if took := env.Now().Sub(start); took < want || took > want+time.Hour {
+				t.Fatalf("the test ended after %v, want its limit of %v", took, want)
+			}
+			if s := stepOf(t, res.Progress, "approve/"+workflows.GateEndTest); s.State != workflows.StateDone || s.Output != c.says {
+				t.Fatalf("the end of the test is %s, %q; want done, %q", s.State, s.Output, c.says)
+			}
+			if during == nil || len(during.Clones) != 4 {
+				t.Fatalf("a minute before the limit west held %v, want the test's four copies", during)
+			}
+			after := f.west.Snapshot()
+			if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); !res.Cleaned || n != 0 {
+				t.Fatalf("cleaned %v, %d copies or snapshots left on west", res.Cleaned, n)
+			}
+		})
 	}
 }
 
