@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,14 +13,18 @@ import (
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // TestActionAgainstTheRecordedStateIsRefused: with east the healthy
 // primary, a failover (or failback, or drill) to east, and a reprotect
 // that would demote east, are refused before any side effect with exit
 // 2 and a word on the state: by the storage's own answer when nothing
-// is recorded, by the recorded state (the plan's protection) once it is. --override-state lets the operator go on; an
-// action running meanwhile refuses a second one, whatever the record says.
+// is recorded, by the recorded state (the plan's protection) once it is.
+// --override-state lets the operator go on; an action running meanwhile
+// refuses a second one, whatever the record says. A plan edited after it
+// was signed is refused (exit 2) before its action starts, and a drill
+// whose checks fail exits 1.
 func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
@@ -57,6 +62,36 @@ func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	// the failover asks it and ends before any side effect.
 	c.want(2, "the storage of east reports its copies as primary already", "failover", other, "--to", "east", "--yes", "--wait")
 	untouched("failover refused by the storage")
+
+	// A signature that no longer fits its plan (the plan edited after
+	// drctl plan sign) is refused before anything starts.
+	key := filepath.Join(dir, "ops")
+	c.ok(nil, "plan", "keygen", key)
+	c.ok(nil, "plan", "sign", other, "--key", key+".key")
+	b, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(b), simtest.NodeA+"/32", "10.9.0.0/16", 1)
+	if edited == string(b) {
+		t.Fatal("the plan has no fence CIDR to edit")
+	}
+	if err := os.WriteFile(other, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lastRun := func() string {
+		d, err := srv.Client.DescribeWorkflowExecution(context.Background(), workflows.ActionID("other"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	before := lastRun() // the failover the storage refused, above
+	c.want(2, "other.yaml.sig does not fit plan", "failover", other, "--to", "west", "--yes")
+	if lastRun() != before {
+		t.Fatal("a failover with a stale signature started its workflow")
+	}
+	untouched("a failover with a stale signature")
 
 	// The recorded state: protection replicates from east.
 	const recorded = `plan "shop": east is already the primary (the plan's record, updated `
