@@ -87,6 +87,43 @@ func TestTestRecoveryCommand(t *testing.T) {
 	}
 }
 
+// TestFailoverIsNotHeldUpByATest: a test recovery runs under an id of its
+// own, so that a real failover started while a test runs at the same
+// site goes ahead at once and completes; the test, ended afterwards,
+// still deletes every copy and snapshot.
+func TestFailoverIsNotHeldUpByATest(t *testing.T) {
+	st, shop, _ := testRecoveryStack(t)
+	c := st.c
+	id := workflows.TestRecoveryID("shop")
+	c.ok(nil, "test-recovery", shop, "--at", "west")
+	simtest.Eventually(t, time.Minute, "the test workload to run", func() bool {
+		code, out, _ := c.run("-o", "json", "status", id)
+		var s statusOut
+		return code == 0 && json.Unmarshal([]byte(out), &s) == nil && stepIn(s, "waiting for approval")
+	})
+
+	st.east.Down()
+	var o outcome
+	c.ok(&o, "failover", shop, "--to", "west", "--yes", "--wait")
+	if o.Status != workflows.StateCompleted || o.WorkflowID != workflows.ActionID("shop") {
+		t.Fatalf("the failover during a test: %+v", o)
+	}
+	if u := st.west.Snapshot().Unit("vg/vg-1"); u.Role != sim.RolePrimary {
+		t.Fatalf("west's vg-1 is %s after the failover", u.Role)
+	}
+
+	c.ok(nil, "approve", id, "--yes")
+	var end outcome
+	c.ok(&end, "watch", id)
+	var res workflows.TestRecoveryResult
+	if err := json.Unmarshal(end.Result, &res); err != nil || end.Status != workflows.StateCompleted || !res.Cleaned {
+		t.Fatalf("the test after the failover: %v %+v %+v", err, end, res)
+	}
+	if n := leftOn(st.west); n != 0 {
+		t.Fatalf("%d copies or snapshots left on west", n)
+	}
+}
+
 // TestTestRecoveryCleanupFindsLeftovers: a test recovery whose workflow
 // is terminated while its workload runs on the copy leaves the copy, the
 // snapshots and the running test workload behind; drctl test-recovery
