@@ -170,6 +170,7 @@ func TestSiteFailover(t *testing.T) {
 // resolve --retry on the site action tries the plan again (still busy,
 // it pauses again, the plan's own action untouched); once that action is
 // cancelled, --retry fails the plan over and the site action completes.
+// A second site action on the site meanwhile is refused (exit 1).
 func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 	st := newSiteStack(t)
 	c := st.c
@@ -199,6 +200,9 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 		return 0
 	}
 	simtest.Eventually(t, time.Minute, "tier 1 to pause", func() bool { return tries() == 1 })
+	// One site action per site at a time: a second, paused or not, is
+	// refused and names the running one.
+	c.want(1, "a site action on east is running already (workflow "+site, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
 	c.ok(nil, "resolve", site, "--retry")
 	simtest.Eventually(t, time.Minute, "tier 1 to pause again", func() bool { return tries() == 2 })
 	c.eventually("loose's own failover still at its gate", "loose", func(s statusOut) bool {
