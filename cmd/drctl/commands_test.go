@@ -78,6 +78,15 @@ func (c cli) ok(v any, args ...string) {
 	}
 }
 
+// declined runs drctl answering "no" to its question: exit 2, and the
+// caller's next steps show that nothing was done.
+func declined(t *testing.T, c cli, args ...string) {
+	t.Helper()
+	if code, out, errs := c.runIn("no\n", args...); code != 2 || !strings.Contains(errs, "not confirmed; nothing was done") {
+		t.Fatalf("drctl %v answered no: exit %d, stderr %q (stdout %q); want exit 2, not confirmed", args, code, errs, out)
+	}
+}
+
 // want runs drctl and wants the exit code and a message on stderr.
 func (c cli) want(code int, msg string, args ...string) {
 	c.t.Helper()
@@ -386,6 +395,7 @@ policy:
 	if err := east.SetFaults([]sim.FaultRule{{Method: "DemoteVolume", Code: "INVALID_ARGUMENT", Count: 1, Message: "injected"}}); err != nil {
 		t.Fatal(err)
 	}
+	declined(t, c, "reprotect", shop)
 	c.ok(&started, "reprotect", shop, "--yes")
 	c.eventually("a paused demotion", "shop", func(s statusOut) bool { return stepIn(s, "paused") })
 	// The text status of the paused action shows its steps, the paused
@@ -409,6 +419,7 @@ policy:
 	}
 
 	// Failback moves everything home with nothing lost.
+	declined(t, c, "failback", shop, "--to", "east")
 	c.ok(&o, "failback", shop, "--to", "east", "--yes", "--wait")
 	if o.Status != "completed" {
 		t.Fatalf("failback: %+v", o)
@@ -442,6 +453,7 @@ policy:
 	if len(plansNow) != 2 || plansNow[0].Plan != "shop" {
 		t.Fatalf("status of all plans: %+v", plansNow)
 	}
+	declined(t, c, "protect", "stop", "shop", "--disable")
 	c.ok(nil, "protect", "stop", "shop")
 	c.want(2, "has ended; there is nothing to resolve", "resolve", "shop", "--retry", "--step", "nothing")
 

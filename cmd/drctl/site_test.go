@@ -203,6 +203,13 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 	// One site action per site at a time: a second, paused or not, is
 	// refused and names the running one.
 	c.want(1, "a site action on east is running already (workflow "+site, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
+	// These ask first; answered no, they do nothing (the steps below
+	// find the gate and the pause as they were).
+	declined(t, c, "approve", "loose")
+	declined(t, c, "cancel", "loose")
+	declined(t, c, "resolve", site, "--skip")
+	declined(t, c, "resolve", site, "--abort")
+	declined(t, c, "failover", "--site", "east", "--to", "west", st.dir)
 	c.ok(nil, "resolve", site, "--retry")
 	simtest.Eventually(t, time.Minute, "tier 1 to pause again", func() bool { return tries() == 2 })
 	c.eventually("loose's own failover still at its gate", "loose", func(s statusOut) bool {
