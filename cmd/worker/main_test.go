@@ -244,7 +244,8 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 
 // TestStopLetsRunningCallsFinish: SIGTERM while a site worker's storage
 // call takes 5 s lets the call complete and be reported, and the worker
-// then exits 0.
+// then exits 0. While it stops, /readyz answers 503 again (a service
+// check takes it out) and /healthz 200.
 func TestStopLetsRunningCallsFinish(t *testing.T) {
 	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	srv := devserver.Start(t, nil)
@@ -264,8 +265,17 @@ func TestStopLetsRunningCallsFinish(t *testing.T) {
 	}
 	env := []string{"TEMPORAL_ADDRESS=" + srv.Address()}
 	bintest.Start(t, env, bin, "--metrics", "", "--allow-unsigned-plans")
-	site := bintest.Start(t, env, bin, "--metrics", "", "--site", "west")
-	simtest.Eventually(t, 30*time.Second, "the site worker to start", func() bool { return strings.Contains(site.Log.String(), "worker started") })
+	addr := simtest.FreeAddr(t)
+	site := bintest.Start(t, env, bin, "--metrics", addr, "--site", "west")
+	get := func(path string) int {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	simtest.Eventually(t, 30*time.Second, "the site worker to be ready", func() bool { return get("/readyz") == 200 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -295,6 +305,10 @@ func TestStopLetsRunningCallsFinish(t *testing.T) {
 	time.Sleep(time.Second) // well inside the 5 s call
 	if err := site.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	simtest.Eventually(t, 3*time.Second, "/readyz to answer 503 while the worker stops", func() bool { return get("/readyz") == 503 })
+	if code := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz while the worker stops: %d, want 200", code)
 	}
 	ended, err := site.Wait(time.Minute)
 	if !ended || err != nil {
