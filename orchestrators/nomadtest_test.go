@@ -20,9 +20,9 @@ import (
 // TestNomadTestCopy: a test recovery's copy of a running production job
 // is registered as web-test in the test namespace, becomes healthy
 // there, and once stopped is purged; the production job runs on,
-// unchanged. A job that mounts a CSI volume the test did not copy is
-// refused before anything is registered: its copy would write on
-// production.
+// unchanged. A job that mounts a CSI volume the test did not copy, or a
+// per_alloc one, is refused before anything is registered: its copy
+// would write on production.
 func TestNomadTestCopy(t *testing.T) {
 	eachAgent(t, func(t *testing.T, a agent) {
 		ctx := ctxT(t)
@@ -71,6 +71,20 @@ func TestNomadTestCopy(t *testing.T) {
 		_, err = test.StartWorkload(ctx, dw)
 		if err == nil || orchestrators.IsTemporary(err) || !strings.Contains(err.Error(), `mounts CSI volume "db-data", which is in none of the plan's volume groups`) {
 			t.Fatalf("a copy on production's volume: %v", err)
+		}
+		if j, _, err := c.Jobs().Info("db-test", &api.QueryOptions{Namespace: "drtest"}); err == nil {
+			t.Fatalf("the refused copy was registered: %v", *j.ID)
+		}
+
+		// So is one whose volume is per_alloc, copied or not: each
+		// allocation of the copy would mount production's own
+		// per-allocation volume.
+		j.TaskGroups[0].Volumes["data"].PerAlloc = true
+		dw.Nomad.JobFile = jobFile(t, j)
+		dw.Nomad.Test.Volumes = map[string]string{"db-data": "db-data-test"}
+		_, err = test.StartWorkload(ctx, dw)
+		if err == nil || orchestrators.IsTemporary(err) || !strings.Contains(err.Error(), `mounts per_alloc CSI volume "db-data"`) {
+			t.Fatalf("a copy of a job with a per_alloc volume: %v", err)
 		}
 		if j, _, err := c.Jobs().Info("db-test", &api.QueryOptions{Namespace: "drtest"}); err == nil {
 			t.Fatalf("the refused copy was registered: %v", *j.ID)
