@@ -3,13 +3,16 @@ package workflows_test
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -317,6 +320,52 @@ func TestSiteDrillReportsWithoutPausing(t *testing.T) {
 			for _, c := range *calls {
 				if slices.Contains([]string{"FenceClusterNetwork", "PromoteVolume", "DemoteVolume"}, c.name) {
 					t.Fatalf("a site drill called %s", c)
+				}
+			}
+		})
+	}
+}
+
+// TestSiteFailoverBoundsPlansAtOnce: the plans of a tier fail over at
+// most Parallelism at a time (drctl's --plans-at-once): with three plans
+// in one tier, one at a time with a bound of one, two with two, all
+// three with the default of four. Each plan's own failover (a stand-in
+// here that takes a minute) counts how many run together.
+func TestSiteFailoverBoundsPlansAtOnce(t *testing.T) {
+	for _, c := range []struct{ bound, want int }{{1, 1}, {2, 2}, {0, 3}} {
+		t.Run(fmt.Sprintf("bound %d", c.bound), func(t *testing.T) {
+			f := newFixture(t)
+			f.east.Down()
+			sps := sitePlans(t, f)
+			for i := range sps {
+				sps[i].Plan.Metadata.Tier = 0
+			}
+			env, _ := f.env(t)
+			var mu sync.Mutex
+			running, most, ran := 0, 0, 0
+			env.OnWorkflow(workflows.Failover, mock.Anything, mock.Anything).Return(
+				func(ctx workflow.Context, in workflows.FailoverInput) (*workflows.FailoverResult, error) {
+					mu.Lock()
+					running++
+					ran++
+					most = max(most, running)
+					mu.Unlock()
+					err := workflow.Sleep(ctx, time.Minute)
+					mu.Lock()
+					running--
+					mu.Unlock()
+					return &workflows.FailoverResult{}, err
+				})
+			env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps, Parallelism: c.bound})
+			mustOK(t, env.GetWorkflowError())
+			var res workflows.SiteFailoverResult
+			mustOK(t, env.GetWorkflowResult(&res))
+			if ran != 3 || most != c.want {
+				t.Fatalf("%d plan failovers, at most %d at once; want 3, at most %d", ran, most, c.want)
+			}
+			for _, o := range res.Plans {
+				if o.State != workflows.StateCompleted {
+					t.Errorf("plan %s: %+v", o.Plan, o)
 				}
 			}
 		})
