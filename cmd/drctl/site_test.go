@@ -326,4 +326,21 @@ func TestSiteRoundTrip(t *testing.T) {
 		}
 	}
 	c.want(2, "not --site west", "failback", "--site", "west", "--to", "west", dir, "--yes")
+
+	// Every plan is home now: a site failback or reprotect fits none of
+	// them; each is left out with a note saying why, and nothing starts.
+	for _, args := range [][]string{
+		{"failback", "--site", "west", "--to", "east", dir, "--yes"},
+		{"reprotect", "--site", "east", dir, "--yes"},
+	} {
+		code, out, errs := c.run(args...)
+		if code != 2 || !strings.Contains(errs, "none of the 3 plan(s) given can take part") {
+			t.Errorf("drctl %v with every plan home: exit %d, want 2 and none of the plans taking part\n%s%s", args, code, out, errs)
+		}
+		for _, name := range []string{"shop", "logs", "loose"} {
+			if !strings.Contains(errs, fmt.Sprintf("note: plan %q left out: ", name)) {
+				t.Errorf("drctl %v: no note leaving out %s:\n%s", args, name, errs)
+			}
+		}
+	}
 }
