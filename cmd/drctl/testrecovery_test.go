@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -90,7 +91,8 @@ func TestTestRecoveryCommand(t *testing.T) {
 // TestFailoverIsNotHeldUpByATest: a test recovery runs under an id of its
 // own, so that a real failover started while a test runs at the same
 // site goes ahead at once and completes; the test, ended afterwards,
-// still deletes every copy and snapshot.
+// still deletes every copy and snapshot. Each records who started it:
+// DROVER_BY when set, else user@host.
 func TestFailoverIsNotHeldUpByATest(t *testing.T) {
 	st, shop, _ := testRecoveryStack(t)
 	c := st.c
@@ -104,9 +106,15 @@ func TestFailoverIsNotHeldUpByATest(t *testing.T) {
 
 	st.east.Down()
 	var o outcome
+	t.Setenv("DROVER_BY", "oncall@example")
 	c.ok(&o, "failover", shop, "--to", "west", "--yes", "--wait")
-	if o.Status != workflows.StateCompleted || o.WorkflowID != workflows.ActionID("shop") {
-		t.Fatalf("the failover during a test: %+v", o)
+	var fr workflows.FailoverResult
+	if err := json.Unmarshal(o.Result, &fr); err != nil || o.Status != workflows.StateCompleted || o.WorkflowID != workflows.ActionID("shop") {
+		t.Fatalf("the failover during a test: %v %+v", err, o)
+	}
+	// Who acted: DROVER_BY when set, else user@host (the test's start).
+	if fr.By != "oncall@example" {
+		t.Errorf("the failover records %q as who started it, want DROVER_BY's oncall@example", fr.By)
 	}
 	if u := st.west.Snapshot().Unit("vg/vg-1"); u.Role != sim.RolePrimary {
 		t.Fatalf("west's vg-1 is %s after the failover", u.Role)
@@ -118,6 +126,17 @@ func TestFailoverIsNotHeldUpByATest(t *testing.T) {
 	var res workflows.TestRecoveryResult
 	if err := json.Unmarshal(end.Result, &res); err != nil || end.Status != workflows.StateCompleted || !res.Cleaned {
 		t.Fatalf("the test after the failover: %v %+v %+v", err, end, res)
+	}
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := u.Username + "@" + host; res.By != want {
+		t.Errorf("the test recovery records %q as who started it, want %s", res.By, want)
 	}
 	if n := leftOn(st.west); n != 0 {
 		t.Fatalf("%d copies or snapshots left on west", n)
