@@ -8,17 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
-	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -91,21 +87,10 @@ func TestReadProtectAndAttributesOnTheServer(t *testing.T) {
 	// On a namespace without Drover's search attributes an action still
 	// starts, without them: an index the operator has not registered
 	// must not stop a failover.
-	_, err = srv.Client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
-		Namespace: "bare", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
-	mustOK(t, err)
-	bare, err := client.NewClientFromExisting(srv.Client, client.Options{Namespace: "bare"})
-	mustOK(t, err)
-	defer bare.Close()
 	var run client.WorkflowRun
-	simtest.Eventually(t, 30*time.Second, "the new namespace to take workflows", func() bool {
-		run, err = workflows.Start(ctx, bare, "bare-plan", workflows.Drill, workflows.DrillInput{Action: "failover"})
-		var nf *serviceerror.NamespaceNotFound
-		if errors.As(err, &nf) {
-			return false
-		}
-		mustOK(t, err)
-		return true
+	bare := srv.BareNamespace(t, "bare", func(c client.Client) (err error) {
+		run, err = workflows.Start(ctx, c, "bare-plan", workflows.Drill, workflows.DrillInput{Action: "failover"})
+		return err
 	})
 	if missing, err := workflows.MissingAttributes(ctx, srv.Client, "bare"); err != nil || len(missing) == 0 {
 		t.Fatalf("the bare namespace lacks %v (%v): the test tests nothing", missing, err)

@@ -2,20 +2,15 @@ package main_test
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
-	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -28,27 +23,10 @@ func TestListWithoutSearchAttributes(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := srv.Client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
-		Namespace: "bare", WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bare, err := client.NewClientFromExisting(srv.Client, client.Options{Namespace: "bare"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bare.Close()
 	var run client.WorkflowRun
-	simtest.Eventually(t, 30*time.Second, "the new namespace to take workflows", func() bool {
-		run, err = workflows.Start(ctx, bare, "bare-plan", workflows.Drill, workflows.DrillInput{Action: "failover"})
-		var nf *serviceerror.NamespaceNotFound
-		if errors.As(err, &nf) {
-			return false
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return true
+	bare := srv.BareNamespace(t, "bare", func(c client.Client) (err error) {
+		run, err = workflows.Start(ctx, c, "bare-plan", workflows.Drill, workflows.DrillInput{Action: "failover"})
+		return err
 	})
 	// No worker runs: the drill only waits, and is ended below.
 	defer bare.TerminateWorkflow(context.Background(), run.GetID(), run.GetRunID(), "test over")

@@ -5,6 +5,7 @@ package devserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/names"
@@ -137,3 +141,37 @@ func (s *Server) Address() string { return s.srv.FrontendHostPort() }
 
 // String describes the server for test logs.
 func (s *Server) String() string { return fmt.Sprintf("temporal dev server at %s", s.Address()) }
+
+// BareNamespace registers namespace name without Drover's search
+// attributes (as an operator who has not registered them has it) and
+// returns a client of it once it takes work: first, the namespace is
+// known to every part of the server only after a moment, so start is
+// tried until it no longer answers that the namespace is not found, and
+// any other error fails the test. The client is closed when the test
+// ends.
+func (s *Server) BareNamespace(t testing.TB, name string, start func(client.Client) error) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.Client.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: name, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)}); err != nil {
+		t.Fatalf("register namespace %s: %v", name, err)
+	}
+	c, err := client.NewClientFromExisting(s.Client, client.Options{Namespace: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	simtest.Eventually(t, 30*time.Second, "namespace "+name+" to take work", func() bool {
+		err := start(c)
+		var nf *serviceerror.NamespaceNotFound
+		if errors.As(err, &nf) {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("in namespace %s: %v", name, err)
+		}
+		return true
+	})
+	return c
+}
