@@ -11,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -65,10 +66,10 @@ func failOverEast(t *testing.T, ctx context.Context, srv *devserver.Server, f *f
 }
 
 // startWorker runs a worker of the fixture's activities, with trust as
-// its plan check, until the test ends.
-func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activities.PlanTrust) {
+// its plan check and the interceptors given, until the test ends.
+func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activities.PlanTrust, interceptors ...interceptor.WorkerInterceptor) {
 	t.Helper()
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{})
+	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{Interceptors: interceptors})
 	workflows.Register(w)
 	w.RegisterActivity(&workflows.RecordSender{Client: srv.Client})
 	w.RegisterActivity(trust)

@@ -17,7 +17,6 @@ import (
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
-	"github.com/drover-dr/drover/workflows"
 )
 
 // ran is one activity a worker ran: its type, whether it ran as a local
@@ -90,14 +89,7 @@ func TestSiteQueueCallsRunOnTheSiteWorker(t *testing.T) {
 	}
 
 	central := &ranBy{}
-	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{central}})
-	workflows.Register(w)
-	w.RegisterActivity(&workflows.RecordSender{Client: srv.Client})
-	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	mustOK(t, w.Start())
-	t.Cleanup(w.Stop)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true}, central)
 	own := map[string]*ranBy{}
 	for site := range sites {
 		own[site] = &ranBy{}
