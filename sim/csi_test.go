@@ -162,7 +162,7 @@ func TestCSIIdempotenceAndErrors(t *testing.T) {
 
 	// A restart keeps them.
 	a.Down()
-	mustOK(t, a.Up())
+	up(t, a)
 	st := a.Snapshot()
 	if len(st.Snapshots) != 3 || len(st.GroupSnapshots) != 1 || len(st.Clones) != 1 {
 		t.Fatalf("after a restart: %d snapshots, %d group snapshots, %d copies; want 3, 1, 1", len(st.Snapshots), len(st.GroupSnapshots), len(st.Clones))

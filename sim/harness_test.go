@@ -76,6 +76,19 @@ func attach(t *testing.T, s *sim.Site, cfg sim.Config, opts ...grpc.DialOption) 
 		id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn)}
 }
 
+// up brings a downed site back and waits until its Probe answers ready
+// on this connection. The client may still hold the transport the site
+// closed when it went down, and the first call on it fails UNAVAILABLE,
+// as it would for Drover's activities, which retry it.
+func up(t *testing.T, s *siteUnderTest) {
+	t.Helper()
+	mustOK(t, s.Up())
+	eventually(t, 5*time.Second, "probe after up", func() bool {
+		p, err := s.id.Probe(ctxT(t), &identity.ProbeRequest{})
+		return err == nil && p.GetReady().GetValue()
+	})
+}
+
 func ctxT(t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

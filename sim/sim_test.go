@@ -513,11 +513,7 @@ func TestSiteDownAndUp(t *testing.T) {
 		t.Fatalf("probe of a downed site: %v", err)
 	}
 	eventually(t, 3*time.Second, "b sees no primary", func() bool { return b.Snapshot().Unit("vg/vg-1").Role == sim.RoleSecondary })
-	mustOK(t, a.Up())
-	eventually(t, 5*time.Second, "probe after up", func() bool {
-		p, err := a.id.Probe(ctxT(t), &identity.ProbeRequest{})
-		return err == nil && p.GetReady().GetValue()
-	})
+	up(t, a)
 	waitSynced(t, a, "vg/vg-1")
 }
 
