@@ -64,7 +64,8 @@
 //     surviving site for the union of the plans' CIDRs (verified), then
 //     each plan's own Failover as a child under the plan's action id,
 //     tier by tier (metadata.tier), with SiteFence telling it what is
-//     fenced already. A plan running another action is reported busy;
+//     fenced already (nothing, where the operator skipped the site
+//     fence or its verification). A plan running another action is reported busy;
 //     a tier with a plan that did not complete pauses the site action.
 //     With Action reprotect, failback or drill it runs that action of
 //     each plan instead (drctl prepares each plan's input), without the
@@ -189,7 +190,9 @@
 // its own. failover-v10*, failback-v8*, reprotect-v8*, drill-v6*,
 // protect-v2*, site-failover-v2, test-recovery-v3 and test-cleanup-v2
 // are of generation 1, from before a batch's first attempt was local
-// (changeLocalBatch, generation 2).
+// (changeLocalBatch, generation 2). Generation 3 differs from 2 only
+// where the operator skips a site fence (changeSiteFenceSkip), which no
+// recorded history does.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

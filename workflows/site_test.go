@@ -371,3 +371,82 @@ func TestSiteFailoverBoundsPlansAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestSiteFenceSkippedLeavesPlansToFence: when the operator skips a site
+// failover's fence, or its verification, with --override, no plan is
+// told its clients were fenced by the site action: each plan fences and
+// verifies its own CIDRs before it promotes. (Told otherwise, on storage
+// that cannot list its fences every plan would be promoted unfenced
+// while its record said fenced.)
+func TestSiteFenceSkippedLeavesPlansToFence(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault sim.FaultRule
+		step  string
+	}{
+		{"fence", sim.FaultRule{Method: "FenceClusterNetwork", Code: "INVALID_ARGUMENT", Count: 1000, Message: "fence domain unreachable"}, "site-fence/west/1"},
+		// Acknowledged but not applied: the verification fails.
+		{"verify", sim.FaultRule{Method: "FenceClusterNetwork", Discard: true, Probability: 1}, "site-verify-fence/west/1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.east.Down()
+			sps := sitePlans(t, f)
+			for _, sp := range sps {
+				sp.Plan.Policy.OnFailure = "abort"
+			}
+			mustOK(t, f.west.SetFaults([]sim.FaultRule{tc.fault}))
+			env, calls := f.env(t)
+			for _, name := range []string{"logs", "loose"} {
+				env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
+			}
+			var paused, stuck *workflows.Step
+			atSkip := -1
+			env.RegisterDelayedCallback(func() {
+				paused = pausedStep(t, env)
+				mustOK(t, f.west.SetFaults(nil))
+				atSkip = len(*calls)
+				send(t, env, workflows.UpdateResolve, workflows.Decision{Step: tc.step, Action: workflows.DecisionSkip, Override: true}, nil, nil)
+			}, time.Hour)
+			// Anything still paused later is the failure under test: end it.
+			env.RegisterDelayedCallback(func() {
+				if stuck = pausedStep(t, env); stuck != nil {
+					send(t, env, workflows.UpdateResolve, workflows.Decision{Step: stuck.ID, Action: workflows.DecisionAbort}, nil, nil)
+				}
+			}, 3*time.Hour)
+			env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+			if paused == nil || paused.ID != tc.step {
+				t.Fatalf("paused step %+v, want %s", paused, tc.step)
+			}
+			if stuck != nil {
+				t.Fatalf("after the site's %s was skipped, %s paused: %s", tc.name, stuck.ID, stuck.LastError)
+			}
+			mustOK(t, env.GetWorkflowError())
+			var res workflows.SiteFailoverResult
+			mustOK(t, env.GetWorkflowResult(&res))
+			if s := stepOf(t, res.Progress, tc.step); s.State != workflows.StateSkipped {
+				t.Errorf("%s is %s, want skipped", tc.step, s.State)
+			}
+			for _, o := range res.Plans {
+				if o.State != workflows.StateCompleted {
+					t.Errorf("plan %s: %+v, want completed", o.Plan, o)
+				}
+			}
+			// One fence call per plan after the skip, each for its own
+			// CIDRs; west ends fencing all of them.
+			fences := 0
+			for _, c := range (*calls)[atSkip:] {
+				if c.name == "FenceClusterNetwork" {
+					fences++
+				}
+			}
+			union := []string{simtest.NodeA + "/32", "127.0.0.10/32", "127.0.0.9/32"}
+			got := f.west.FencedCIDRs()
+			slices.Sort(got)
+			slices.Sort(union)
+			if fences != 3 || !slices.Equal(got, union) {
+				t.Fatalf("after the skip %d fence call(s), west lists %v: want each of 3 plans fencing, %v in all", fences, got, union)
+			}
+		})
+	}
+}

@@ -52,9 +52,13 @@ var generation1 = map[string]workflow.Version{
 // made locally (changeLocalBatch).
 var generation2 = with(generation1, map[string]workflow.Version{changeLocalBatch: 1})
 
+// generation3 is generation 2 and a site fence skipped by the operator
+// leaving its verification to the plans (changeSiteFenceSkip).
+var generation3 = with(generation2, map[string]workflow.Version{changeSiteFenceSkip: 1})
+
 // generations are the frozen generations by number; the last is the one
 // new runs take.
-var generations = []map[string]workflow.Version{1: generation1, 2: generation2}
+var generations = []map[string]workflow.Version{1: generation1, 2: generation2, 3: generation3}
 
 // with is a generation: every change of before, and those of more.
 func with(before, more map[string]workflow.Version) map[string]workflow.Version {
