@@ -67,7 +67,7 @@ func parseJob(t *testing.T, c *api.Client, j nomadJob, extraVars string) *api.Jo
 // TestNomadJobSpecs parses each job file with a real Nomad agent and
 // checks what the README promises of it: a service job, two workers
 // spread over nodes, health checks on /healthz and /readyz that gate
-// deployments, the TEMPORAL_* settings and storage secrets from the
+// deployments (the first restarting a hung worker), the TEMPORAL_* settings and storage secrets from the
 // job's Nomad Variable through an env template, the central worker's
 // plan keys from it, a stop that lets running calls finish, and memory
 // limits.
@@ -93,6 +93,10 @@ func TestNomadJobSpecs(t *testing.T) {
 			for _, ch := range s.Checks {
 				if ch.Type == "http" && s.PortLabel == "http" {
 					paths = append(paths, ch.Path)
+				}
+				// A hung worker is restarted by its liveness check.
+				if ch.Path == "/healthz" && (ch.CheckRestart == nil || ch.CheckRestart.Limit < 1) {
+					t.Errorf("%s: the /healthz check restarts nothing: check_restart %+v", j.file, ch.CheckRestart)
 				}
 			}
 		}

@@ -92,6 +92,14 @@ job "drover-site-worker" {
         path     = "/healthz"
         interval = "10s"
         timeout  = "2s"
+
+        # A worker that stops answering for three checks in a row (about
+        # 30 s) is restarted; /healthz answers from the process's start,
+        # before Temporal does, so the grace is short.
+        check_restart {
+          limit = 3
+          grace = "20s"
+        }
       }
 
       check {
@@ -117,6 +125,8 @@ job "drover-site-worker" {
         ]
       }
 
+      # See drover-worker.nomad.hcl: the client's max_kill_timeout
+      # (30 s by default) caps kill_timeout.
       kill_signal  = "SIGTERM"
       kill_timeout = "5m"
 

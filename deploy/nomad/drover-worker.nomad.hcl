@@ -88,6 +88,14 @@ job "drover-worker" {
         path     = "/healthz"
         interval = "10s"
         timeout  = "2s"
+
+        # A worker that stops answering for three checks in a row (about
+        # 30 s) is restarted; /healthz answers from the process's start,
+        # before Temporal does, so the grace is short.
+        check_restart {
+          limit = 3
+          grace = "20s"
+        }
       }
 
       check {
@@ -113,7 +121,10 @@ job "drover-worker" {
       }
 
       # On a stop or a new version, SIGTERM lets running calls finish
-      # (the worker's --stop-timeout); Nomad waits as long.
+      # (the worker's --stop-timeout); Nomad waits as long, if the
+      # client allows it: a client caps kill_timeout at its own
+      # max_kill_timeout, 30 s unless its configuration raises it
+      # (client { max_kill_timeout = "5m" }).
       kill_signal  = "SIGTERM"
       kill_timeout = "5m"
 
