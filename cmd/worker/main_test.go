@@ -50,14 +50,37 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--trusted-plan-key", privateKeyFile(t)}, "", 2, "a private key does not belong on the worker"},
 		{[]string{"--metrics", "", "--connect-timeout", "2s", "--allow-unsigned-plans"}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
 		{[]string{"--metrics", "", "--connect-timeout", "2s", "--site", "east"}, "TEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
+		// The keys from the environment, as the Nomad job gives them: a
+		// missing one is refused; with a good one (a comma-separated
+		// list) the worker goes on to connect.
+		{[]string{"--metrics", ""}, "DROVER_TRUSTED_PLAN_KEYS=/nonexistent.pub", 2, "no such file"},
+		{[]string{"--metrics", ""}, "DROVER_TRUSTED_PLAN_KEYS=" + publicKeyFile(t) + ", " + privateKeyFile(t), 2, "a private key does not belong on the worker"},
+		{[]string{"--metrics", "", "--connect-timeout", "2s"}, "DROVER_TRUSTED_PLAN_KEYS=" + publicKeyFile(t) + "," + publicKeyFile(t) + "\nTEMPORAL_ADDRESS=" + simtest.FreeAddr(t), 3, "cannot reach Temporal"},
 	} {
 		cmd := exec.Command(bin, c.args...)
-		cmd.Env = append(os.Environ(), c.env)
+		cmd.Env = append(os.Environ(), strings.Split(c.env, "\n")...)
 		out, err := cmd.CombinedOutput()
 		if code := bintest.ExitCode(err); code != c.code || !strings.Contains(string(out), c.want) {
 			t.Errorf("worker %v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.want)
 		}
 	}
+}
+
+// publicKeyFile writes a public key the worker may trust.
+func publicKeyFile(t *testing.T) string {
+	pub, _, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plans.EncodePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "plans.pub")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // privateKeyFile writes a plan signing key, which the worker must not
