@@ -77,7 +77,10 @@
 //
 // Plans arrive with their defaults filled (plans.ApplyDefaults, run by
 // plans.Parse; a signature covers that effective plan): workflow code
-// reads the policy as it is and applies no default of its own.
+// reads the policy as it is and applies no default of its own but
+// policy.testTimeLimit's (DefaultTestTimeLimit), which came after
+// signatures and stays out of what they cover, so that earlier ones
+// still verify; drctl plan show prints it.
 //
 // Trusted plans (trust.go, invariant 9): every action, Protect and Verify
 // first run the VerifyPlan local activity, which checks the plan's

@@ -33,6 +33,7 @@ type cli struct {
 	t    *testing.T
 	bin  string
 	addr string
+	env  []string // more of drctl's environment
 }
 
 // run runs drctl with args (stdin empty) and returns its exit code,
@@ -44,7 +45,7 @@ func (c cli) run(args ...string) (int, string, string) {
 func (c cli) runIn(stdin string, args ...string) (int, string, string) {
 	c.t.Helper()
 	cmd := exec.Command(c.bin, args...)
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.addr, "TEMPORAL_NAMESPACE=default")
+	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+c.addr, "TEMPORAL_NAMESPACE=default"), c.env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -109,6 +109,12 @@ func (a *app) planShow(file string) error {
 	if err != nil {
 		return &exitError{exitBadInput, err}
 	}
+	// The test recovery's time limit came after signatures: its default
+	// stays out of ApplyDefaults (and so out of what a signature covers,
+	// that earlier signatures verify) and is applied where it is used.
+	if p.Policy.TestTimeLimit == 0 {
+		p.Policy.TestTimeLimit = plans.Duration(workflows.DefaultTestTimeLimit)
+	}
 	if a.json() {
 		writeJSON(a.stdout, p)
 		return nil

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/plans"
+)
+
+// TestKeygenAndValidFor: plan keygen writes the signing key for
+// its owner alone and never overwrites a key; plan sign --valid-for
+// writes a signature that ends then (TestSigningKeys has an action
+// refused once it has).
+func TestKeygenAndValidFor(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ops")
+	if code, out, errs := drctl("plan", "keygen", key); code != 0 || !strings.Contains(out, "signing key "+key+".key") {
+		t.Fatalf("keygen: exit %d, %q %q", code, out, errs)
+	}
+	fi, err := os.Stat(key + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the signing key is %v, want readable by its owner only", fi.Mode().Perm())
+	}
+	if _, err := plans.ReadPrivateKey(key + ".key"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(key + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := drctl("plan", "keygen", key); code != 2 || !strings.Contains(errs, "drctl never overwrites a key") {
+		t.Fatalf("a second keygen of the same name: exit %d, %q; want exit 2", code, errs)
+	}
+	if after, _ := os.ReadFile(key + ".key"); !bytes.Equal(before, after) {
+		t.Fatal("a second keygen changed the signing key")
+	}
+
+	plan := filepath.Join(dir, "minimal.yaml")
+	b, err := os.ReadFile("../../plans/examples/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plan, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, out, errs := drctl("-o", "json", "plan", "sign", plan, "--key", key+".key", "--valid-for", "2s")
+	var signed []struct {
+		Signature string
+		ExpiresAt time.Time
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &signed) != nil || len(signed) != 1 {
+		t.Fatalf("sign: exit %d, %q %q", code, out, errs)
+	}
+	if e := signed[0].ExpiresAt; e.Before(start.Add(2*time.Second-time.Second)) || e.After(time.Now().Add(2*time.Second)) {
+		t.Fatalf("the signature ends at %v, want 2s after %v", e, start)
+	}
+	sig, err := plans.ReadSignature(plans.SignatureFile(plan))
+	if err != nil || !sig.ExpiresAt.Equal(signed[0].ExpiresAt) {
+		t.Fatalf("%s: %+v, %v; want it to end at %v", plans.SignatureFile(plan), sig, err, signed[0].ExpiresAt)
+	}
+}
