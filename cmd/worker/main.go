@@ -6,7 +6,9 @@
 // TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, the TEMPORAL_TLS_* variables and
 // the profiles of the environment configuration file (TEMPORAL_PROFILE,
 // TEMPORAL_CONFIG_FILE). It logs with log/slog and serves, on --metrics:
-// /metrics (Prometheus: the SDK's and Drover's own), /healthz (the
+// /metrics (Prometheus: the process's, the SDK's and Drover's own; a
+// protected plan's gauges only while its Protect workflow keeps setting
+// them, for up to --metrics-ttl after the last time), /healthz (the
 // process answers), /readyz (Temporal lists it polling its task queues;
 // for Nomad service checks) and /codec/encode|decode, the SDK's payload
 // codec handler, so that the Temporal UI (its codec endpoint set to
@@ -49,6 +51,8 @@ import (
 	"syscall"
 	"time"
 
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/uber-go/tally/v4"
 	"github.com/uber-go/tally/v4/prometheus"
@@ -76,14 +80,17 @@ type config struct {
 	site      string
 	taskQueue string
 	metrics   string
-	logLevel  string
-	level     slog.Level
-	logFormat string
-	identity  string
-	connect   time.Duration
-	stopAfter time.Duration
-	cors      string
-	version   bool
+	// metricsTTL is how long a Protect gauge stays on /metrics after it
+	// was last set (freshGauges).
+	metricsTTL time.Duration
+	logLevel   string
+	level      slog.Level
+	logFormat  string
+	identity   string
+	connect    time.Duration
+	stopAfter  time.Duration
+	cors       string
+	version    bool
 	// planKeys are the files of the public keys whose plan signatures
 	// the worker trusts; allowUnsigned runs unsigned plans (development).
 	planKeys      multi
@@ -118,6 +125,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.site, "site", "", "run only the activities of this site, on its task queue (a worker inside the site)")
 	fs.StringVar(&c.taskQueue, "task-queue", "", "task queue to poll (default \""+workflows.TaskQueue+"\", with --site \"drover-site-NAME\")")
 	fs.StringVar(&c.metrics, "metrics", "127.0.0.1:9464", "address of the Prometheus /metrics endpoint; empty turns it off")
+	fs.DurationVar(&c.metricsTTL, "metrics-ttl", 5*time.Minute, "how long a protected plan's gauges (drover_out_of_rpo, drover_replication_lag_seconds, drover_primary_unreachable) stay on /metrics after their Protect workflow last set them: longer than the longest protection interval")
 	fs.StringVar(&c.webConfig, "web-config", "", "Prometheus web configuration file for the HTTP endpoint: TLS (tls_server_config) and basic auth (basic_auth_users), as Prometheus exporters take it")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
@@ -152,6 +160,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.connect <= 0 {
 		return c, fmt.Errorf("--connect-timeout %v: want a positive duration", c.connect)
+	}
+	if c.metricsTTL <= 0 {
+		return c, fmt.Errorf("--metrics-ttl %v: want a positive duration", c.metricsTTL)
 	}
 	if c.stopAfter < 0 {
 		return c, fmt.Errorf("--stop-timeout %v: want zero or a positive duration", c.stopAfter)
@@ -223,14 +234,20 @@ func run(args []string, stderr io.Writer) int {
 	var httpSrv *http.Server
 	var ready atomic.Bool
 	if c.metrics != "" {
-		reporter := prometheus.NewReporter(prometheus.Options{})
+		// A registry of the worker's own: the process and Go runtime, the
+		// SDK's and Drover's metrics through tally, and the Protect
+		// gauges while they are fresh.
+		reg := prom.NewRegistry()
+		fresh := newFreshGauges(c.metricsTTL)
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fresh)
+		reporter := prometheus.NewReporter(prometheus.Options{Registerer: reg, Gatherer: reg})
 		scope, closer := tally.NewRootScope(tally.ScopeOptions{
 			CachedReporter:  reporter,
 			Separator:       prometheus.DefaultSeparator,
 			SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
 		}, time.Second)
 		defer closer.Close()
-		opts.MetricsHandler = sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope))
+		opts.MetricsHandler = fresh.wrap(sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)))
 		lis, err := net.Listen("tcp", c.metrics)
 		if err != nil {
 			logger.Error("HTTP endpoint", "address", c.metrics, "error", err)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -152,33 +153,7 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
 		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
-	p := &plans.Plan{APIVersion: plans.APIVersion, Kind: plans.Kind, Metadata: plans.Metadata{Name: "shop"},
-		Sites: []plans.Site{
-			{Name: "east", Storage: plans.Storage{Endpoint: east.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeA + "/32"}}},
-			{Name: "west", Storage: plans.Storage{Endpoint: west.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeB + "/32"}}},
-		},
-		VolumeGroups: []plans.VolumeGroup{{Name: "db", Sites: map[string]plans.GroupRef{"east": {GroupID: "vg-1"}, "west": {GroupID: "vg-1"}}}},
-	}
-	p.ApplyDefaults()
-
-	// The worker trusts one key, and the plan is signed with it.
-	pub, key, err := plans.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubPEM, err := plans.EncodePublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubFile := filepath.Join(t.TempDir(), "plans.pub")
-	if err := os.WriteFile(pubFile, pubPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sig, err := plans.Sign(p, key, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := workflows.Origin{Signature: sig, By: "test"}
+	p, origin, pub, pubFile := signedShop(t, east, west)
 
 	metrics := simtest.FreeAddr(t)
 	logs := &simtest.Buffer{}
@@ -262,6 +237,98 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "worker stopped") {
 		t.Fatalf("no clean stop in the log:\n%s", logs.String())
+	}
+}
+
+// signedShop is a plan of one group over east and west, signed by a key
+// whose public half is in pubFile, and the origin that carries it.
+func signedShop(t *testing.T, east, west *simtest.Site) (*plans.Plan, workflows.Origin, ed25519.PublicKey, string) {
+	t.Helper()
+	p := &plans.Plan{APIVersion: plans.APIVersion, Kind: plans.Kind, Metadata: plans.Metadata{Name: "shop"},
+		Sites: []plans.Site{
+			{Name: "east", Storage: plans.Storage{Endpoint: east.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeA + "/32"}}},
+			{Name: "west", Storage: plans.Storage{Endpoint: west.Endpoint()}, Fence: plans.Fence{CIDRs: []string{simtest.NodeB + "/32"}}},
+		},
+		VolumeGroups: []plans.VolumeGroup{{Name: "db", Sites: map[string]plans.GroupRef{"east": {GroupID: "vg-1"}, "west": {GroupID: "vg-1"}}}},
+	}
+	p.ApplyDefaults()
+
+	pub, key, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPEM, err := plans.EncodePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubFile := filepath.Join(t.TempDir(), "plans.pub")
+	if err := os.WriteFile(pubFile, pubPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := plans.Sign(p, key, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := workflows.Origin{Signature: sig, By: "test"}
+	return p, origin, pub, pubFile
+}
+
+// TestProtectionGaugesLeaveWithProtection: while a plan is protected
+// its gauges are on the worker's /metrics, past --metrics-ttl since
+// protection started (each round sets them again); once its Protect
+// workflow ends they are gone within --metrics-ttl, so that
+// DroverProtectionSilent can fire and a last drover_out_of_rpo of 1 does
+// not keep DroverOutOfRPO firing.
+func TestProtectionGaugesLeaveWithProtection(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	srv := devserver.Start(t, nil)
+	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	p, origin, _, pubFile := signedShop(t, east, west)
+	metrics := simtest.FreeAddr(t)
+	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
+		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "2s")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
+	scrape := func() string {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	gauges := []string{"drover_out_of_rpo{", "drover_replication_lag_seconds{", "drover_primary_unreachable{"}
+	has := func(body string) (n int) {
+		for _, g := range gauges {
+			if strings.Contains(body, g) && strings.Contains(body, `plan="shop"`) {
+				n++
+			}
+		}
+		return n
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prot, err := workflows.StartProtect(ctx, srv.Client, p, "east", 50*time.Millisecond, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, time.Minute, "the plan's gauges", func() bool { return has(scrape()) == len(gauges) })
+	time.Sleep(3 * time.Second) // past the ttl
+	if body := scrape(); has(body) != len(gauges) {
+		t.Fatalf("a protected plan's gauges left /metrics while it was protected:\n%s", body)
+	}
+	if err := srv.Client.TerminateWorkflow(ctx, prot.GetID(), "", "protection stopped"); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	simtest.Eventually(t, 30*time.Second, "the gauges to leave /metrics", func() bool {
+		body = scrape()
+		return has(body) == 0 && strings.Contains(body, "temporal_")
+	})
+	if !strings.Contains(body, "process_resident_memory_bytes") {
+		t.Errorf("the worker's /metrics lacks the process's own:\n%s", body)
 	}
 }
 

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/uber-go/tally/v4"
+	"go.temporal.io/sdk/client"
+	sdktally "go.temporal.io/sdk/contrib/tally"
+
+	"github.com/drover-dr/drover/workflows"
+)
+
+// freshGauges are the gauges a Protect workflow sets on each round
+// (replication lag, out of RPO, primary unreachable), which /metrics
+// shows only while they are fresh: one not set again within ttl is
+// dropped. Through tally a gauge keeps its last value until the worker
+// exits, so after protect stop a plan went on reporting what it last
+// saw (DroverProtectionSilent could never fire, a stale 1 kept
+// DroverOutOfRPO firing), and where a Protect workflow moved to another
+// worker the first kept its old value beside the new one's.
+type freshGauges struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu   sync.Mutex
+	vals map[string]*freshValue // by name and labels
+}
+
+type freshValue struct {
+	name          string
+	labels, names []string // label values, in the order of names
+	v             float64
+	at            time.Time
+}
+
+// freshNames are the gauges freshGauges keeps.
+var freshNames = []string{workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable}
+
+var freshHelp = map[string]string{
+	workflows.MetricReplicationLag:     "Seconds since a protected group's last completed sync, as the plan's Protect workflow last saw it.",
+	workflows.MetricOutOfRPO:           "1 while a protected plan's replication is behind its RPO target.",
+	workflows.MetricPrimaryUnreachable: "1 while a protected plan's primary site's storage does not answer.",
+}
+
+// sanitize makes names and labels what tally makes of the worker's other
+// metrics (a plan "site-east" is plan="site_east" on all of them).
+var sanitize = tally.NewSanitizer(sdktally.PrometheusSanitizeOptions)
+
+func newFreshGauges(ttl time.Duration) *freshGauges {
+	return &freshGauges{ttl: ttl, now: time.Now, vals: map[string]*freshValue{}}
+}
+
+// wrap is h with Drover's Protect gauges kept here.
+func (f *freshGauges) wrap(h client.MetricsHandler) client.MetricsHandler {
+	return freshHandler{MetricsHandler: h, f: f}
+}
+
+func (f *freshGauges) set(name string, tags map[string]string, v float64) {
+	clean := make(map[string]string, len(tags))
+	for k, v := range tags {
+		clean[sanitize.Key(k)] = sanitize.Value(v)
+	}
+	names := slices.Sorted(maps.Keys(clean))
+	labels := make([]string, len(names))
+	for i, n := range names {
+		labels[i] = clean[n]
+	}
+	key := name + "\x00" + strings.Join(names, "\x00") + "\x00\x00" + strings.Join(labels, "\x00")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vals[key] = &freshValue{name: name, names: names, labels: labels, v: v, at: f.now()}
+}
+
+// Describe sends nothing: the labels of these gauges are known only as
+// they are set, which makes freshGauges an unchecked collector.
+func (f *freshGauges) Describe(chan<- *prom.Desc) {}
+
+// Collect sends each fresh gauge and forgets the others.
+func (f *freshGauges) Collect(ch chan<- prom.Metric) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	for key, e := range f.vals {
+		if now.Sub(e.at) > f.ttl {
+			delete(f.vals, key)
+			continue
+		}
+		ch <- prom.MustNewConstMetric(prom.NewDesc(e.name, freshHelp[e.name], e.names, nil), prom.GaugeValue, e.v, e.labels...)
+	}
+}
+
+type freshHandler struct {
+	client.MetricsHandler
+	f    *freshGauges
+	tags map[string]string
+}
+
+func (h freshHandler) WithTags(tags map[string]string) client.MetricsHandler {
+	merged := maps.Clone(h.tags)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, tags)
+	return freshHandler{MetricsHandler: h.MetricsHandler.WithTags(tags), f: h.f, tags: merged}
+}
+
+func (h freshHandler) Gauge(name string) client.MetricsGauge {
+	if !slices.Contains(freshNames, name) {
+		return h.MetricsHandler.Gauge(name)
+	}
+	return freshGauge{f: h.f, name: name, tags: h.tags}
+}
+
+type freshGauge struct {
+	f    *freshGauges
+	name string
+	tags map[string]string
+}
+
+func (g freshGauge) Update(v float64) { g.f.set(g.name, g.tags, v) }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/workflows"
+)
+
+// countingHandler counts the gauges asked of it: what freshGauges leaves
+// to tally.
+type countingHandler struct {
+	client.MetricsHandler
+	gauges *int
+}
+
+func (h countingHandler) WithTags(map[string]string) client.MetricsHandler { return h }
+func (h countingHandler) Gauge(string) client.MetricsGauge {
+	*h.gauges++
+	return client.MetricsNopHandler.Gauge("")
+}
+
+// TestFreshGauges: a Protect gauge set through the worker's metrics
+// handler is on /metrics with every tag (sanitized as tally sanitizes
+// the others) until ttl has passed since it was last set, then gone,
+// and back once set again; other gauges go to tally as before.
+func TestFreshGauges(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	f := newFreshGauges(time.Minute)
+	f.now = func() time.Time { return now }
+	reg := prom.NewPedanticRegistry()
+	reg.MustRegister(f)
+	others := 0
+	h := f.wrap(countingHandler{MetricsHandler: client.MetricsNopHandler, gauges: &others}).
+		WithTags(map[string]string{"namespace": "default", "workflow_type": "Protect"})
+	plan := h.WithTags(map[string]string{"plan": "site-east"})
+	plan.Gauge(workflows.MetricOutOfRPO).Update(1)
+	plan.WithTags(map[string]string{"group": "db"}).Gauge(workflows.MetricReplicationLag).Update(2.5)
+	h.Gauge("temporal_sticky_cache_size").Update(3)
+	if others != 1 {
+		t.Fatalf("%d other gauge(s) reached tally, want 1", others)
+	}
+
+	want := `
+# HELP drover_out_of_rpo 1 while a protected plan's replication is behind its RPO target.
+# TYPE drover_out_of_rpo gauge
+drover_out_of_rpo{namespace="default",plan="site_east",workflow_type="Protect"} 1
+# HELP drover_replication_lag_seconds Seconds since a protected group's last completed sync, as the plan's Protect workflow last saw it.
+# TYPE drover_replication_lag_seconds gauge
+drover_replication_lag_seconds{group="db",namespace="default",plan="site_east",workflow_type="Protect"} 2.5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Within ttl of its last update a gauge stays; past it, it is gone.
+	now = now.Add(50 * time.Second)
+	plan.Gauge(workflows.MetricOutOfRPO).Update(0)
+	now = now.Add(20 * time.Second)
+	want = `
+# HELP drover_out_of_rpo 1 while a protected plan's replication is behind its RPO target.
+# TYPE drover_out_of_rpo gauge
+drover_out_of_rpo{namespace="default",plan="site_east",workflow_type="Protect"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Fatalf("%d gauge(s) (%v) a minute past the last update, want none", n, err)
+	}
+	if len(f.vals) != 0 {
+		t.Fatalf("%d stale gauge(s) kept", len(f.vals))
+	}
+	plan.Gauge(workflows.MetricOutOfRPO).Update(1)
+	if n, err := testutil.GatherAndCount(reg, workflows.MetricOutOfRPO); err != nil || n != 1 {
+		t.Fatalf("%d gauge(s) (%v) once set again, want 1", n, err)
+	}
+}
