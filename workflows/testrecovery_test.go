@@ -54,7 +54,9 @@ func testRecoveryFixture(t *testing.T) *fixture {
 // and waits for the operator. A write to a copy meanwhile lands on the
 // copy only. Once approved, it stops the test workloads and deletes every
 // copy and snapshot. No fence, promotion, demotion or real hook ran; the
-// replicas' roles and history are unchanged and hold the primary's data.
+// replicas' roles and history are unchanged and hold the primary's data;
+// and nothing went to the plan's record, neither the test's start and end
+// nor any change, so the record still says what the DR actions left.
 func TestTestRecoveryLeavesProductionAlone(t *testing.T) {
 	f := testRecoveryFixture(t)
 	before := f.west.Snapshot()
@@ -99,6 +101,15 @@ func TestTestRecoveryLeavesProductionAlone(t *testing.T) {
 		if slices.Contains([]string{"FenceClusterNetwork", "UnfenceClusterNetwork", "PromoteVolume", "DemoteVolume", "ResyncVolume", "DisableVolumeReplication"}, c.name) {
 			t.Fatalf("a test recovery called %s: %v", c, *calls)
 		}
+	}
+	// An action's changes reach the record by the worker's signal
+	// (SendRecordChange), which has no client here, or by the workflow's
+	// own: either way the fixture keeps them.
+	f.recordMu.Lock()
+	sent := slices.Clone(f.record)
+	f.recordMu.Unlock()
+	if len(sent) != 0 {
+		t.Fatalf("a test recovery sent the plan's record %d change(s): %+v", len(sent), sent)
 	}
 	after := f.west.Snapshot()
 	if n := len(after.Snapshots) + len(after.GroupSnapshots) + len(after.Clones); n != 0 {
