@@ -429,6 +429,109 @@ func TestFailoverPausesOnFenceFailure(t *testing.T) {
 	}
 }
 
+// TestFailoverSkipsFenceWithOverride: a fence that fails for good pauses
+// the failover before anything is promoted; a skip of the fence step
+// without an override is refused, and one with it is taken: the step ends
+// skipped, with the operator's name on it. A skipped fence still has its
+// verification run, which reads the fence back, finds nothing fenced and
+// pauses too (it is a guard as well); once that is skipped with an
+// override in turn, the failover promotes every group on west and starts
+// the workloads. Nothing is reported or recorded as fenced, and west does
+// not fence east's client.
+func TestFailoverSkipsFenceWithOverride(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "FenceClusterNetwork", Code: "INVALID_ARGUMENT", Count: 1000, Message: "fence agent misconfigured"}}))
+	env, calls := f.env(t)
+	var fencePaused, verifyPaused *workflows.Step
+	var refused error
+	var skipped, verifySkipped, promotedWhilePaused bool
+	env.RegisterDelayedCallback(func() {
+		fencePaused = pausedStep(t, env)
+		promotedWhilePaused = indexOf(*calls, "PromoteVolume", "", "") >= 0
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence/east", Action: workflows.DecisionSkip, By: "operator"},
+			func() { t.Error("a skip of the fence step without override was accepted") }, func(err error) { refused = err })
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence/east", Action: workflows.DecisionSkip, Override: true, By: "operator"},
+			func() { skipped = true }, nil)
+	}, time.Hour)
+	env.RegisterDelayedCallback(func() {
+		verifyPaused = pausedStep(t, env)
+		promotedWhilePaused = promotedWhilePaused || indexOf(*calls, "PromoteVolume", "", "") >= 0
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "verify-fence/east", Action: workflows.DecisionSkip, Override: true, By: "operator"},
+			func() { verifySkipped = true }, nil)
+	}, 2*time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	if err := env.GetWorkflowError(); err != nil {
+		for _, s := range progressOf(t, env).Steps {
+			t.Logf("%s: %s %d %s", s.ID, s.State, s.Attempts, s.LastError)
+		}
+		t.Fatal(err)
+	}
+	if fencePaused == nil || fencePaused.ID != "fence/east" || !strings.Contains(fencePaused.LastError, "fence agent misconfigured") {
+		t.Fatalf("after an hour the paused step is %+v, want the fence with its error", fencePaused)
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "needs --override") {
+		t.Fatalf("skip of the fence step without override: %v; want a refusal that asks for --override", refused)
+	}
+	if !skipped {
+		t.Fatal("the skip of the fence step with override was not accepted")
+	}
+	if verifyPaused == nil || verifyPaused.ID != "verify-fence/east" || !strings.Contains(verifyPaused.LastError, "does not list "+simtest.NodeA+"/32 as fenced") {
+		t.Fatalf("after two hours the paused step is %+v, want the fence's verification finding nothing fenced", verifyPaused)
+	}
+	if !verifySkipped {
+		t.Fatal("the skip of the verification with override was not accepted")
+	}
+	if promotedWhilePaused {
+		t.Fatal("a group was promoted while a fence step was paused")
+	}
+	if i, j := indexOf(*calls, "ListClusterFence", "west", ""), indexOf(*calls, "PromoteVolume", "", ""); i < 0 || j < i {
+		t.Fatalf("the skipped fence was not read back before the promotion:\n%v", *calls)
+	}
+
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	if res.State != workflows.StateCompleted {
+		t.Fatalf("the failover is %s", res.State)
+	}
+	for _, s := range res.Steps {
+		want := workflows.StateDone
+		if s.ID == "fence/east" || s.ID == "verify-fence/east" {
+			want = workflows.StateSkipped
+			if s.By != "operator" || s.Attempts != 1 || s.End.IsZero() {
+				t.Errorf("step %s: by %q after %d attempt(s), end %v; want the operator's skip of the first", s.ID, s.By, s.Attempts, s.End)
+			}
+		}
+		if s.State != want {
+			t.Errorf("step %s is %s (%s), want %s", s.ID, s.State, s.LastError, want)
+		}
+	}
+	state := f.west.Snapshot()
+	for _, key := range []string{"vg/vg-1", "vg/vg-2", "vol/solo"} {
+		if u := state.Unit(key); u == nil || u.Role != sim.RolePrimary {
+			t.Fatalf("%s on west is not primary: %+v", key, u)
+		}
+	}
+	for _, fe := range state.Fences {
+		if fe.Fenced {
+			t.Errorf("west fences %s though the fence was skipped", fe.CIDR)
+		}
+	}
+	if len(res.Fenced) != 0 {
+		t.Errorf("the result reports %v fenced", res.Fenced)
+	}
+	f.recordMu.Lock()
+	defer f.recordMu.Unlock()
+	for _, c := range f.record {
+		if c.Fenced != nil {
+			t.Errorf("the record was told of a fence: %+v", c.Fenced)
+		}
+	}
+	if !slices.ContainsFunc(f.record, func(c workflows.RecordChange) bool { return c.Primary == "west" }) {
+		t.Errorf("the record was not told west is primary: %+v", f.record)
+	}
+}
+
 // TestFailoverUnfencedNeedsConfirmation: a site declared unfenceable is
 // never promoted over without the operator's confirmation; aborting the
 // paused action ends it with nothing promoted.
