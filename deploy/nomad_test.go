@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,7 +140,8 @@ func TestNomadJobSpecs(t *testing.T) {
 // TestNomadJobsRun runs both job files on a real `nomad agent -dev`
 // against the Temporal dev server, their settings in Nomad Variables as
 // the README says: each worker comes up, its /healthz and /readyz checks
-// pass, and Temporal lists it polling its queue. It logs each worker's
+// pass, and Temporal lists it polling its queue; the central worker,
+// hung (SIGSTOP), is restarted by its /healthz check. It logs each worker's
 // resident memory, the figure the job files' limits come from.
 func TestNomadJobsRun(t *testing.T) {
 	if testing.Short() {
@@ -230,5 +233,49 @@ func TestNomadJobsRun(t *testing.T) {
 		}
 		ms := stats.ResourceUsage.MemoryStats
 		t.Logf("%s: running, checks %d/2 passing; resident memory %.1f MiB (peak %.1f MiB)", j.id, len(checks), float64(ms.RSS)/(1<<20), float64(ms.MaxUsage)/(1<<20))
+		if j.id == nomadJobs[0].id {
+			hangAndSeeRestarted(t, c, alloc, stats)
+		}
+	}
+}
+
+// hangAndSeeRestarted stops (SIGSTOP) the processes of alloc's worker
+// task, as a worker that hangs, and waits until Nomad has restarted the
+// task on its failed /healthz checks and the new one's checks pass.
+func hangAndSeeRestarted(t *testing.T, c *api.Client, alloc *api.Allocation, stats *api.AllocResourceUsage) {
+	t.Helper()
+	task := stats.Tasks["worker"]
+	if task == nil || len(task.Pids) == 0 {
+		t.Fatalf("the agent lists no process of the worker task: %+v", stats.Tasks)
+	}
+	before := alloc.TaskStates["worker"].Restarts
+	for pid := range task.Pids {
+		n, err := strconv.Atoi(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(n, syscall.SIGSTOP); err != nil {
+			t.Fatalf("stop the worker's process %d: %v", n, err)
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(3 * time.Minute)
+	for ; ; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a hung worker was not restarted within 3 minutes (restarts %d)", before)
+		}
+		a, _, err := c.Allocations().Info(alloc.ID, nil)
+		if err != nil || a.TaskStates["worker"] == nil || a.TaskStates["worker"].Restarts == before || a.TaskStates["worker"].State != "running" {
+			continue
+		}
+		checks, err := c.Allocations().Checks(alloc.ID, nil)
+		ok := err == nil && len(checks) == 2
+		for _, ch := range checks {
+			ok = ok && ch.Status == "success"
+		}
+		if ok {
+			t.Logf("%s: the hung worker was restarted after %v, its checks pass again", alloc.JobID, time.Since(start).Round(time.Second))
+			return
+		}
 	}
 }
