@@ -215,3 +215,34 @@ func failedChecks(res workflows.DrillResult) map[string]string {
 	}
 	return failed
 }
+
+// TestDrillSecretsCheck: the drill's secrets check is ListClusterFence,
+// the one call that takes the fence's secrets without fencing. Storage
+// that refuses them (UNAUTHENTICATED) fails the check with its reason;
+// storage that does not implement the call (ceph-csi's RBD driver) passes
+// it saying it was not checked, so that a plan on it can pass a drill.
+func TestDrillSecretsCheck(t *testing.T) {
+	f := newFixture(t)
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "ListClusterFence", Code: "UNAUTHENTICATED", Probability: 1, Message: "key rejected by the cluster"}}))
+	var res workflows.DrillResult
+	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	failed := failedChecks(res)
+	if res.OK || len(failed) != 1 || !strings.Contains(failed["secrets accepted on west"], "key rejected by the cluster") {
+		t.Fatalf("failed checks %v, want only west's secrets, with the storage's reason", failed)
+	}
+
+	unlisted := []sim.FaultRule{{Method: "ListClusterFence", Code: "UNIMPLEMENTED", Probability: 1}}
+	mustOK(t, f.west.SetFaults(unlisted))
+	mustOK(t, f.east.SetFaults(unlisted))
+	_, err = f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	if !res.OK {
+		t.Fatalf("the drill on storage without ListClusterFence failed: %v", failedChecks(res))
+	}
+	for _, site := range []string{"east", "west"} {
+		if s := stepOf(t, res.Progress, "check-secrets/"+site); s.State != workflows.StateDone || !strings.HasPrefix(s.Output, "not checked: the storage does not implement ListClusterFence") {
+			t.Errorf("the secrets check on %s: %s %q, want done, saying it was not checked", site, s.State, s.Output)
+		}
+	}
+}
