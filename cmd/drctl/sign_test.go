@@ -15,7 +15,8 @@ import (
 // TestKeygenAndValidFor: plan keygen writes the signing key for
 // its owner alone and never overwrites a key; plan sign --valid-for
 // writes a signature that ends then (TestSigningKeys has an action
-// refused once it has).
+// refused once it has), and protect start with it says protection
+// stops then.
 func TestKeygenAndValidFor(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "ops")
@@ -66,5 +67,12 @@ func TestKeygenAndValidFor(t *testing.T) {
 	sig, err := plans.ReadSignature(plans.SignatureFile(plan))
 	if err != nil || !sig.ExpiresAt.Equal(signed[0].ExpiresAt) {
 		t.Fatalf("%s: %+v, %v; want it to end at %v", plans.SignatureFile(plan), sig, err, signed[0].ExpiresAt)
+	}
+	// Protection ends with its signature, and protect start says when
+	// (before it reaches for Temporal, which is not there).
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	code, _, errs = drctl("protect", "start", plan)
+	if want := "ends at " + sig.ExpiresAt.UTC().Format(time.RFC3339) + "; protection stops then"; code != 3 || !strings.Contains(errs, want) {
+		t.Fatalf("protect start with a signature that ends: exit %d, %q; want %q", code, errs, want)
 	}
 }
