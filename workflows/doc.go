@@ -56,7 +56,9 @@
 //     whether the test ends, fails or is cancelled, and asks again by
 //     name for what a create without an answer may have made. Its
 //     QueryTestCopies names what it made; TestCleanup (same file, same
-//     id) does the cleanup for a run that ended without one.
+//     id) does the cleanup for a run that ended without one, deleting
+//     what that run reports it made (read by the worker: RunReader),
+//     never what its own input names.
 //
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's
@@ -193,9 +195,11 @@
 // its own. failover-v10*, failback-v8*, reprotect-v8*, drill-v6*,
 // protect-v2*, site-failover-v2, test-recovery-v3 and test-cleanup-v2
 // are of generation 1, from before a batch's first attempt was local
-// (changeLocalBatch, generation 2). Generation 3 differs from 2 only
-// where the operator skips a site fence (changeSiteFenceSkip), which no
-// recorded history does.
+// (changeLocalBatch, generation 2). test-recovery-v4 and test-cleanup-v3
+// are of generation 2, from before a test cleanup took its copies from
+// the run it cleans up after (changeCleanupFromRun, generation 3, which
+// also has changeSiteFenceSkip: where the operator skips a site fence,
+// which no recorded history does).
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

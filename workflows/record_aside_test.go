@@ -72,6 +72,7 @@ func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activi
 	w := worker.New(srv.Client, workflows.TaskQueue, worker.Options{Interceptors: interceptors})
 	workflows.Register(w)
 	w.RegisterActivity(&workflows.RecordSender{Client: srv.Client})
+	w.RegisterActivity(&workflows.RunReader{Client: srv.Client})
 	w.RegisterActivity(trust)
 	w.RegisterActivity(f.storage)
 	w.RegisterActivity(f.workloads)

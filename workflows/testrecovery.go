@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -594,7 +595,9 @@ func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryR
 }
 
 // TestCleanupInput names what a test recovery run left behind: its
-// copies (as its QueryTestCopies answer gives them) at site At.
+// copies (as its QueryTestCopies answer gives them) at site At. The
+// cleanup deletes what run Run itself reports (RunReader), not Copies:
+// anyone who may start a workflow could name any volume there.
 type TestCleanupInput struct {
 	Origin
 	Plan   *plans.Plan `json:"plan"`
@@ -626,9 +629,81 @@ func StartTestCleanup(ctx context.Context, c client.Client, in TestCleanupInput)
 	return run, err
 }
 
+// changeCleanupFromRun marks histories in which a TestCleanup takes the
+// copies to delete from the test recovery run itself, not from its
+// input (generation 3).
+const changeCleanupFromRun = "cleanup-from-run"
+
+// runReadOptions bound the worker's reading of a test recovery run.
+var runReadOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    30 * time.Second,
+	ScheduleToCloseTimeout: 2 * time.Minute,
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: []string{errNoRun}},
+}
+
+// errNoRun is RunReader's answer for a run it cannot take copies from.
+const errNoRun = "NoTestRun"
+
+// TestRunRef names a run of a plan's test recovery id.
+type TestRunRef struct {
+	Plan string `json:"plan"`
+	Run  string `json:"run"`
+}
+
+// TestRunCopies is what a test recovery run reports it made, and where.
+type TestRunCopies struct {
+	At     string     `json:"at"`
+	Copies []TestCopy `json:"copies"`
+}
+
+// RunReader is the worker's activity that reads a test recovery run, for
+// TestCleanup: registered by the worker with its Temporal client, it
+// reaches only the plan's test recovery id.
+type RunReader struct {
+	Client client.Client
+}
+
+// TestRunCopies asks run in.Run of the plan's test recovery id what it
+// made. The run must be a TestRecovery: its copies are what its own
+// calls to the storage answered, from a plan whose signature it checked
+// first.
+func (rr *RunReader) TestRunCopies(ctx context.Context, in TestRunRef) (TestRunCopies, error) {
+	if rr == nil || rr.Client == nil {
+		return TestRunCopies{}, temporal.NewNonRetryableApplicationError("this worker has no client to read test recovery runs", errNoRun, nil)
+	}
+	if in.Run == "" {
+		return TestRunCopies{}, temporal.NewNonRetryableApplicationError("no run given", errNoRun, nil)
+	}
+	id := TestRecoveryID(in.Plan)
+	d, err := rr.Client.DescribeWorkflowExecution(ctx, id, in.Run)
+	if isNotFound(err) {
+		return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("workflow %s has no run %s (or it is past the namespace's retention: delete what it made by hand)", id, in.Run), errNoRun, err)
+	}
+	if err != nil {
+		return TestRunCopies{}, err
+	}
+	if typ := d.GetWorkflowExecutionInfo().GetType().GetName(); typ != names.TestRecovery {
+		return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %s of %s is a %s, not a test recovery", in.Run, id, typ), errNoRun, nil)
+	}
+	v, err := rr.Client.QueryWorkflow(ctx, id, in.Run, QueryTestCopies)
+	var qf *serviceerror.QueryFailed
+	if errors.As(err, &qf) {
+		return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %s of %s does not say what it made: %v", in.Run, id, err), errNoRun, err)
+	}
+	if err != nil {
+		return TestRunCopies{}, err
+	}
+	var res TestRecoveryResult
+	if err := v.Get(&res); err != nil {
+		return TestRunCopies{}, err
+	}
+	return TestRunCopies{At: res.At, Copies: res.Copies}, nil
+}
+
 // TestCleanup does a test recovery's cleanup for a run that ended without
 // it: the test workloads stopped, the copies and snapshots deleted, those
-// whose create had no answer asked for again by name first.
+// whose create had no answer asked for again by name first. What it
+// deletes is what the run reports it made, read by the worker.
 func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult, error) {
 	p := in.Plan
 	note, err := trust(ctx, p, in.Origin)
@@ -643,7 +718,20 @@ func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult,
 		return nil, err
 	}
 	r.origin, r.progress.By, r.progress.Trust = in.Origin, in.By, note
-	res := &TestRecoveryResult{At: in.At, Copies: slices.Clone(in.Copies)}
+	copies := slices.Clone(in.Copies)
+	if version(ctx, changeCleanupFromRun, 1) == 1 {
+		var made TestRunCopies
+		lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
+		var rr *RunReader
+		if err := workflow.ExecuteLocalActivity(lctx, rr.TestRunCopies, TestRunRef{Plan: p.Metadata.Name, Run: in.Run}).Get(ctx, &made); err != nil {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("cannot read what test recovery run %q of plan %q made: %v", in.Run, p.Metadata.Name, ErrorText(err)), ErrPreflight, nil)
+		}
+		if made.At != in.At {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("test recovery run %q of plan %q ran at %q, not %q", in.Run, p.Metadata.Name, made.At, in.At), ErrPreflight, nil)
+		}
+		copies = made.Copies
+	}
+	res := &TestRecoveryResult{At: in.At, Copies: copies}
 	err = cleanupTest(ctx, r, TestRecoveryInput{Origin: in.Origin, Plan: p, At: in.At}, res)
 	r.progress.End, r.progress.State = workflow.Now(ctx), StateCompleted
 	if err != nil {

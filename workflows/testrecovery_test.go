@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/nomad/api"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -476,4 +477,74 @@ func stepOf(t *testing.T, p workflows.Progress, id string) *workflows.Step {
 	}
 	t.Fatalf("%s has no step %s", p.Action, id)
 	return nil
+}
+
+// TestCleanupDeletesOnlyWhatTheRunMade: a TestCleanup deletes what its
+// test recovery run reports it made, never the copies its input names:
+// anyone who may start a workflow could name a production volume there.
+// After a run killed at its gate (its copies left behind), a cleanup
+// given that run and, beside its copies, a volume of west no test made
+// deletes the run's copies and leaves that volume. A cleanup naming no
+// such run, or a run that is not a test recovery, is refused before any
+// call to the storage.
+func TestCleanupDeletesOnlyWhatTheRunMade(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := testRecoveryFixture(t)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	victim, err := csi.NewControllerClient(dial(t, f.west)).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "orders-archive",
+		VolumeCapabilities: []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}})
+	mustOK(t, err)
+	id := victim.GetVolume().GetVolumeId()
+	kept := func(when string) {
+		t.Helper()
+		if !slices.ContainsFunc(f.west.Snapshot().Clones, func(c sim.CloneState) bool { return c.ID == id }) {
+			t.Fatalf("%s: west's volume %s, which no test made, was deleted", when, id)
+		}
+	}
+
+	run, err := workflows.StartTestRecovery(ctx, srv.Client, workflows.TestRecoveryInput{Plan: f.plan, At: "west"})
+	mustOK(t, err)
+	waitFor(t, ctx, srv.Client, run, "approve "+workflows.GateEndTest, workflows.StateWaiting)
+	mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "killed at the gate"))
+	v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryTestCopies)
+	mustOK(t, err)
+	var made workflows.TestRecoveryResult
+	mustOK(t, v.Get(&made))
+	if len(made.Copies) == 0 || len(f.west.Snapshot().Clones) < 2 {
+		t.Fatalf("the killed run left %d copies, west has %d volumes; want its copies and the victim", len(made.Copies), len(f.west.Snapshot().Clones))
+	}
+	forged := append(slices.Clone(made.Copies), workflows.TestCopy{Group: "db", Volume: "v1", Copy: id})
+
+	cleanup := func(runID string) (workflows.TestCleanupResult, error) {
+		c, err := workflows.StartTestCleanup(ctx, srv.Client, workflows.TestCleanupInput{Plan: f.plan, At: "west", Run: runID, Copies: forged})
+		mustOK(t, err)
+		var res workflows.TestCleanupResult
+		err = c.Get(ctx, &res)
+		return res, err
+	}
+	for _, runID := range []string{"", "00000000-0000-0000-0000-000000000000"} {
+		if _, err := cleanup(runID); err == nil || !strings.Contains(err.Error(), "cannot read what test recovery run") {
+			t.Fatalf("a cleanup of run %q: %v, want a refusal", runID, err)
+		}
+		kept(fmt.Sprintf("a cleanup of run %q", runID))
+	}
+	res, err := cleanup(run.GetRunID())
+	mustOK(t, err)
+	if !res.Cleaned {
+		t.Fatalf("the cleanup: %+v", res)
+	}
+	kept("the cleanup of the killed run")
+	if n := len(f.west.Snapshot().Clones) + len(f.west.Snapshot().Snapshots); n != 1 {
+		t.Fatalf("west holds %d volumes and snapshots after the cleanup, want only the victim", n)
+	}
+	// The cleanup's own run is not a test recovery.
+	d, err := srv.Client.DescribeWorkflowExecution(ctx, workflows.TestRecoveryID(f.plan.Metadata.Name), "")
+	mustOK(t, err)
+	if _, err := cleanup(d.GetWorkflowExecutionInfo().GetExecution().GetRunId()); err == nil || !strings.Contains(err.Error(), "TestCleanup, not a test recovery") {
+		t.Fatalf("a cleanup of a cleanup's run: %v, want a refusal", err)
+	}
+	kept("a cleanup of a cleanup's run")
 }

@@ -293,6 +293,7 @@ func run(args []string, stderr io.Writer) int {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)
 		w.RegisterActivity(&workflows.RecordSender{Client: cl})
+		w.RegisterActivity(&workflows.RunReader{Client: cl})
 		ids := make([]string, len(c.trust.Keys))
 		for i, k := range c.trust.Keys {
 			ids[i] = plans.KeyID(k)
