@@ -63,7 +63,8 @@
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's
 //     signature checked first, one fence per storage system of the
-//     surviving site for the union of the plans' CIDRs (verified), then
+//     surviving site for the union of the CIDRs of the plans not running
+//     an action of their own (RunReader.RunningActions; verified), then
 //     each plan's own Failover as a child under the plan's action id,
 //     tier by tier (metadata.tier), with SiteFence telling it what is
 //     fenced already (nothing, where the operator skipped the site
@@ -195,11 +196,12 @@
 // its own. failover-v10*, failback-v8*, reprotect-v8*, drill-v6*,
 // protect-v2*, site-failover-v2, test-recovery-v3 and test-cleanup-v2
 // are of generation 1, from before a batch's first attempt was local
-// (changeLocalBatch, generation 2). test-recovery-v4 and test-cleanup-v3
-// are of generation 2, from before a test cleanup took its copies from
-// the run it cleans up after (changeCleanupFromRun, generation 3, which
-// also has changeSiteFenceSkip: where the operator skips a site fence,
-// which no recorded history does).
+// (changeLocalBatch, generation 2). test-recovery-v4, test-cleanup-v3
+// and site-failover-v3 are of generation 2, from before a test cleanup
+// took its copies from the run it cleans up after (changeCleanupFromRun)
+// and a site failover asked which plans run an action before its fence
+// (changeSiteBusyFence); generation 3 also has changeSiteFenceSkip, where
+// the operator skips a site fence, which no recorded history does.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

@@ -89,6 +89,11 @@ type SiteFailoverInput struct {
 	Parallelism int `json:"parallelism,omitempty"`
 }
 
+// changeSiteBusyFence marks histories in which a site failover leaves
+// out of its fence the plans that run an action of their own
+// (generation 3).
+const changeSiteBusyFence = "site-busy-fence"
+
 // changeSiteFenceSkip marks histories in which a site fence the operator
 // skipped is not verified: runs before it verified it all the same
 // (generation 3).
@@ -242,10 +247,24 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		trusted = append(trusted, name)
 	}
 
-	// One fence per storage system of the surviving site (a failover's).
+	// One fence per storage system of the surviving site (a failover's),
+	// for the plans not running an action of their own: a busy plan is
+	// left alone, its clients with it (its own action, or the site
+	// action's retry once it has ended, fences them and records it).
 	fences := map[string]*SiteFence{}
 	if action == SiteFailoverAction {
-		if fences, err = siteFences(ctx, r, in, byName, trusted); err != nil {
+		fenced := trusted
+		if version(ctx, changeSiteBusyFence, 1) == 1 {
+			var busy []string
+			lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
+			var rr *RunReader
+			// Best effort: the child's start still finds a busy plan.
+			if err := workflow.ExecuteLocalActivity(lctx, rr.RunningActions, trusted).Get(ctx, &busy); err != nil {
+				workflow.GetLogger(ctx).Warn("could not ask which plans run an action; fencing for all", "error", err)
+			}
+			fenced = slices.DeleteFunc(slices.Clone(trusted), func(n string) bool { return slices.Contains(busy, n) })
+		}
+		if fences, err = siteFences(ctx, r, in, byName, fenced); err != nil {
 			return r.siteEnd(ctx, res, outcome, order, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -698,6 +699,28 @@ func (rr *RunReader) TestRunCopies(ctx context.Context, in TestRunRef) (TestRunC
 		return TestRunCopies{}, err
 	}
 	return TestRunCopies{At: res.At, Copies: res.Copies}, nil
+}
+
+// RunningActions are the plans of names whose action id has a run open:
+// a site failover leaves them out of its fence.
+func (rr *RunReader) RunningActions(ctx context.Context, names []string) ([]string, error) {
+	if rr == nil || rr.Client == nil {
+		return nil, temporal.NewNonRetryableApplicationError("this worker has no client to read runs", errNoRun, nil)
+	}
+	var busy []string
+	for _, n := range names {
+		d, err := rr.Client.DescribeWorkflowExecution(ctx, ActionID(n), "")
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			busy = append(busy, n)
+		}
+	}
+	return busy, nil
 }
 
 // TestCleanup does a test recovery's cleanup for a run that ended without

@@ -53,9 +53,10 @@ var generation1 = map[string]workflow.Version{
 var generation2 = with(generation1, map[string]workflow.Version{changeLocalBatch: 1})
 
 // generation3 is generation 2, a site fence skipped by the operator
-// leaving its verification to the plans (changeSiteFenceSkip), and a
-// test cleanup taking its copies from the run (changeCleanupFromRun).
-var generation3 = with(generation2, map[string]workflow.Version{changeSiteFenceSkip: 1, changeCleanupFromRun: 1})
+// leaving its verification to the plans (changeSiteFenceSkip), a site
+// fence leaving out busy plans (changeSiteBusyFence), and a test cleanup
+// taking its copies from the run (changeCleanupFromRun).
+var generation3 = with(generation2, map[string]workflow.Version{changeSiteFenceSkip: 1, changeSiteBusyFence: 1, changeCleanupFromRun: 1})
 
 // generations are the frozen generations by number; the last is the one
 // new runs take.

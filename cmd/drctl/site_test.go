@@ -166,7 +166,8 @@ func TestSiteFailover(t *testing.T) {
 
 // TestSiteFailoverLeavesABusyPlanAlone: a plan already running an action
 // (a failover waiting at its approval gate) is not restarted by the site
-// action: it is reported busy and its tier pauses the site action. drctl
+// action, nor are its clients in the site's fence: it is reported busy
+// and its tier pauses the site action. drctl
 // resolve --retry on the site action tries the plan again (still busy,
 // it pauses again, the plan's own action untouched); once that action is
 // cancelled, --retry fails the plan over and the site action completes.
@@ -200,6 +201,11 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 		return 0
 	}
 	simtest.Eventually(t, time.Minute, "tier 1 to pause", func() bool { return tries() == 1 })
+	// Left alone: the site fence took shop's clients, not loose's, which
+	// its own failover, waiting at its gate, has not fenced yet.
+	if got := st.west.FencedCIDRs(); !slices.Contains(got, simtest.NodeA+"/32") || slices.Contains(got, "127.0.0.10/32") {
+		t.Fatalf("west fences %v while loose's own failover waits at its gate; want shop's %s/32 and not loose's 127.0.0.10/32", got, simtest.NodeA)
+	}
 	// One site action per site at a time: a second, paused or not, is
 	// refused and names the running one.
 	c.want(1, "a site action on east is running already (workflow "+site, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
