@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -111,8 +112,32 @@ func (s *secretSet) list() []string {
 	return out
 }
 
+// secretName matches the names of environment variables that hold a
+// secret: a key, token, password or credential (TEMPORAL_API_KEY,
+// TEMPORAL_TLS_CLIENT_KEY_DATA, a storage secret's userKey), not a file
+// or path that names one.
+var secretName = regexp.MustCompile(`(?i)(key|token|secret|passw(or)?d|credential)`)
+
+// RememberEnvSecrets adds to what RedactResolved replaces the values of
+// environ's variables whose names say they hold a secret. A hook runs
+// as the worker's child and can read the worker's environment
+// (/proc/PPID/environ): its output is redacted of these from the start,
+// not only of the secrets resolved so far.
+func RememberEnvSecrets(environ []string) {
+	m := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		up := strings.ToUpper(k)
+		if !ok || !secretName.MatchString(k) || strings.HasSuffix(up, "_FILE") || strings.HasSuffix(up, "_PATH") || strings.HasSuffix(up, "_KEYS") {
+			continue
+		}
+		m[k] = v
+	}
+	resolved.add(m)
+}
+
 // RedactResolved replaces in s every secret value this worker has
-// resolved so far.
+// resolved so far, and those RememberEnvSecrets took.
 func RedactResolved(s string) string {
 	if s == "" {
 		return s

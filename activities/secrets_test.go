@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -194,5 +195,19 @@ func TestSecretsStayOnTheWorker(t *testing.T) {
 	// The calls were authenticated: the simulator saw the key.
 	if f := a.FaultCounts()[activities.RPCFenceClusterNetwork+":Unknown"]; f != 1 {
 		t.Fatalf("the echoing fault fired %d times, want 1", f)
+	}
+}
+
+// TestRememberEnvSecrets: the values of the worker's variables whose
+// names say they hold a secret are redacted from the start; other
+// values, and the files and paths that name a secret, are not.
+func TestRememberEnvSecrets(t *testing.T) {
+	key, token, userKey := "k3y-"+t.Name(), "t0ken-"+t.Name(), "AQD-"+t.Name()
+	activities.RememberEnvSecrets([]string{"TEMPORAL_API_KEY=" + key, "DROVER_E2E_API_TOKEN=" + token, "DROVER_EAST_CSI_userKey=" + userKey,
+		"TEMPORAL_NAMESPACE=orders-prod", "TEMPORAL_TLS_CLIENT_KEY_PATH=/etc/drover/client.key", "DROVER_TRUSTED_PLAN_KEYS=/etc/drover/plans.pub", "NOEQUALS"})
+	in := fmt.Sprintf("api %s token %s ceph %s ns orders-prod key at /etc/drover/client.key plans /etc/drover/plans.pub", key, token, userKey)
+	want := "api [redacted] token [redacted] ceph [redacted] ns orders-prod key at /etc/drover/client.key plans /etc/drover/plans.pub"
+	if got := activities.RedactResolved(in); got != want {
+		t.Fatalf("redacted:\n%s\nwant:\n%s", got, want)
 	}
 }

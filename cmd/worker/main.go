@@ -204,6 +204,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker: %v (see worker -h)\n", err)
 		return 2
 	}
+	// A hook can read this process's environment: what it prints is
+	// redacted of the secrets there (an API key, a storage key) from the
+	// first call on.
+	activities.RememberEnvSecrets(os.Environ())
 	if c.version {
 		fmt.Fprintf(os.Stdout, "worker %s\n", version.String())
 		return 0
