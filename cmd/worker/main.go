@@ -292,7 +292,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	defer cl.Close()
 
-	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter})
+	// A site worker runs activities only: it does not poll for workflow
+	// tasks at all, which it could only fail.
+	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != ""})
 	if c.site == "" {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)

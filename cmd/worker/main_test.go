@@ -2,25 +2,29 @@ package main_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"crypto/ed25519"
-	"crypto/tls"
-	"crypto/x509"
-	"fmt"
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -29,7 +33,6 @@ import (
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // TestBadInput: bad flags exit 2 with a message; an unreachable Temporal
@@ -369,6 +372,29 @@ func TestStopLetsRunningCallsFinish(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// A site worker runs its site's activities only (SECURITY.md): it
+	// polls its activity queue, and no workflow queue, nor the central
+	// one.
+	polls := func(queue string, typ enums.TaskQueueType) bool {
+		resp, err := srv.Client.DescribeTaskQueue(ctx, queue, typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(resp.GetPollers(), func(p *taskqueuepb.PollerInfo) bool {
+			return strings.HasPrefix(p.GetIdentity(), fmt.Sprintf("%d@", site.Cmd.Process.Pid))
+		})
+	}
+	if !polls("drover-site-west", enums.TASK_QUEUE_TYPE_ACTIVITY) {
+		t.Fatal("the site worker does not poll drover-site-west for activities")
+	}
+	for _, q := range []string{"drover-site-west", workflows.TaskQueue} {
+		if polls(q, enums.TASK_QUEUE_TYPE_WORKFLOW) {
+			t.Fatalf("the site worker polls %s for workflow tasks", q)
+		}
+	}
+	if polls(workflows.TaskQueue, enums.TASK_QUEUE_TYPE_ACTIVITY) {
+		t.Fatal("the site worker polls the central queue for activities")
+	}
 	run, err := workflows.Start(ctx, srv.Client, "slow", workflows.Drill, workflows.DrillInput{Plan: p, Action: "failover", From: "east", To: "west"})
 	if err != nil {
 		t.Fatal(err)
