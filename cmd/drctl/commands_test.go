@@ -28,6 +28,13 @@ import (
 	"github.com/drover-dr/drover/workflows"
 )
 
+// eastWest starts a pair of simulated sites named east and west that
+// replicate every 50 ms.
+func eastWest(t *testing.T) (east, west *simtest.Site) {
+	return simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+}
+
 // cli runs the built drctl against one Temporal address.
 type cli struct {
 	t    *testing.T
@@ -217,8 +224,7 @@ volumeGroups:
 func TestCommandsAgainstDevServer(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	east, west := eastWest(t)
 	dir := t.TempDir()
 	hooks := filepath.Join(dir, "hooks.log")
 	plan := func(name, extra string) string {
@@ -510,8 +516,7 @@ type recordOut struct {
 func TestRecordOutlivesHistories(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	east, west := eastWest(t)
 	dir := t.TempDir()
 	plan := func(name, eastFence string) string {
 		return onePlan(t, filepath.Join(dir, name+".yaml"), name, east, west, eastFence, "")

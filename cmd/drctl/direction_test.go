@@ -28,8 +28,7 @@ import (
 func TestActionAgainstTheRecordedStateIsRefused(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	east, west := eastWest(t)
 	dir := t.TempDir()
 	plan := func(file, name, extra string) string {
 		return onePlan(t, filepath.Join(dir, file), name, east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), extra)

@@ -23,8 +23,7 @@ import (
 func TestSigningKeys(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	east, west := eastWest(t)
 	dir := t.TempDir()
 	shop := onePlan(t, filepath.Join(dir, "shop.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "")
 	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}

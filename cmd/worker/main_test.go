@@ -70,38 +70,40 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// publicKeyFile writes a public key the worker may trust.
+// keyPair writes a fresh plan signing key pair: the public key (PEM) a
+// worker may trust, and the signing key, which it must not take for one.
+func keyPair(t *testing.T) (pubFile, keyFile string, pub ed25519.PublicKey, key ed25519.PrivateKey) {
+	t.Helper()
+	pub, key, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := plans.EncodePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := plans.EncodePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pubFile, keyFile = filepath.Join(dir, "plans.pub"), filepath.Join(dir, "plans.key")
+	if err := os.WriteFile(pubFile, pb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pubFile, keyFile, pub, key
+}
+
 func publicKeyFile(t *testing.T) string {
-	pub, _, err := plans.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := plans.EncodePublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := filepath.Join(t.TempDir(), "plans.pub")
-	if err := os.WriteFile(f, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	f, _, _, _ := keyPair(t)
 	return f
 }
 
-// privateKeyFile writes a plan signing key, which the worker must not
-// take for a trusted public key.
 func privateKeyFile(t *testing.T) string {
-	_, k, err := plans.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := plans.EncodePrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := filepath.Join(t.TempDir(), "plan.key")
-	if err := os.WriteFile(f, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, f, _, _ := keyPair(t)
 	return f
 }
 
@@ -256,18 +258,7 @@ func signedShop(t *testing.T, east, west *simtest.Site) (*plans.Plan, workflows.
 	}
 	p.ApplyDefaults()
 
-	pub, key, err := plans.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubPEM, err := plans.EncodePublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubFile := filepath.Join(t.TempDir(), "plans.pub")
-	if err := os.WriteFile(pubFile, pubPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pubFile, _, pub, key := keyPair(t)
 	sig, err := plans.Sign(p, key, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
