@@ -701,14 +701,14 @@ func (rr *RunReader) TestRunCopies(ctx context.Context, in TestRunRef) (TestRunC
 	return TestRunCopies{At: res.At, Copies: res.Copies}, nil
 }
 
-// RunningActions are the plans of names whose action id has a run open:
-// a site failover leaves them out of its fence.
-func (rr *RunReader) RunningActions(ctx context.Context, names []string) ([]string, error) {
+// RunningActions are those of the plans named whose action id has a
+// run open: a site failover leaves them out of its fence.
+func (rr *RunReader) RunningActions(ctx context.Context, planNames []string) ([]string, error) {
 	if rr == nil || rr.Client == nil {
 		return nil, temporal.NewNonRetryableApplicationError("this worker has no client to read runs", errNoRun, nil)
 	}
 	var busy []string
-	for _, n := range names {
+	for _, n := range planNames {
 		d, err := rr.Client.DescribeWorkflowExecution(ctx, ActionID(n), "")
 		if isNotFound(err) {
 			continue
