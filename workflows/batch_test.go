@@ -123,7 +123,7 @@ func TestBatchAttemptOutlastsItsCalls(t *testing.T) {
 	// A run of generation 1, whose batches are regular activities from
 	// the first attempt: a local first attempt (generation 2) leaves what
 	// it did not start to regular attempts bounded the same way.
-	env.OnGetVersion("generation", workflow.DefaultVersion, 2).Return(workflow.Version(1))
+	env.OnGetVersion("generation", workflow.DefaultVersion, workflows.LatestGeneration).Return(workflow.Version(1))
 	var (
 		mu     sync.Mutex
 		bounds []string

@@ -327,7 +327,7 @@ func TestProtectPollsEachSourceInOldHistories(t *testing.T) {
 	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INVALID_ARGUMENT", Count: 1000, Subject: "vg-2", Message: "injected"}}))
 	env, calls := f.testEnv(t)
 	// A run from before generations, which asks for each change.
-	env.OnGetVersion("generation", workflow.DefaultVersion, 2).Return(workflow.DefaultVersion)
+	env.OnGetVersion("generation", workflow.DefaultVersion, workflows.LatestGeneration).Return(workflow.DefaultVersion)
 	env.OnGetVersion("survey-polls", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	got := stateThenStop(t, env, 15*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})

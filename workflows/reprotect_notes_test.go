@@ -79,7 +79,7 @@ func TestReprotectStepsSayWhatTheyDid(t *testing.T) {
 		f, fo := failedOver(t)
 		env, _ := f.env(t)
 		// A run from before generations, which asks for each change.
-		env.OnGetVersion("generation", workflow.DefaultVersion, 2).Return(workflow.DefaultVersion)
+		env.OnGetVersion("generation", workflow.DefaultVersion, workflows.LatestGeneration).Return(workflow.DefaultVersion)
 		env.OnGetVersion("plan-record", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 		env.ExecuteWorkflow(workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: fo.Fenced})
 		mustOK(t, env.GetWorkflowError())
