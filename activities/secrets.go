@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 
@@ -112,11 +111,46 @@ func (s *secretSet) list() []string {
 	return out
 }
 
-// secretName matches the names of environment variables that hold a
-// secret: a key, token, password or credential (TEMPORAL_API_KEY,
-// TEMPORAL_TLS_CLIENT_KEY_DATA, a storage secret's userKey), not a file
-// or path that names one.
-var secretName = regexp.MustCompile(`(?i)(key|token|secret|passw(or)?d|credential)`)
+// secretWord is a word of a variable's name that says it holds a
+// secret: TEMPORAL_API_KEY, TEMPORAL_TLS_CLIENT_KEY_DATA, NOMAD_HTTP_AUTH,
+// TEMPORAL_GRPC_META_AUTHORIZATION, a storage secret's userKey or
+// encryptionPassphrase.
+var secretWord = map[string]bool{"key": true, "token": true, "secret": true, "password": true, "passwd": true, "pass": true, "pwd": true,
+	"passphrase": true, "credential": true, "credentials": true, "auth": true, "authorization": true, "dsn": true}
+
+// notSecretWord is a last word that says the variable names, or says
+// something of, a secret rather than holding it (NOMAD_SECRETS_DIR, a
+// key's file or id, a flag).
+var notSecretWord = map[string]bool{"dir": true, "file": true, "path": true, "name": true, "id": true, "url": true, "endpoint": true,
+	"keys": true, "enabled": true, "disabled": true, "type": true, "size": true, "format": true}
+
+// holdsSecret tells whether a variable's name says it holds a secret.
+func holdsSecret(name string) bool {
+	var words []string
+	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
+		start := 0
+		for i := 1; i < len(part); i++ {
+			if part[i] >= 'A' && part[i] <= 'Z' && part[i-1] >= 'a' && part[i-1] <= 'z' {
+				words = append(words, strings.ToLower(part[start:i]))
+				start = i
+			}
+		}
+		words = append(words, strings.ToLower(part[start:]))
+	}
+	if len(words) == 0 || notSecretWord[words[len(words)-1]] {
+		return false
+	}
+	for _, w := range words {
+		if secretWord[w] {
+			return true
+		}
+	}
+	return false
+}
+
+// minEnvSecret is the shortest value taken from the environment as a
+// secret: shorter ones ("true", "/run") would redact ordinary words.
+const minEnvSecret = 8
 
 // RememberEnvSecrets adds to what RedactResolved replaces the values of
 // environ's variables whose names say they hold a secret. A hook runs
@@ -127,8 +161,7 @@ func RememberEnvSecrets(environ []string) {
 	m := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
-		up := strings.ToUpper(k)
-		if !ok || !secretName.MatchString(k) || strings.HasSuffix(up, "_FILE") || strings.HasSuffix(up, "_PATH") || strings.HasSuffix(up, "_KEYS") {
+		if !ok || len(v) < minEnvSecret || !holdsSecret(k) {
 			continue
 		}
 		m[k] = v
