@@ -125,7 +125,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.site, "site", "", "run only the activities of this site, on its task queue (a worker inside the site)")
 	fs.StringVar(&c.taskQueue, "task-queue", "", "task queue to poll (default \""+workflows.TaskQueue+"\", with --site \"drover-site-NAME\")")
 	fs.StringVar(&c.metrics, "metrics", "127.0.0.1:9464", "address of the Prometheus /metrics endpoint; empty turns it off")
-	fs.DurationVar(&c.metricsTTL, "metrics-ttl", 5*time.Minute, "how long a protected plan's gauges (drover_out_of_rpo, drover_replication_lag_seconds, drover_primary_unreachable) stay on /metrics after their Protect workflow last set them: longer than the longest protection interval")
+	fs.DurationVar(&c.metricsTTL, "metrics-ttl", 15*time.Minute, "how long a protected plan's gauges (drover_out_of_rpo, drover_replication_lag_seconds, drover_primary_unreachable) stay on /metrics after their Protect workflow last set them: more than twice the longest protection interval (a dead primary's round sets them once more at most an interval in)")
 	fs.StringVar(&c.webConfig, "web-config", "", "Prometheus web configuration file for the HTTP endpoint: TLS (tls_server_config) and basic auth (basic_auth_users), as Prometheus exporters take it")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
