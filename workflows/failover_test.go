@@ -41,6 +41,9 @@ type fixture struct {
 	// onCall, when set, sees each activity call as it starts, before it
 	// runs: a test looks at the storage at that moment.
 	onCall func(call)
+	// running, when set, answers which plans run an action of their own
+	// (RunReader.RunningActions); by default none do.
+	running func(plans []string) ([]string, error)
 	// record holds the changes the actions sent to the plan's record.
 	record   []workflows.RecordChange
 	recordMu sync.Mutex // the environment sends changes from goroutines
@@ -147,9 +150,18 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	env.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
 	env.RegisterActivity(f.storage)
 	env.RegisterActivity(f.workloads)
+	// Which plans run an action of their own: none here (the site test
+	// with a busy plan runs on the dev server, as cmd/drctl's).
+	env.RegisterActivity(&workflows.RunReader{})
+	env.OnActivity("RunningActions", mock.Anything, mock.Anything).Return(func(_ context.Context, plans []string) ([]string, error) {
+		if f.running != nil {
+			return f.running(plans)
+		}
+		return nil, nil
+	}).Maybe()
 	calls := &[]call{}
 	add := func(info *activity.Info, in map[string]any) {
-		if info.ActivityType.Name == "VerifyPlan" || info.ActivityType.Name == "SendRecordChange" {
+		if info.ActivityType.Name == "VerifyPlan" || info.ActivityType.Name == "SendRecordChange" || info.ActivityType.Name == "RunningActions" {
 			// The plan check, and the worker's signal to the plan's
 			// record (not registered here: the workflow signals it, as
 			// below), are no calls to storage or a CO.

@@ -258,11 +258,15 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 			var busy []string
 			lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
 			var rr *RunReader
-			// Best effort: the child's start still finds a busy plan.
 			if err := workflow.ExecuteLocalActivity(lctx, rr.RunningActions, trusted).Get(ctx, &busy); err != nil {
-				workflow.GetLogger(ctx).Warn("could not ask which plans run an action; fencing for all", "error", err)
+				// Not knowing which plans are busy, fence none on their
+				// behalf: each plan's own failover fences, verifies and
+				// records its clients.
+				workflow.GetLogger(ctx).Warn("could not ask which plans run an action; each plan fences its own clients", "error", err)
+				fenced = nil
+			} else {
+				fenced = slices.DeleteFunc(slices.Clone(trusted), func(n string) bool { return slices.Contains(busy, n) })
 			}
-			fenced = slices.DeleteFunc(slices.Clone(trusted), func(n string) bool { return slices.Contains(busy, n) })
 		}
 		if fences, err = siteFences(ctx, r, in, byName, fenced); err != nil {
 			return r.siteEnd(ctx, res, outcome, order, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -448,5 +449,45 @@ func TestSiteFenceSkippedLeavesPlansToFence(t *testing.T) {
 				t.Fatalf("after the skip %d fence call(s), west lists %v: want each of 3 plans fencing, %v in all", fences, got, union)
 			}
 		})
+	}
+}
+
+// TestSiteFailoverFencesNothingForPlansWhenBusyIsUnknown: a site failover
+// that cannot learn which plans run an action of their own fences none
+// on their behalf (a busy plan's clients would be fenced unrecorded):
+// each plan fences, verifies and records its own, and all complete.
+func TestSiteFailoverFencesNothingForPlansWhenBusyIsUnknown(t *testing.T) {
+	f := newFixture(t)
+	f.running = func([]string) ([]string, error) {
+		return nil, temporal.NewNonRetryableApplicationError("the frontend does not answer", "Unavailable", nil)
+	}
+	f.east.Down()
+	sps := sitePlans(t, f)
+	env, calls := f.env(t)
+	for _, name := range []string{"logs", "loose"} {
+		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
+	}
+	env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.SiteFailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	for _, s := range res.Steps {
+		if strings.HasPrefix(s.ID, "site-fence/") || strings.HasPrefix(s.ID, "site-verify-fence/") {
+			t.Errorf("the site action made step %s though it could not tell the busy plans", s.ID)
+		}
+	}
+	fences := 0
+	for _, c := range *calls {
+		if c.name == "FenceClusterNetwork" {
+			fences++
+		}
+	}
+	for _, o := range res.Plans {
+		if o.State != workflows.StateCompleted {
+			t.Errorf("plan %s: %+v, want completed", o.Plan, o)
+		}
+	}
+	if fences != 3 {
+		t.Fatalf("%d fence calls, want one per plan", fences)
 	}
 }
