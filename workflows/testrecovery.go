@@ -677,6 +677,10 @@ func (rr *RunReader) TestRunCopies(ctx context.Context, in TestRunRef) (TestRunC
 	}
 	id := TestRecoveryID(in.Plan)
 	d, err := rr.Client.DescribeWorkflowExecution(ctx, id, in.Run)
+	var bad *serviceerror.InvalidArgument
+	if errors.As(err, &bad) {
+		return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %q of %s: %v", in.Run, id, err), errNoRun, err)
+	}
 	if isNotFound(err) {
 		return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("workflow %s has no run %s (or it is past the namespace's retention: delete what it made by hand)", id, in.Run), errNoRun, err)
 	}

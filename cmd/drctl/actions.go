@@ -613,7 +613,7 @@ func (a *app) protectCommand() *cobra.Command {
 			if o.Signature != nil && !o.Signature.ExpiresAt.IsZero() && !a.json() {
 				// Protect checks its plan again as it runs on: protection
 				// ends with the signature.
-				fmt.Fprintf(a.stderr, "note: the signature of plan %q ends at %s; protection stops then (UntrustedPlan) unless started again with a newer one\n",
+				fmt.Fprintf(a.stderr, "note: the signature of plan %q ends at %s; protection stops then (UntrustedPlan, at its next check, within 100 polls) unless started again with a newer one\n",
 					p.Metadata.Name, o.Signature.ExpiresAt.UTC().Format(time.RFC3339))
 			}
 			c, err := a.dial(cmd.Context())
