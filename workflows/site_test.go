@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
@@ -50,6 +51,17 @@ func sitePlans(t *testing.T, f *fixture) []workflows.SitePlan {
 	}
 }
 
+// siteEnv is the test environment of a site action over sitePlans: the
+// records of logs and loose (shop's is the fixture's) take its signals.
+func siteEnv(t *testing.T, f *fixture) (*testsuite.TestWorkflowEnvironment, *[]call) {
+	t.Helper()
+	env, calls := f.env(t)
+	for _, name := range []string{"logs", "loose"} {
+		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
+	}
+	return env, calls
+}
+
 // TestSiteFailoverFencesOncePerStorageInTiers: a site failover of three
 // plans whose surviving copies live on one storage system fences the
 // lost site's clients there once, for the union of the plans' CIDRs
@@ -61,10 +73,7 @@ func TestSiteFailoverFencesOncePerStorageInTiers(t *testing.T) {
 	f := newFixture(t)
 	f.east.Down()
 	sps := sitePlans(t, f)
-	env, calls := f.env(t)
-	for _, name := range []string{"logs", "loose"} {
-		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
-	}
+	env, calls := siteEnv(t, f)
 	env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
 	mustOK(t, env.GetWorkflowError())
 	var res workflows.SiteFailoverResult
@@ -190,10 +199,7 @@ func TestSiteFailoverTierPausesAndSkips(t *testing.T) {
 	logs.Policy.OnFailure = "abort"
 	broken := plans.ExecHooks{Start: "echo cannot start >&2; exit 1", Stop: "true"}
 	logs.Workloads = []plans.Workload{{Name: "ingest", Sites: map[string]plans.WorkloadRef{"east": {Exec: &broken}, "west": {Exec: &broken}}}}
-	env, calls := f.env(t)
-	for _, name := range []string{"logs", "loose"} {
-		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
-	}
+	env, calls := siteEnv(t, f)
 	var paused *workflows.Step
 	promotedWhilePaused := false
 	env.RegisterDelayedCallback(func() {
@@ -289,10 +295,7 @@ func TestSiteDrillReportsWithoutPausing(t *testing.T) {
 			for i := range sps {
 				sps[i].Drill = &workflows.DrillInput{Action: "failover", From: "east", To: "west"}
 			}
-			env, calls := f.env(t)
-			for _, name := range []string{"logs", "loose"} {
-				env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
-			}
+			env, calls := siteEnv(t, f)
 			env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{Action: workflows.SiteDrillAction, From: "east", To: "west", Plans: sps})
 			mustOK(t, env.GetWorkflowError())
 			var res workflows.SiteFailoverResult
@@ -397,10 +400,7 @@ func TestSiteFenceSkippedLeavesPlansToFence(t *testing.T) {
 				sp.Plan.Policy.OnFailure = "abort"
 			}
 			mustOK(t, f.west.SetFaults([]sim.FaultRule{tc.fault}))
-			env, calls := f.env(t)
-			for _, name := range []string{"logs", "loose"} {
-				env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
-			}
+			env, calls := siteEnv(t, f)
 			var paused, stuck *workflows.Step
 			atSkip := -1
 			env.RegisterDelayedCallback(func() {
@@ -463,10 +463,7 @@ func TestSiteFailoverFencesNothingForPlansWhenBusyIsUnknown(t *testing.T) {
 	}
 	f.east.Down()
 	sps := sitePlans(t, f)
-	env, calls := f.env(t)
-	for _, name := range []string{"logs", "loose"} {
-		env.OnSignalExternalWorkflow(mock.Anything, workflows.RecordID(name), "", workflows.SignalRecord, mock.Anything).Return(nil)
-	}
+	env, calls := siteEnv(t, f)
 	env.ExecuteWorkflow(workflows.SiteFailover, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
 	mustOK(t, env.GetWorkflowError())
 	var res workflows.SiteFailoverResult

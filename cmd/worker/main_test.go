@@ -156,8 +156,7 @@ func TestWorkerWaitsForItsNamespace(t *testing.T) {
 func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	srv := devserver.Start(t, nil)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	east, west := eastWest(t)
 	p, origin, pub, pubFile := signedShop(t, east, west)
 
 	metrics := simtest.FreeAddr(t)
@@ -245,6 +244,13 @@ func TestWorkerServesActionsAndMetrics(t *testing.T) {
 	}
 }
 
+// eastWest starts a pair of simulated sites named east and west that
+// replicate every 20 ms.
+func eastWest(t *testing.T) (east, west *simtest.Site) {
+	return simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
+		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+}
+
 // signedShop is a plan of one group over east and west, signed by a key
 // whose public half is in pubFile, and the origin that carries it.
 func signedShop(t *testing.T, east, west *simtest.Site) (*plans.Plan, workflows.Origin, ed25519.PublicKey, string) {
@@ -276,8 +282,7 @@ func signedShop(t *testing.T, east, west *simtest.Site) (*plans.Plan, workflows.
 func TestProtectionGaugesLeaveWithProtection(t *testing.T) {
 	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	srv := devserver.Start(t, nil)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond,
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	east, west := eastWest(t)
 	p, origin, _, pubFile := signedShop(t, east, west)
 	metrics := simtest.FreeAddr(t)
 	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
