@@ -475,8 +475,12 @@ func TestHealthReadinessAndCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	simtest.Eventually(t, time.Minute, "/readyz to answer 200", func() bool { code, _ := get("/readyz"); return code == 200 })
-	if !strings.Contains(w.Log.String(), "worker ready") {
-		t.Errorf("ready, but the log does not say so:\n%s", w.Log)
+	// The worker logs before it turns ready, but its log reaches this
+	// test through a pipe, later than the HTTP answer may.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(w.Log.String(), "worker ready"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ready, but the log does not say so:\n%s", w.Log)
+		}
 	}
 
 	// A payload as a large workflow input travels: compressed.
