@@ -108,14 +108,16 @@ func TestReplicationErrorTable(t *testing.T) {
 			}
 
 			// 10 ABORTED: another call is pending on the same volume.
-			mustOK(t, a.SetFaults([]sim.FaultRule{{Method: name, Latency: 300 * time.Millisecond}}))
+			// The first call holds the volume for its latency; the second
+			// comes well after it has taken it, even on a loaded machine.
+			mustOK(t, a.SetFaults([]sim.FaultRule{{Method: name, Latency: time.Second}}))
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				call(ctx, a, "", group("vg-1"), secrets, true)
 			}()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(250 * time.Millisecond)
 			wantCode(t, call(ctx, a, "", group("vg-1"), secrets, true), codes.Aborted)
 			wg.Wait()
 

@@ -231,15 +231,18 @@ func TestReplicationLagAndCatchUp(t *testing.T) {
 		t.Fatalf("write on secondary: %v", err)
 	}
 	// Cut the link: lag grows, status degrades, writes keep landing on A.
+	// A shipping round already past its link check when the link goes
+	// down still ships; rounds run one at a time, so once one has marked
+	// the copy DEGRADED none is in flight.
 	a.SetLink(false)
-	cut, err := info(t, a, src)
-	mustOK(t, err)
-	_, err = w.Write(ctx, "v1", 9, []byte("during the cut"))
-	mustOK(t, err)
 	eventually(t, 3*time.Second, "status DEGRADED", func() bool {
 		r, err := info(t, a, src)
 		return err == nil && r.Status == replication.GetVolumeReplicationInfoResponse_DEGRADED
 	})
+	cut, err := info(t, a, src)
+	mustOK(t, err)
+	_, err = w.Write(ctx, "v1", 9, []byte("during the cut"))
+	mustOK(t, err)
 	time.Sleep(200 * time.Millisecond)
 	r, err = info(t, a, src)
 	mustOK(t, err)
@@ -305,8 +308,13 @@ func TestFailoverReprotectFailback(t *testing.T) {
 	}
 	waitSynced(t, a, "vg/vg-1")
 	// The link goes first, then the site: writes in between are acked on A
-	// and never reach B.
+	// and never reach B (once a round has marked the copy DEGRADED, none
+	// that passed its link check before the cut is still shipping).
 	a.SetLink(false)
+	eventually(t, 3*time.Second, "status DEGRADED", func() bool {
+		r, err := info(t, a, src)
+		return err == nil && r.Status == replication.GetVolumeReplicationInfoResponse_DEGRADED
+	})
 	for i := 10; i < 13; i++ {
 		_, err := wa.Write(ctx, "v2", int64(i), []byte(fmt.Sprintf("a-%d", i)))
 		mustOK(t, err)
