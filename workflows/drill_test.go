@@ -1,12 +1,14 @@
 package workflows_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/csiaddons/replication"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -195,7 +197,13 @@ func TestDrillSeesDegradedReplication(t *testing.T) {
 	f.east.SetLink(false)
 	// The next round of shipping (every 20 ms here) marks the copies
 	// DEGRADED; the lag stays far below the RPO target of five minutes.
-	time.Sleep(500 * time.Millisecond)
+	rc := replication.NewControllerClient(dial(t, f.east))
+	db := &replication.ReplicationSource{Type: &replication.ReplicationSource_Volumegroup{
+		Volumegroup: &replication.ReplicationSource_VolumeGroupSource{VolumeGroupId: "vg-1"}}}
+	simtest.Eventually(t, 20*time.Second, "a shipping round to see the link down", func() bool {
+		info, err := rc.GetVolumeReplicationInfo(context.Background(), &replication.GetVolumeReplicationInfoRequest{ReplicationSource: db})
+		return err == nil && info.GetStatus() == replication.GetVolumeReplicationInfoResponse_DEGRADED
+	})
 	var res workflows.DrillResult
 	_, err := f.run(t, workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west"}, &res)
 	mustOK(t, err)

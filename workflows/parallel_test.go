@@ -29,7 +29,7 @@ func (n *inFlight) wrap(env *testsuite.TestWorkflowEnvironment, st *activities.S
 		n.now++
 		n.most = max(n.most, n.now)
 		n.mu.Unlock()
-		for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for end := time.Now().Add(800 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 			n.mu.Lock()
 			full := n.now >= limit
 			n.mu.Unlock()
