@@ -36,7 +36,13 @@ func TestListWithoutSearchAttributes(t *testing.T) {
 
 	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
 	for _, args := range [][]string{{"list"}, {"list", "--plan", "bare-plan"}} {
+		// Visibility lists a run a moment after its start: ask until it
+		// does (or 30 s pass).
 		code, out, errs := c.run(append([]string{"--namespace", "bare"}, args...)...)
+		for deadline := time.Now().Add(30 * time.Second); code == 0 && !strings.Contains(out, workflows.ActionID("bare-plan")) && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+			code, out, errs = c.run(append([]string{"--namespace", "bare"}, args...)...)
+		}
 		if code != 0 || !strings.Contains(errs, "drctl: warning: ") || !strings.Contains(errs, "temporal operator search-attribute create --name DroverPlan --type Keyword") {
 			t.Errorf("drctl %v without the search attributes: exit %d, want 0 and a warning with the command that registers them\n%s%s", args, code, out, errs)
 		}

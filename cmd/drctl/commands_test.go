@@ -441,16 +441,28 @@ policy:
 	if code != 0 || !strings.Contains(out, "last action: Failback, completed") || !strings.Contains(out, "protection: running") {
 		t.Fatalf("status text: exit %d\n%s", code, out)
 	}
+	// list reads Temporal's visibility, which learns of a run's end (and
+	// of the Protect run the failback's retarget continued as new) a
+	// moment after the run itself: ask until it has.
 	var list []struct{ Type, Status, By string }
-	c.ok(&list, "list")
 	var types []string
+	wanted := []string{"Failover canceled", "Failover completed", "Reprotect completed", "Failback completed", "Drill completed", "Protect running"}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		list, types = nil, nil
+		c.ok(&list, "list")
+		for _, x := range list {
+			types = append(types, x.Type+" "+x.Status)
+		}
+		if !slices.ContainsFunc(wanted, func(w string) bool { return !slices.Contains(types, w) }) || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, x := range list {
-		types = append(types, x.Type+" "+x.Status)
 		if x.Type != "GroupBatch" && x.Type != "PlanRecorder" && x.Type != "Verify" && x.By == "" {
 			t.Errorf("list does not say who started the %s", x.Type)
 		}
 	}
-	for _, want := range []string{"Failover canceled", "Failover completed", "Reprotect completed", "Failback completed", "Drill completed", "Protect running"} {
+	for _, want := range wanted {
 		if !slices.Contains(types, want) {
 			t.Errorf("list lacks %q: %v", want, types)
 		}
@@ -675,15 +687,24 @@ func TestRecordOutlivesHistories(t *testing.T) {
 			Query: "WorkflowId = '" + workflows.ProtectID("shop") + "' AND ExecutionStatus = 'ContinuedAsNew'"})
 		return err == nil && len(resp.GetExecutions()) > 0
 	})
+	// Visibility learns of each continue-as-new's two halves (the old
+	// run's end, the new run's start) a moment apart: ask until a list
+	// falls between none.
 	var rows []struct{ Type, Status string }
-	c.ok(&rows, "list", "--limit", "100")
 	protects := 0
-	for _, r := range rows {
-		if r.Status == "continued as new" {
-			t.Errorf("list shows a run that continued as new: %+v", rows)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rows, protects = nil, 0
+		c.ok(&rows, "list", "--limit", "100")
+		for _, r := range rows {
+			if r.Status == "continued as new" {
+				t.Fatalf("list shows a run that continued as new: %+v", rows)
+			}
+			if r.Type == "Protect" {
+				protects++
+			}
 		}
-		if r.Type == "Protect" {
-			protects++
+		if protects == 1 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if protects != 1 {

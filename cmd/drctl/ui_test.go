@@ -149,11 +149,19 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("the page still says %q", s)
 	}
 
-	if err := chromedp.Run(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#past`)); err != nil {
-		t.Fatal(err)
+	// The overview's past actions come from Temporal's visibility, which
+	// learns of the end a moment after the run: load it until it has.
+	href := ""
+	for deadline := time.Now().Add(30 * time.Second); href == "" && time.Now().Before(deadline); {
+		if err := chromedp.Run(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#past`)); err != nil {
+			t.Fatal(err)
+		}
+		href = text(t, ctx, `(function(){var a=document.querySelector('#past a[href^="/report/`+id+`"]');return a?a.getAttribute("href"):"";})()`)
+		if href == "" {
+			time.Sleep(300 * time.Millisecond)
+		}
 	}
 	screenshot(t, ctx, "dashboard.png")
-	href := text(t, ctx, `(function(){var a=document.querySelector('#past a[href^="/report/`+id+`"]');return a?a.getAttribute("href"):"";})()`)
 	if href == "" {
 		t.Fatalf("no report link of %s in the past actions", id)
 	}
