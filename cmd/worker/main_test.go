@@ -115,7 +115,7 @@ func TestWorkerWaitsForItsNamespace(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	env := []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=later"}
 
-	cmd := exec.Command(bin, "--metrics", "", "--connect-timeout", "1s", "--allow-unsigned-plans")
+	cmd := exec.Command(bin, "--metrics", "", "--connect-timeout", "3s", "--allow-unsigned-plans")
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if code := bintest.ExitCode(err); code != 3 || !strings.Contains(string(out), "the namespace does not exist") {
@@ -286,7 +286,7 @@ func TestProtectionGaugesLeaveWithProtection(t *testing.T) {
 	p, origin, _, pubFile := signedShop(t, east, west)
 	metrics := simtest.FreeAddr(t)
 	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
-		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "2s")
+		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "5s")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
 	scrape := func() string {
 		resp, err := http.Get("http://" + metrics + "/metrics")
@@ -314,7 +314,7 @@ func TestProtectionGaugesLeaveWithProtection(t *testing.T) {
 		t.Fatal(err)
 	}
 	simtest.Eventually(t, time.Minute, "the plan's gauges", func() bool { return has(scrape()) == len(gauges) })
-	time.Sleep(3 * time.Second) // past the ttl
+	time.Sleep(6 * time.Second) // past the ttl; rounds set them every 50 ms
 	if body := scrape(); has(body) != len(gauges) {
 		t.Fatalf("a protected plan's gauges left /metrics while it was protected:\n%s", body)
 	}
@@ -413,6 +413,20 @@ func TestStopLetsRunningCallsFinish(t *testing.T) {
 	simtest.Eventually(t, time.Minute, "the slow ListClusterFence to be under way", func() bool {
 		s := stepOf()
 		return s != nil && s.State == workflows.StateRunning
+	})
+	// The step shows running once scheduled; the site worker has the call
+	// once Temporal lists the activity started.
+	simtest.Eventually(t, time.Minute, "the site worker to take the slow call", func() bool {
+		d, err := srv.Client.DescribeWorkflowExecution(ctx, run.GetID(), "")
+		if err != nil {
+			return false
+		}
+		for _, a := range d.GetPendingActivities() {
+			if a.GetState() == enums.PENDING_ACTIVITY_STATE_STARTED && strings.HasPrefix(a.GetLastWorkerIdentity(), fmt.Sprintf("%d@", site.Cmd.Process.Pid)) {
+				return true
+			}
+		}
+		return false
 	})
 	time.Sleep(time.Second) // well inside the 5 s call
 	if err := site.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
