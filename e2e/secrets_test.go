@@ -65,6 +65,7 @@ func TestSecretsStayOnTheWorker(t *testing.T) {
 		return out
 	}
 	run("protect", "start", h.plan, "--primary", "east", "--interval", "1s")
+	h.waitProtected("e2e", 2)
 	h.syncedAndIdle()
 	run("drill", h.plan, "--to", "west", "--wait")
 	run("failover", h.plan, "--to", "west", "--yes", "--wait")
