@@ -39,7 +39,7 @@
 //
 // Exit codes: 0 done, 1 the action failed (or a drill found problems),
 // 2 bad input (including a declined confirmation), 3 Temporal cannot be
-// reached or has no such namespace; 130 when interrupted while following
+// reached, refuses drctl's credentials or has no such namespace; 130 when interrupted while following
 // an action (the action goes on).
 package main
 
@@ -59,6 +59,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/version"
@@ -173,7 +175,7 @@ localhost:7233), TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
 TEMPORAL_PROFILE.
 
 Exit codes: 0 done, 1 the action failed, 2 bad input, 3 Temporal
-cannot be reached or has no such namespace.`,
+cannot be reached, refuses drctl's credentials or has no such namespace.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
@@ -240,7 +242,7 @@ func (a *app) dial(ctx context.Context) (client.Client, error) {
 		if addr == "" {
 			addr = client.DefaultHostPort
 		}
-		return nil, &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\nstart it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address", addr, err)}
+		return nil, &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\n%s", addr, err, reachHint(err, opts))}
 	}
 	a.client = c
 	a.ns = namespaceOf(opts)
@@ -261,9 +263,33 @@ func checkNamespace(ctx context.Context, c client.Client, opts client.Options) e
 	case isNamespaceNotFound(err):
 		return missingNamespace(opts)
 	case err != nil && isUnavailable(err):
-		return &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\nstart it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address", hostPort(opts), err)}
+		return &exitError{exitUnreachable, fmt.Errorf("cannot reach Temporal at %s: %v\n%s", hostPort(opts), err, reachHint(err, opts))}
 	}
 	return nil
+}
+
+const clientCertHint = "a client certificate it accepts (--tls-cert-path and --tls-key-path, or TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH)"
+
+// reachHint says what to do about a failed connection: credentials the
+// server refused, a TLS handshake that failed, or no server there.
+func reachHint(err error, opts client.Options) string {
+	msg := err.Error()
+	switch c := status.Code(err); {
+	case c == codes.Unauthenticated || c == codes.PermissionDenied || strings.Contains(msg, "Unauthenticated") || strings.Contains(msg, "PermissionDenied"):
+		return "Temporal refused drctl's credentials: give the namespace's API key (--api-key or TEMPORAL_API_KEY) or " + clientCertHint
+	case strings.Contains(msg, "remote error: tls:"):
+		// The server's alert: a client certificate missing or refused.
+		return "the server refused the TLS handshake: give " + clientCertHint
+	case strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:") || strings.Contains(msg, "authentication handshake failed"):
+		return "the TLS handshake failed: give the CA that signs the server's certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH or --tls-ca-path) and, for mutual TLS, " + clientCertHint
+	}
+	hint := "start it (make up) or point drctl at it with TEMPORAL_ADDRESS or --address"
+	if opts.ConnectionOptions.TLS == nil {
+		return hint + "; a server that takes TLS only needs --tls (TEMPORAL_TLS=true) or the other TLS settings"
+	}
+	// A server that refuses a client certificate may close the connection
+	// without an alert drctl sees.
+	return hint + "; a server that asks for client certificates needs " + clientCertHint
 }
 
 // missingNamespace is the exit-3 error for a namespace the server lacks.
