@@ -228,6 +228,7 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 	// a plan that is not trusted, or does not have both sites, is left
 	// out, and its CIDRs with it.
 	var trusted []string
+	var notes [][2]string // plan, its trust note
 	for _, name := range order {
 		sp := byName[name]
 		s := r.add(newRef(KindTrustPlan, "trust plan "+name, name), false)
@@ -245,7 +246,9 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		}
 		s.State, s.Output = StateDone, note
 		trusted = append(trusted, name)
+		notes = append(notes, [2]string{name, note})
 	}
+	r.progress.Trust = trustSummary(notes)
 
 	// One fence per storage system of the surviving site (a failover's),
 	// for the plans not running an action of their own: a busy plan is
@@ -353,6 +356,28 @@ func storageKey(e activities.Endpoint) string {
 		key += " " + k + "=" + e.Parameters[k]
 	}
 	return key
+}
+
+// trustSummary is a site action's trust: each note its plans' checks
+// gave, once, with the plans it holds for (a worker that runs unsigned
+// plans warns once for all of them).
+func trustSummary(notes [][2]string) string {
+	var order []string
+	plansOf := map[string][]string{}
+	for _, n := range notes {
+		if n[1] == "" {
+			continue
+		}
+		if _, ok := plansOf[n[1]]; !ok {
+			order = append(order, n[1])
+		}
+		plansOf[n[1]] = append(plansOf[n[1]], n[0])
+	}
+	parts := make([]string, len(order))
+	for i, note := range order {
+		parts[i] = fmt.Sprintf("%s (plans %s)", note, strings.Join(plansOf[note], ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // siteFences fences the lost site's clients once per storage system of

@@ -79,6 +79,10 @@ func TestSiteFailoverFencesOncePerStorageInTiers(t *testing.T) {
 	var res workflows.SiteFailoverResult
 	mustOK(t, env.GetWorkflowResult(&res))
 	allDone(t, res.Progress)
+	// The action's own trust says the worker runs unsigned plans, once.
+	if strings.Count(res.Trust, activities.UnsignedWarning) != 1 || !strings.Contains(res.Trust, "shop") || !strings.Contains(res.Trust, "logs") || !strings.Contains(res.Trust, "loose") {
+		t.Errorf("the site failover's trust %q: want the unsigned warning once, for shop, logs and loose", res.Trust)
+	}
 
 	union := []string{simtest.NodeA + "/32", "127.0.0.10/32", "127.0.0.9/32"}
 	fences := 0
@@ -273,6 +277,10 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	}
 	if slices.Contains(f.west.FencedCIDRs(), "127.0.0.10/32") {
 		t.Fatalf("the untrusted plan's CIDR was fenced: %v", f.west.FencedCIDRs())
+	}
+	// The action's trust names the signatures of the plans it ran.
+	if !strings.Contains(res.Trust, "plan signed by key ") || !strings.Contains(res.Trust, "shop") || !strings.Contains(res.Trust, "logs") || strings.Contains(res.Trust, "loose") {
+		t.Errorf("the site failover's trust %q: want shop's and logs' signatures, nothing of loose", res.Trust)
 	}
 	if u := f.west.Snapshot().Unit("vol/solo"); u == nil || u.Role == sim.RolePrimary {
 		t.Fatalf("the untrusted plan's volume was promoted: %+v", u)
