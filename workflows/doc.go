@@ -58,7 +58,8 @@
 //     QueryTestCopies names what it made; TestCleanup (same file, same
 //     id) does the cleanup for a run that ended without one, deleting
 //     what that run reports it made (read by the worker: RunReader),
-//     never what its own input names.
+//     never what its own input names, and only with a plan that names
+//     the storage endpoint the run used for its site.
 //
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
@@ -649,6 +650,9 @@ const errNoRun = "NoTestRun"
 type TestRunRef struct {
 	Plan string `json:"plan"`
 	Run  string `json:"run"`
+	// Endpoint is the storage endpoint the cleanup's plan names for the
+	// run's site: the run must have made its copies through the same.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // TestRunCopies is what a test recovery run reports it made, and where.
@@ -702,7 +706,38 @@ func (rr *RunReader) TestRunCopies(ctx context.Context, in TestRunRef) (TestRunC
 	if err := v.Get(&res); err != nil {
 		return TestRunCopies{}, err
 	}
+	if in.Endpoint != "" {
+		// Another version of the plan, also validly signed, may name
+		// other storage for the site: deleting the run's ids there would
+		// miss its copies (and report them cleaned) or hit what has
+		// those ids there.
+		made, err := rr.runEndpoint(ctx, id, in.Run, res.At)
+		if err != nil {
+			return TestRunCopies{}, err
+		}
+		if made != in.Endpoint {
+			return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %s of %s made its copies through %s's storage at %s; this plan names %s: clean up with the plan the test ran with", in.Run, id, res.At, made, in.Endpoint), errNoRun, nil)
+		}
+	}
 	return TestRunCopies{At: res.At, Copies: res.Copies}, nil
+}
+
+// runEndpoint is the storage endpoint of site at in the plan a test
+// recovery run started with, read from its first event.
+func (rr *RunReader) runEndpoint(ctx context.Context, id, run, at string) (string, error) {
+	it := rr.Client.GetWorkflowHistory(ctx, id, run, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %s of %s has no history", run, id), errNoRun, nil)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return "", err
+	}
+	var in TestRecoveryInput
+	if err := codec.Converter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil || in.Plan == nil || in.Plan.Site(at) == nil {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %s of %s: its input names no site %q (%v)", run, id, at, err), errNoRun, nil)
+	}
+	return in.Plan.Site(at).Storage.Endpoint, nil
 }
 
 // RunningActions are those of the plans named whose action id has a
@@ -750,7 +785,7 @@ func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult,
 		var made TestRunCopies
 		lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
 		var rr *RunReader
-		if err := workflow.ExecuteLocalActivity(lctx, rr.TestRunCopies, TestRunRef{Plan: p.Metadata.Name, Run: in.Run}).Get(ctx, &made); err != nil {
+		if err := workflow.ExecuteLocalActivity(lctx, rr.TestRunCopies, TestRunRef{Plan: p.Metadata.Name, Run: in.Run, Endpoint: p.Site(in.At).Storage.Endpoint}).Get(ctx, &made); err != nil {
 			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("cannot read what test recovery run %q of plan %q made: %v", in.Run, p.Metadata.Name, ErrorText(err)), ErrPreflight, nil)
 		}
 		if made.At != in.At {

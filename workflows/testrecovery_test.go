@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -518,18 +519,35 @@ func TestCleanupDeletesOnlyWhatTheRunMade(t *testing.T) {
 	}
 	forged := append(slices.Clone(made.Copies), workflows.TestCopy{Group: "db", Volume: "v1", Copy: id})
 
-	cleanup := func(runID string) (workflows.TestCleanupResult, error) {
-		c, err := workflows.StartTestCleanup(ctx, srv.Client, workflows.TestCleanupInput{Plan: f.plan, At: "west", Run: runID, Copies: forged})
+	cleanupWith := func(p *plans.Plan, runID string) (workflows.TestCleanupResult, error) {
+		c, err := workflows.StartTestCleanup(ctx, srv.Client, workflows.TestCleanupInput{Plan: p, At: "west", Run: runID, Copies: forged})
 		mustOK(t, err)
 		var res workflows.TestCleanupResult
 		err = c.Get(ctx, &res)
 		return res, err
 	}
+	cleanup := func(runID string) (workflows.TestCleanupResult, error) { return cleanupWith(f.plan, runID) }
 	for _, runID := range []string{"", "00000000-0000-0000-0000-000000000000"} {
 		if _, err := cleanup(runID); err == nil || !strings.Contains(err.Error(), "cannot read what test recovery run") {
 			t.Fatalf("a cleanup of run %q: %v, want a refusal", runID, err)
 		}
 		kept(fmt.Sprintf("a cleanup of run %q", runID))
+	}
+	// Another version of the plan naming other storage for west (here
+	// east's): the run's ids deleted there would leave its copies on west
+	// and report them cleaned. Refused; the copies stay for the cleanup
+	// with the plan the test ran with.
+	var other plans.Plan
+	b, err := json.Marshal(f.plan)
+	mustOK(t, err)
+	mustOK(t, json.Unmarshal(b, &other))
+	other.Site("west").Storage.Endpoint = f.east.Endpoint()
+	copiesBefore := len(f.west.Snapshot().Clones)
+	if _, err := cleanupWith(&other, run.GetRunID()); err == nil || !strings.Contains(err.Error(), "made its copies through west's storage at "+f.west.Endpoint()) {
+		t.Fatalf("a cleanup with another storage endpoint for west: %v, want a refusal", err)
+	}
+	if n := len(f.west.Snapshot().Clones); n != copiesBefore {
+		t.Fatalf("west held %d volumes before the refused cleanup, %d after", copiesBefore, n)
 	}
 	res, err := cleanup(run.GetRunID())
 	mustOK(t, err)
