@@ -144,23 +144,9 @@ func TestTemporalOverTLS(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
 	dir := t.TempDir()
-	ca, err := testpki.NewCA("drover test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := ca.WriteFiles(dir, "drover")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, client := testpki.NewFiles(t, "drover test CA", dir, "drover")
 	// A certificate of another CA, which the mutual-TLS front must refuse.
-	otherCA, err := testpki.NewCA("another CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stranger, err := otherCA.WriteFiles(dir, "stranger")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, stranger := testpki.NewFiles(t, "another CA", dir, "stranger")
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	const key = "drover-test-api-key-1"

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -96,4 +97,19 @@ func (ca *CA) WriteFiles(dir, name string) (Files, error) {
 		}
 	}
 	return f, nil
+}
+
+// NewFiles makes a CA named caName and writes it, with a certificate and
+// key it issues for name, under dir; it fails the test on error.
+func NewFiles(t testing.TB, caName, dir, name string) (*CA, Files) {
+	t.Helper()
+	ca, err := NewCA(caName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ca.WriteFiles(dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, f
 }
