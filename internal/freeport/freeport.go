@@ -26,22 +26,41 @@ func Addr(host string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pick a free port on %s: %v", host, err)
 	}
+	return l.Addr().String(), reserve(l)
+}
+
+// Hold holds back addr, a port a server had and is about to bind again
+// (a process restarted), from automatic allocation for about a minute, as
+// Addr does for a new one: between the two, the port is free, and the
+// restarted program's own internal services, asking for ports of their
+// own, could otherwise be handed it. It fails if the port is in use.
+func Hold(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("hold %s: %v", addr, err)
+	}
+	return reserve(l)
+}
+
+// reserve connects to l and closes the accepted side first, which keeps
+// the TIME_WAIT socket on l's address; it closes l.
+func reserve(l net.Listener) error {
 	defer l.Close()
 	addr := l.Addr().String()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("reserve %s: %v", addr, err)
+		return fmt.Errorf("reserve %s: %v", addr, err)
 	}
 	defer c.Close()
 	s, err := l.Accept()
 	if err != nil {
-		return "", fmt.Errorf("reserve %s: %v", addr, err)
+		return fmt.Errorf("reserve %s: %v", addr, err)
 	}
 	// The side that closes first keeps the TIME_WAIT socket, on addr.
 	if err := s.Close(); err != nil {
-		return "", fmt.Errorf("reserve %s: %v", addr, err)
+		return fmt.Errorf("reserve %s: %v", addr, err)
 	}
-	return addr, nil
+	return nil
 }
 
 // Port is Addr's port number.

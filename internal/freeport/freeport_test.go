@@ -18,6 +18,20 @@ func TestReservedPortIsBindableButNotHandedOut(t *testing.T) {
 		_, port, _ := net.SplitHostPort(addr)
 		reserved[port] = true
 	}
+	// A port a server had and closed, held again for its restart.
+	for range 5 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if err := Hold(addr); err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		reserved[port] = true
+	}
 	var held []net.Listener
 	defer func() {
 		for _, l := range held {

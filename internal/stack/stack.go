@@ -560,10 +560,40 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 			return err
 		}
 	}
+	// Its ports are free since it stopped: hold them until it binds them
+	// again, or the Temporal dev server's internal services, which ask
+	// for ports of their own as it starts, may take its UI's port.
+	for _, addr := range s.listens(name) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			err := freeport.Hold(addr)
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+	}
 	if err := s.spawn(name, p.Bin, p.cred, p.env, p.args...); err != nil {
 		return err
 	}
 	return s.waitReady(ctx, name)
+}
+
+// listens are the addresses the named process of the stack listens on.
+func (s *Stack) listens(name string) []string {
+	l := s.Layout
+	switch name {
+	case "temporal":
+		if !s.SQL {
+			return []string{l.Temporal, l.UI}
+		}
+	case "worker":
+		return []string{l.Metrics}
+	}
+	for _, site := range l.Sites {
+		if "sim-"+site.Name == name {
+			return []string{site.GRPC, site.Data, site.Control}
+		}
+	}
+	return nil
 }
 
 // waitReady waits until the named process answers: the Temporal frontend
