@@ -17,6 +17,9 @@ import (
 type Storage struct {
 	Dialer  *Dialer
 	Secrets SecretResolver
+	// ids remembers which driver answers at each address, for the
+	// recorded deviations (deviate).
+	ids identities
 }
 
 // NewStorage returns storage activities with a fresh connection cache,
@@ -71,6 +74,7 @@ func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject stri
 			err = status.Error(codes.Unavailable, status.Convert(err).Message()+": tls: "+why)
 		}
 	}
+	err = s.deviate(ctx, rpc, e, conn, err)
 	out := classify(rpc, e, subject, err, secrets)
 	if typ, _, ok := FailureOf(out); ok && typ == ErrTLS {
 		forget = true // reread the TLS files on the next attempt

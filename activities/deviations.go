@@ -1,0 +1,186 @@
+package activities
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drover-dr/drover/csiaddons/identity"
+)
+
+// Deviation is a way a real driver answers a call otherwise than the
+// CSI-Addons spec, read from the driver's code and measured against the
+// driver itself. Drover reads such an answer as the spec's code for the
+// same condition (Means), and only when both hold: the endpoint that
+// answered names itself as the driver (GetIdentity on the same
+// connection), and the answer is the driver's own (the code and the
+// words of Message). A server that claims the driver's name without its
+// behaviour gains nothing, and none that has the behaviour gains more
+// than it could by answering Means itself: every Means below is an
+// answer any server may give.
+type Deviation struct {
+	// ID names the deviation in logs, reports and the conformance table.
+	ID string
+	// Driver is the name the driver reports (GetIdentity); a name ending
+	// in "."+Driver matches too (Rook prefixes its namespace).
+	Driver string
+	// Versions says which versions of the driver it was read from and
+	// measured on, and where it changes.
+	Versions string
+	RPC      string
+	Code     codes.Code
+	// Message matches the driver's own words for the condition.
+	Message *regexp.Regexp
+	// Means is the spec's code for the same condition.
+	Means codes.Code
+	// Classify: Drover's calls read the answer as Means. Without it the
+	// row only excuses the code in the conformance suite, where Drover
+	// handles both codes alike (both final refusals that changed nothing).
+	Classify bool
+	// Source is where in the driver's code the answer comes from.
+	Source string
+	// Measured is where the answer was seen.
+	Measured string
+}
+
+// The ceph-csi releases the rows below were read from and measured on.
+const (
+	cephCSIName     = "rbd.csi.ceph.com"
+	cephCSIVersions = "ceph-csi 3.12 (commit 52fcb7b, 2024-10-22) and earlier"
+	cephMeasured    = "make e2e-ceph: ceph-csi 52fcb7b on Ceph 16.2.15"
+)
+
+// Deviations are the recorded deviations, by driver.
+var Deviations = []Deviation{
+	{
+		ID: "ceph-csi/list-fence-panics", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCListClusterFence, Code: codes.Internal,
+		Message: regexp.MustCompile(`^panic .*nil pointer dereference`), Means: codes.Unimplemented, Classify: true,
+		Source: "internal/csi-addons/rbd/network_fence.go: FenceControllerServer embeds a nil *UnimplementedFenceControllerServer; " +
+			"the promoted ListClusterFence panics and internal/csi-common/utils.go panicHandler answers INTERNAL",
+		Measured: cephMeasured,
+	},
+	{
+		ID: "ceph-csi/resync-no-sync-info", Driver: cephCSIName, Versions: cephCSIVersions + "; later releases read a missing sync time as not syncing",
+		RPC: RPCResyncVolume, Code: codes.Internal,
+		Message: regexp.MustCompile(`failed to get last sync info`), Means: codes.Unavailable, Classify: true,
+		Source: "internal/csi-addons/rbd/replication.go: ResyncVolume -> checkVolumeResyncStatus -> getLastSyncInfo fails while the " +
+			"local image is demoted, starting its replay or bootstrapping after a resync (\"no snapshot details\")",
+		Measured: cephMeasured,
+	},
+	{
+		ID: "ceph-csi/info-secondary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCGetVolumeReplicationInfo, Code: codes.InvalidArgument,
+		Message: regexp.MustCompile(`image is not in primary state`), Means: codes.FailedPrecondition,
+		Source:   "internal/csi-addons/rbd/replication.go: ReplicationServer.GetVolumeReplicationInfo",
+		Measured: cephMeasured,
+	},
+	{
+		ID: "ceph-csi/resync-primary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCResyncVolume, Code: codes.InvalidArgument,
+		Message: regexp.MustCompile(`image is in primary state`), Means: codes.FailedPrecondition,
+		Source:   "internal/csi-addons/rbd/replication.go: ReplicationServer.ResyncVolume",
+		Measured: cephMeasured,
+	},
+	{
+		ID: "ceph-csi/promote-disabled-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCPromoteVolume, Code: codes.InvalidArgument,
+		Message: regexp.MustCompile(`mirroring is not enabled|image is in .*Mode`), Means: codes.FailedPrecondition,
+		Source:   "internal/csi-addons/rbd/replication.go: ReplicationServer.PromoteVolume",
+		Measured: cephMeasured,
+	},
+}
+
+// DriverMatches reports whether a reported driver name is name, or name
+// with a prefix of its deployment's ("ns.rbd.csi.ceph.com").
+func DriverMatches(reported, name string) bool {
+	return reported == name || strings.HasSuffix(reported, "."+name)
+}
+
+// FindDeviation returns the recorded deviation of driver answering rpc
+// with code and message, if any. An empty RPC in a row matches every RPC.
+func FindDeviation(driver, rpc string, code codes.Code, message string) (Deviation, bool) {
+	for _, d := range Deviations {
+		if d.Code != code || (d.RPC != "" && d.RPC != rpc) || !DriverMatches(driver, d.Driver) {
+			continue
+		}
+		if d.Message.MatchString(message) {
+			return d, true
+		}
+	}
+	return Deviation{}, false
+}
+
+// mayDeviate reports whether some row could read rpc's code otherwise,
+// before the driver's name is known: only then is it asked.
+func mayDeviate(rpc string, code codes.Code, message string) bool {
+	for _, d := range Deviations {
+		if d.Classify && d.Code == code && (d.RPC == "" || d.RPC == rpc) && d.Message.MatchString(message) {
+			return true
+		}
+	}
+	return false
+}
+
+// identityTTL is how long a driver's name is remembered per address: a
+// driver replaced at the same address is asked again after it.
+const identityTTL = 10 * time.Minute
+
+type knownIdentity struct {
+	name string
+	at   time.Time
+}
+
+// identities remembers the driver name each address reported.
+type identities struct {
+	mu sync.Mutex
+	by map[string]knownIdentity
+}
+
+// name asks the driver at conn for its name, or remembers it.
+func (ids *identities) name(ctx context.Context, addr string, conn *grpc.ClientConn) (string, bool) {
+	ids.mu.Lock()
+	k, ok := ids.by[addr]
+	ids.mu.Unlock()
+	if ok && time.Since(k.at) < identityTTL {
+		return k.name, true
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := identity.NewIdentityClient(conn).GetIdentity(cctx, &identity.GetIdentityRequest{})
+	if err != nil {
+		return "", false
+	}
+	ids.mu.Lock()
+	if ids.by == nil {
+		ids.by = map[string]knownIdentity{}
+	}
+	ids.by[addr] = knownIdentity{name: r.GetName(), at: time.Now()}
+	ids.mu.Unlock()
+	return r.GetName(), true
+}
+
+// deviate rewrites a driver's answer that a recorded deviation explains
+// into the spec's code for it, the message saying which deviation; any
+// other error is returned as it is.
+func (s *Storage) deviate(ctx context.Context, rpc string, e Endpoint, conn *grpc.ClientConn, err error) error {
+	st, ok := status.FromError(err)
+	if !ok || !mayDeviate(rpc, st.Code(), st.Message()) {
+		return err
+	}
+	name, ok := s.ids.name(ctx, e.Address, conn)
+	if !ok {
+		return err
+	}
+	d, ok := FindDeviation(name, rpc, st.Code(), st.Message())
+	if !ok || !d.Classify {
+		return err
+	}
+	return status.Errorf(d.Means, "%s (%s answered %s: a recorded deviation, %s, read as %s)", st.Message(), name, st.Code(), d.ID, d.Means)
+}
