@@ -48,6 +48,9 @@ const (
 	// end is watched: the lag keeps growing and the primary is reported
 	// unreachable while its storage does not answer.
 	changeWatch = "protect-watch"
+	// changeProtectPromote marks histories in which protection promotes
+	// the primary's copies, without force, after enabling them.
+	changeProtectPromote = "protect-promote"
 )
 
 // ProtectID is the workflow id of a plan's Protect.
@@ -62,6 +65,12 @@ type ProtectInput struct {
 	Interval time.Duration `json:"interval,omitempty"`
 	// State is what the previous run recorded (continue-as-new).
 	State *ProtectState `json:"state,omitempty"`
+	// Promote: after enabling, promote the primary's copies without
+	// force, once (promoteForSyncs). Only the operator's start of
+	// protection asks it: a DR action that makes a site primary promotes
+	// its copies itself, and a protection that follows it (retarget)
+	// must not promote while another action may be moving the plan.
+	Promote bool `json:"promote,omitempty"`
 }
 
 // GroupHealth is the last look at one group's replication.
@@ -100,6 +109,11 @@ type ProtectState struct {
 	UnreachableSince time.Time `json:"unreachableSince,omitzero"`
 	// RPOTarget is the plan's target the groups are judged against.
 	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
+	// Unpromoted names the groups whose copies on the primary the storage
+	// would not promote, with its words: a driver that schedules its syncs
+	// at promotion (ceph-csi) ships them no more, so their lag grows.
+	// Protection asks again at the start of each run.
+	Unpromoted map[string]string `json:"unpromoted,omitempty"`
 }
 
 // LastSync is the oldest last sync over the groups: what a failover now
@@ -219,6 +233,17 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return s, err
 		}
 		s.Enabled = true
+		if in.Promote && version(ctx, changeProtectPromote, 1) == 1 {
+			s.Unpromoted = promoteForSyncs(ctx, r, p, in.Primary, nil)
+		}
+	} else if in.Promote && len(s.Unpromoted) > 0 {
+		// A run continued with groups the storage would not promote:
+		// ask again, once a run.
+		r, err := newRun(ctx, "protect", p)
+		if err != nil {
+			return nil, err
+		}
+		s.Unpromoted = promoteForSyncs(ctx, r, p, in.Primary, s.Unpromoted)
 	}
 
 	for polls := 0; ; polls++ {
@@ -229,7 +254,8 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return nil, again()
 		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
-			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: in.Primary, Interval: interval, State: s})
+			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: in.Primary, Interval: interval, State: s,
+				Promote: in.Promote && len(s.Unpromoted) > 0})
 		}
 		wasOut := s.OutOfRPO
 		round, cancel := workflow.WithCancel(ctx)
@@ -298,13 +324,49 @@ type disableOutcome struct {
 	err     error
 }
 
-// disableAll disables replication of every group on site, every group
-// tried however many fail (no pause: the operator waits for the answer),
-// in GroupBatch children for a plan that fans out.
-func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disableOutcome {
-	op := GroupOp{Kind: OpDisable, Site: site}
-	var failed []GroupFailure
-	done := 0
+// promoteForSyncs promotes, without force, the copies on the primary of
+// every group (of only, when given), as the VolumeReplication controller
+// of kubernetes-csi-addons does after enabling the copy that is to be
+// primary; drivers act on it: ceph-csi adds the copy's mirror-snapshot
+// schedule in PromoteVolume, not in EnableVolumeReplication
+// (AddSnapshotScheduling in internal/csi-addons/rbd/replication.go), so a
+// copy only enabled ships once and never again (measured: one mirror
+// snapshot in 2 minutes). Without force the storage refuses to promote a
+// copy whose peer is primary (FAILED_PRECONDITION): protection never
+// makes a second primary. Nothing pauses: a refusal (a planned move under
+// way, a primary that is not) is kept in the state, shown by drctl
+// status, and asked again by the next run (continue-as-new).
+func promoteForSyncs(ctx workflow.Context, r *run, p *plans.Plan, site string, only map[string]string) map[string]string {
+	q := p
+	if only != nil {
+		q = planOf(p, func(g string) bool { _, ok := only[g]; return ok })
+	}
+	_, failed := eachGroup(ctx, r, q, GroupOp{Kind: OpPromote, Site: site})
+	if len(failed) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(failed))
+	for _, f := range failed {
+		out[f.Group] = f.Error
+	}
+	return out
+}
+
+// planOf is p cut down to the groups keep picks.
+func planOf(p *plans.Plan, keep func(group string) bool) *plans.Plan {
+	q := *p
+	q.VolumeGroups = nil
+	for _, g := range p.VolumeGroups {
+		if keep(g.Name) {
+			q.VolumeGroups = append(q.VolumeGroups, g)
+		}
+	}
+	return &q
+}
+
+// eachGroup runs op on every group, every group tried however many fail
+// (no pause), in GroupBatch children for a plan that fans out.
+func eachGroup(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) (done int, failed []GroupFailure) {
 	if fansOut(ctx, p) {
 		for _, b := range batches(p) {
 			res, err := r.inChild(ctx, p, op, b)
@@ -317,23 +379,31 @@ func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disab
 			done += len(res.Done)
 			failed = append(failed, res.Failed...)
 		}
-	} else {
-		names := groupNames(p)
-		errs := make(map[string]error, len(names))
-		_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, g string) error {
-			if _, err := op.do(ctx, p, g); err != nil {
-				errs[g] = err
-			}
-			return nil
-		})
-		for _, g := range names {
-			if err, ok := errs[g]; ok {
-				failed = append(failed, GroupFailure{Group: g, Error: ErrorText(err)})
-			} else {
-				done++
-			}
+		return done, failed
+	}
+	names := groupNames(p)
+	errs := make(map[string]error, len(names))
+	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, g string) error {
+		if _, err := op.do(ctx, p, g); err != nil {
+			errs[g] = err
+		}
+		return nil
+	})
+	for _, g := range names {
+		if err, ok := errs[g]; ok {
+			failed = append(failed, GroupFailure{Group: g, Error: ErrorText(err)})
+		} else {
+			done++
 		}
 	}
+	return done, failed
+}
+
+// disableAll disables replication of every group on site, every group
+// tried however many fail (no pause: the operator waits for the answer),
+// in GroupBatch children for a plan that fans out.
+func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disableOutcome {
+	done, failed := eachGroup(ctx, r, p, GroupOp{Kind: OpDisable, Site: site})
 	if len(failed) == 0 {
 		return &disableOutcome{message: fmt.Sprintf("protection stopped; replication disabled on every group (%d) on %s", done, site)}
 	}

@@ -524,3 +524,58 @@ func TestFailbackWaitsForTheFinalSync(t *testing.T) {
 		t.Fatalf("invariants: %s", r)
 	}
 }
+
+// TestProtectPromotesOnceAndNeverMakesAPrimary: the operator's start of
+// protection enables and then promotes, without force, the primary's
+// copies (drivers such as ceph-csi schedule their syncs at promotion); a
+// protection that follows an action (retarget, no Promote) makes no role
+// call; and a start from a site whose copies are secondaries is refused
+// by the storage, recorded, and changes no role: protection never makes
+// a second primary, and does not pause.
+func TestProtectPromotesOnceAndNeverMakesAPrimary(t *testing.T) {
+	f := newFixture(t)
+	run := func(primary string, promote bool) (workflows.ProtectState, []call) {
+		env, calls := f.testEnv(t)
+		env.RegisterDelayedCallback(func() {
+			send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+		}, 15*time.Second)
+		env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: primary, Interval: 10 * time.Second, Promote: promote})
+		mustOK(t, env.GetWorkflowError())
+		var s workflows.ProtectState
+		mustOK(t, env.GetWorkflowResult(&s))
+		return s, *calls
+	}
+	s, calls := run("east", true)
+	promoted := 0
+	for i, c := range calls {
+		if c.name != "PromoteVolume" {
+			continue
+		}
+		if c.site != "east" || c.force {
+			t.Fatalf("protection from east made the call %v", c)
+		}
+		if j := indexOf(calls, "EnableVolumeReplication", "east", c.subject); j < 0 || j > i {
+			t.Fatalf("%v before replication was enabled on it: %v", c, calls)
+		}
+		promoted++
+	}
+	if promoted != 3 || len(s.Unpromoted) != 0 {
+		t.Fatalf("protection from east promoted %d sources (unpromoted %v), want all 3: %v", promoted, s.Unpromoted, calls)
+	}
+
+	if _, calls := run("east", false); indexOf(calls, "PromoteVolume", "", "") >= 0 {
+		t.Fatalf("a protection that follows an action made a role call: %v", calls)
+	}
+
+	s, calls = run("west", true)
+	if len(s.Unpromoted) != len(f.plan.VolumeGroups) {
+		t.Fatalf("protection from west, a secondary: unpromoted %v, want every group refused by the storage; calls %v", s.Unpromoted, calls)
+	}
+	for g, why := range s.Unpromoted {
+		if !strings.Contains(why, "FailedPrecondition") {
+			t.Errorf("group %s: %s; want the storage's refusal", g, why)
+		}
+	}
+	roles(t, f.east, sim.RolePrimary)
+	roles(t, f.west, sim.RoleSecondary)
+}

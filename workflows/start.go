@@ -105,7 +105,7 @@ func StartProtect(ctx context.Context, c client.Client, p *plans.Plan, primary s
 		TaskQueue:                TaskQueue,
 		Memo:                     o.memo(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, Attributes(p.Metadata.Name, "protect", primary), Protect, ProtectInput{Origin: o, Plan: p, Primary: primary, Interval: interval})
+	}, Attributes(p.Metadata.Name, "protect", primary), Protect, ProtectInput{Origin: o, Plan: p, Primary: primary, Interval: interval, Promote: true})
 }
 
 // ReadProtect returns what a plan's Protect last recorded, for a failover
