@@ -19,6 +19,17 @@ type ResyncInput struct {
 	Call ReplicationInput `json:"call"`
 	// Interval between ResyncVolume calls; zero means DefaultPollInterval.
 	Interval time.Duration `json:"interval,omitempty"`
+	// Primary, when set, is the same source on the site whose copy is
+	// primary: the resync is also done once the copy accepts the resync
+	// (an answer without error) and the primary reports a completed sync
+	// that began after After. Drivers answer ready=true at different
+	// moments: ceph-csi only when both copies are demoted and in sync (a
+	// planned move), never for a copy that follows a live primary
+	// (ResyncVolume in internal/csi-addons/rbd/replication.go), so the
+	// primary's word that it shipped to the copy is the proof that holds
+	// for every driver.
+	Primary *ReplicationInput `json:"primary,omitempty"`
+	After   time.Time         `json:"after,omitzero"`
 }
 
 // PollProgress is a polling activity's heartbeat: it survives a worker
@@ -30,10 +41,13 @@ type PollProgress struct {
 	Attempts int `json:"attempts"`
 }
 
-// ResyncOutcome reports a finished resync.
+// ResyncOutcome reports a finished resync: ready, or shipped to (the
+// primary's sync at LastSync began after the resync did).
 type ResyncOutcome struct {
 	PollProgress
-	Ready bool `json:"ready"`
+	Ready    bool      `json:"ready"`
+	Shipped  bool      `json:"shipped,omitempty"`
+	LastSync time.Time `json:"lastSync,omitzero"`
 }
 
 // ResyncUntilReady calls ResyncVolume until the driver answers ready=true.
@@ -51,6 +65,15 @@ func (s *Storage) ResyncUntilReady(ctx context.Context, in ResyncInput) (ResyncO
 		}
 		if r.Ready {
 			return ResyncOutcome{PollProgress: p, Ready: true}, nil
+		}
+		if in.Primary != nil {
+			info, err := s.GetVolumeReplicationInfo(ctx, *in.Primary)
+			switch typ, _, _ := FailureOf(err); {
+			case err == nil && info.LastSyncTime.After(in.After):
+				return ResyncOutcome{PollProgress: p, Shipped: true, LastSync: info.LastSyncTime}, nil
+			case err != nil && typ != ErrNotFound:
+				return ResyncOutcome{PollProgress: p}, err
+			}
 		}
 		if err := sleep(ctx, in.Interval); err != nil {
 			return ResyncOutcome{PollProgress: p}, err

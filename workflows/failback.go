@@ -107,7 +107,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := unfence(ctx, r, p, to, from, in.Fenced); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Primary: to, After: workflow.Now(ctx)}); err != nil {
 		return err
 	}
 	if err := r.gate(ctx, "beforeStart"); err != nil {

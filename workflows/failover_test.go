@@ -202,6 +202,11 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 				c.subject, _ = w["name"].(string)
 			}
 			c.force, _ = in["force"].(bool)
+			if cl, ok := in["call"].(map[string]any); ok {
+				// A polling call (ResyncUntilReady): its call's force and source.
+				c.force, _ = cl["force"].(bool)
+				in = cl
+			}
 			if src, ok := in["source"].(map[string]any); ok {
 				c.subject = fmt.Sprint(src["groupID"], src["volumeID"])
 				c.subject = strings.ReplaceAll(c.subject, "<nil>", "")

@@ -110,6 +110,9 @@ type GroupOp struct {
 	// Discard: OpResync forces the resync of a copy the storage finds
 	// diverged, discarding its writes (reprotect only).
 	Discard bool `json:"discard,omitempty"`
+	// Primary: OpResync is also done once this site's primary copy has
+	// shipped a sync begun after After (or after the step began).
+	Primary string `json:"primary,omitempty"`
 }
 
 func (op GroupOp) verb() string {
@@ -131,7 +134,7 @@ func (op GroupOp) do(ctx workflow.Context, p *plans.Plan, group string) (string,
 	case OpDisable:
 		return replicate(ctx, p, op.Site, group, activities.RPCDisableVolumeReplication, false, st.DisableVolumeReplication)
 	case OpResync:
-		return resync(ctx, p, op.Site, group, op.Discard)
+		return resync(ctx, p, op, group)
 	case OpWaitSync:
 		return waitSync(ctx, p, op.Site, group, op.After)
 	case OpCheck:

@@ -32,9 +32,10 @@ type ReprotectResult struct {
 //
 //  1. stop From's workloads (they may have come back with the site);
 //  2. demote From's groups with force (their old primaries are stale);
-//  3. resync From until every group reports ready; a group the storage
-//     finds diverged (split-brain) is resynced with force, which discards
-//     From's writes after the failover, as reprotect means to;
+//  3. resync From with force, which discards whatever From wrote after
+//     the failover, as reprotect means to (a copy that was primary when
+//     its peer was promoted with force has diverged: split-brain), until
+//     each group reports ready or To has shipped a sync to it;
 //  4. wait on To for a completed sync newer than the resync start;
 //  5. unfence From's clients.
 //
@@ -63,7 +64,7 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 		return err
 	}
 	res.ResyncStart = workflow.Now(ctx)
-	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Discard: true}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Discard: true, Primary: to, After: res.ResyncStart}); err != nil {
 		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpWaitSync, Site: to, After: res.ResyncStart}); err != nil {

@@ -55,10 +55,11 @@ func (f *fixture) splitBrain(t *testing.T) {
 	mustOK(t, f.east.Up())
 }
 
-// TestReprotectForcesSplitBrainResync: after a split brain the storage
-// refuses a resync without force (FAILED_PRECONDITION, as ceph-csi does);
-// reprotect, which discards the returned site's divergence by design,
-// sends it again with force, says so in the step, and ends with east a
+// TestReprotectForcesSplitBrainResync: after a split brain, reprotect,
+// which discards the returned site's divergence by design, resyncs with
+// force from the first call (a diverged copy is what a failover leaves,
+// and a driver may never say so: ceph-csi 3.12 answers INTERNAL without
+// force), says what was discarded in the step, and ends with east a
 // replica of west holding west's data and none of its own divergent write.
 func TestReprotectForcesSplitBrainResync(t *testing.T) {
 	f := newFixture(t)
@@ -70,7 +71,10 @@ func TestReprotectForcesSplitBrainResync(t *testing.T) {
 	allDone(t, rp.Progress)
 	forced := false
 	for _, c := range calls {
-		if c.name == "ResyncVolume" && c.site == "east" && c.subject == "vg-1" && c.force {
+		if c.name == "ResyncUntilReady" && c.site == "east" && c.subject == "vg-1" {
+			if !c.force {
+				t.Fatalf("reprotect resynced the diverged vg-1 without force: %v", c)
+			}
 			forced = true
 		}
 	}
@@ -83,7 +87,7 @@ func TestReprotectForcesSplitBrainResync(t *testing.T) {
 			note = s.Output
 		}
 	}
-	if !strings.Contains(note, "forced resync") || !strings.Contains(note, "discarded") || !strings.Contains(note, "write(s)") {
+	if !strings.Contains(note, "forced resync") || !strings.Contains(note, "east's copies were replaced by west's") || !strings.Contains(note, "discarded") {
 		t.Fatalf("resync step output %q does not record what was discarded", note)
 	}
 	t.Logf("resync step: %s", note)

@@ -312,19 +312,97 @@ func unfenceBefore(ctx workflow.Context, p *plans.Plan, via string, cidrs []stri
 // with FAILED_PRECONDITION, is sent again with force.
 const changeForceResync = "force-resync-diverged"
 
-// resync resynchronises every source of a group on site until ready.
+// changeResyncShipped marks histories in which a reprotect resyncs with
+// force from its first call, and a resync is done once the copy is ready
+// or the primary has shipped it a sync begun after the resync did.
+const changeResyncShipped = "resync-shipped"
+
+// resync resynchronises every source of a group on op.Site.
 //
-// A driver refuses a resync without force of a copy that diverged
-// (split-brain: both copies were written as primary) with
-// FAILED_PRECONDITION: ceph-csi answers "Force resync to recover volume"
-// (rbdVolume.ResyncVol in internal/rbd/replication.go, before 2023), and
-// its ReplicationServer.ResyncVolume (internal/csi-addons/rbd/replication.go)
-// resyncs the image only when force is set. With discard (reprotect, which
-// by design gives up the returned site's writes after the failover) the
-// resync is then sent with force, and the step's output names what the
-// driver said was discarded. Without it (failback, whose copies must never
-// lose a write) the step fails with an explanation and pauses.
-func resync(ctx workflow.Context, p *plans.Plan, site, group string, discard bool) (string, error) {
+// After a failover the returned site's copies were primary when their
+// peers were promoted with force: they have diverged (split-brain) by
+// definition, and reprotect (op.Discard) resyncs them with force from the
+// first call, discarding whatever they took after the failover, as the
+// kubernetes-csi-addons controller's autoResync does for the old primary
+// after a failover. Asking first without force is no use: ceph-csi
+// 3.12 answers a diverged image without force with INTERNAL "failed to
+// get last sync info" for as long as it stays so (ResyncVolume in
+// internal/csi-addons/rbd/replication.go; it answered FAILED_PRECONDITION
+// "Force resync to recover volume" before 2023), and the spec leaves force
+// to the caller.
+//
+// A failback's resync of the old primary never forces: its copy was
+// demoted cleanly and must lose no write; a copy the storage refuses
+// without force (FAILED_PRECONDITION) pauses the step with an
+// explanation.
+//
+// Drivers answer ready=true at different moments (ceph-csi only when both
+// copies are demoted and in sync), so with op.Primary the resync is also
+// done once the copy accepts the resync and the primary reports a sync
+// to it begun after the resync did.
+func resync(ctx workflow.Context, p *plans.Plan, op GroupOp, group string) (string, error) {
+	if version(ctx, changeResyncShipped, 1) == workflow.DefaultVersion {
+		return resyncUntilReady(ctx, p, op.Site, group, op.Discard)
+	}
+	site := op.Site
+	force := op.Discard
+	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, force)
+	if err != nil {
+		return "", err
+	}
+	var prims []activities.ReplicationInput
+	if op.Primary != "" {
+		if prims, err = activities.ReplicationInputs(p, op.Primary, group, activities.RPCGetVolumeReplicationInfo, false); err != nil {
+			return "", err
+		}
+		if len(prims) != len(ins) {
+			prims = nil // the sites list their volumes differently: wait for ready alone
+		}
+	}
+	after := op.After
+	if after.IsZero() {
+		after = workflow.Now(ctx)
+	}
+	polls, shipped := 0, 0
+	var last time.Time
+	for i, in := range ins {
+		ri := activities.ResyncInput{Call: in, After: after}
+		if prims != nil {
+			ri.Primary = &prims[i]
+		}
+		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady, ri)
+		if typ, _, _ := activities.FailureOf(err); typ == activities.ErrFailedPrecondition && !force {
+			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s on %s cannot resync without force, and a failback never forces: "+
+				"the copy may have diverged (split-brain) and forcing would discard its writes; find out which copy holds the writes to keep, "+
+				"then retry this step, or abort and move the plan with failover and reprotect instead; the storage said: %s",
+				in.Source, site, ErrorText(err)), activities.ErrFailedPrecondition, nil)
+		}
+		if err != nil {
+			return "", err
+		}
+		polls += out.Polls
+		if out.Shipped {
+			shipped++
+			if out.LastSync.After(last) {
+				last = out.LastSync
+			}
+		}
+	}
+	note := fmt.Sprintf("ready after %d ResyncVolume call(s)", polls)
+	if shipped > 0 {
+		note = fmt.Sprintf("resynced after %d ResyncVolume call(s): %s shipped %d of %d copies a sync begun after the resync (the last at %s)",
+			polls, op.Primary, shipped, len(ins), last.UTC().Format(time.RFC3339))
+	}
+	if force {
+		note += fmt.Sprintf("; forced resync: %s's copies were replaced by %s's, and whatever %s wrote after the failover is discarded", site, op.Primary, site)
+	}
+	return note, nil
+}
+
+// resyncUntilReady is resync in histories from before changeResyncShipped:
+// without force until ready, and with force (discard) only after a
+// FAILED_PRECONDITION.
+func resyncUntilReady(ctx workflow.Context, p *plans.Plan, site, group string, discard bool) (string, error) {
 	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, false)
 	if err != nil {
 		return "", err

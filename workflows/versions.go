@@ -58,9 +58,14 @@ var generation2 = with(generation1, map[string]workflow.Version{changeLocalBatch
 // taking its copies from the run (changeCleanupFromRun).
 var generation3 = with(generation2, map[string]workflow.Version{changeSiteFenceSkip: 1, changeSiteBusyFence: 1, changeCleanupFromRun: 1})
 
+// generation4 is generation 3, protection promoting the primary's copies
+// after enabling them (changeProtectPromote), and a resync done once the
+// primary has shipped to the copy since it began (changeResyncShipped).
+var generation4 = with(generation3, map[string]workflow.Version{changeProtectPromote: 1, changeResyncShipped: 1})
+
 // generations are the frozen generations by number; the last is the one
 // new runs take.
-var generations = []map[string]workflow.Version{1: generation1, 2: generation2, 3: generation3}
+var generations = []map[string]workflow.Version{1: generation1, 2: generation2, 3: generation3, 4: generation4}
 
 // with is a generation: every change of before, and those of more.
 func with(before, more map[string]workflow.Version) map[string]workflow.Version {
