@@ -98,7 +98,7 @@ func TestPollOptions(t *testing.T) {
 	p := &plans.Plan{Sites: []plans.Site{{Name: "east", TaskQueue: "drover-east"}}}
 	p.ApplyDefaults()
 	call := activities.CallOptions(p, "east", activities.RPCPromoteVolume)
-	if call.StartToCloseTimeout != 2*time.Minute+activities.CallGrace || call.ScheduleToCloseTimeout != plans.DefaultTimeLimit ||
+	if call.StartToCloseTimeout != 3*time.Minute+activities.CallGrace || call.ScheduleToCloseTimeout != plans.DefaultTimeLimit ||
 		call.TaskQueue != "drover-east" || call.HeartbeatTimeout != 0 {
 		t.Fatalf("CallOptions = %+v", call)
 	}

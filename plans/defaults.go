@@ -23,10 +23,14 @@ const (
 
 // DefaultDeadlines are the per-RPC deadlines a plan gets unless it sets its
 // own: promotion and demotion can take long on real drivers (a forced
-// promote can hang), the rest are quick.
+// promote can hang), the rest are quick. A promotion gets 3 minutes, as
+// the kubernetes-csi-addons controller gives every call: ceph-csi runs
+// its forced promotion under a timeout of 2 minutes of its own
+// (ForcePromote in internal/rbd/mirror.go), and a deadline no longer
+// than that would cut the call just as ceph-csi gives up on its own.
 var DefaultDeadlines = map[string]time.Duration{
 	"default":       DefaultCallDeadline,
-	"PromoteVolume": 2 * time.Minute,
+	"PromoteVolume": 3 * time.Minute,
 	"DemoteVolume":  2 * time.Minute,
 	"ResyncVolume":  time.Minute,
 }

@@ -51,7 +51,7 @@ func TestDefaultsInOnePlace(t *testing.T) {
 		pol.Retry.InitialInterval.D() != time.Second || pol.Retry.BackoffCoefficient != 2 || pol.StopDeadline.D() != 30*time.Second {
 		t.Fatalf("policy defaults: %+v", pol)
 	}
-	if p.Deadline("PromoteVolume") != 2*time.Minute || p.Deadline("Probe") != 30*time.Second {
+	if p.Deadline("PromoteVolume") != 3*time.Minute || p.Deadline("Probe") != 30*time.Second {
 		t.Fatalf("deadlines: promote %v probe %v", p.Deadline("PromoteVolume"), p.Deadline("Probe"))
 	}
 	if e := p.Sites[0].Orchestrator.Exec; e.Shell != "/bin/sh" || e.Timeout.D() != 5*time.Minute {

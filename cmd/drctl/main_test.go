@@ -50,7 +50,7 @@ func TestPlanShowPrintsDefaults(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errs)
 	}
-	for _, want := range []string{"parallelism: 10", "rpoTarget: 5m0s", "onFailure: pause", "PromoteVolume: 2m0s", "shell: /bin/sh", "testTimeLimit: 1h0m0s"} {
+	for _, want := range []string{"parallelism: 10", "rpoTarget: 5m0s", "onFailure: pause", "PromoteVolume: 3m0s", "shell: /bin/sh", "testTimeLimit: 1h0m0s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("effective plan lacks %q:\n%s", want, out)
 		}
