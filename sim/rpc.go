@@ -40,6 +40,12 @@ func (s *Site) begin(method string, secrets map[string]string) error {
 // GetIdentity and GetCapabilities carry no secrets field in the spec, so a
 // site that requires secrets still answers them (as a real driver does).
 func (s *Site) implemented(method string) error {
+	if v, ok := s.profile.panics[method]; ok {
+		return status.Errorf(codes.Internal, "panic %s", v)
+	}
+	if svc, ok := s.profile.unknownMethods[method]; ok {
+		return status.Errorf(codes.Unimplemented, "unknown method %s for service %s", method, svc)
+	}
 	if s.unimpl[method] {
 		return status.Errorf(codes.Unimplemented, "%s is not implemented by this driver", method)
 	}
@@ -274,7 +280,7 @@ func (s *Site) resolve(volumeID string, src *replication.ReplicationSource) (*un
 func (s *Site) volumeUnit(id string) (*unit, error) {
 	u, err := s.lookupVolume(id)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
+		return nil, s.profile.unknownVolume(id)
 	}
 	if u.st.Kind == KindGroup {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q belongs to volume group %q: replicate the group", id, u.st.ID)
