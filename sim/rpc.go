@@ -522,10 +522,12 @@ func (s *Site) promoteBusy(u *unit, why string) error {
 // promotion, forced or not and also of an image already primary, whenever
 // the parameters hold a schedulingInterval (getSchedulingDetails, no
 // validation there); without one no schedule is added. The rbd mgr module
-// refuses an interval not of its form and ceph-csi returns that error
-// raw: UNKNOWN, the promotion done. Schedules added with different
-// intervals are kept side by side, so the shortest one paces the
-// snapshots. Measured: shared/ceph/README.md item 1 (enabled and promoted,
+// refuses an interval it cannot read (say "1s"; the simulator takes only
+// ceph-csi's own form, ^\d+[mhd]$) and ceph-csi returns that error raw:
+// UNKNOWN, the promotion done. Schedules added with different intervals
+// are kept side by side, so the shortest one paces the snapshots
+// (inferred: "rbd mirror snapshot schedule add" adds to the image's list
+// of schedules; not measured). Measured: shared/ceph/README.md item 1 (enabled and promoted,
 // one mirror snapshot per minute with "1m").
 func (s *Site) addSchedule(u *unit, params map[string]string) error {
 	if !s.profile.mirror {
