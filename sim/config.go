@@ -39,7 +39,16 @@ type Config struct {
 	Secrets map[string]string `yaml:"secrets"`
 	// SyncInterval is how often a primary ships changes to the peer
 	// (default 1s); a unit's schedulingInterval parameter overrides it.
+	// Under the ceph-csi profile it is how often the primary looks at
+	// its peer (rbd-mirror's polling); it ships only the mirror
+	// snapshots that are taken (see Driver).
 	SyncInterval time.Duration `yaml:"syncInterval"`
+	// ScheduleMinute is how long one minute of a schedulingInterval
+	// lasts in this simulator (default 1m): with 1s, a "1m" schedule
+	// takes a snapshot every second and "1h" one every minute. It is a
+	// knob for the speed of tests, not a behaviour of any driver: real
+	// ceph-csi takes only intervals of whole minutes, hours or days.
+	ScheduleMinute time.Duration `yaml:"scheduleMinute"`
 	// Primary: on first start, this site holds the primary copies.
 	Primary bool `yaml:"primary"`
 	// Groups and Volumes are the inventory created on first start.

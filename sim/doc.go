@@ -32,7 +32,8 @@
 // number and the copy's epoch, and is persisted before it is acknowledged.
 //
 // A primary ships its changes to the peer every interval (the site's, or a
-// unit's schedulingInterval parameter), as snapshot-based mirroring does:
+// unit's schedulingInterval parameter, in minutes of Config.ScheduleMinute),
+// as snapshot-based mirroring does:
 // GetVolumeReplicationInfo reports the point in time the peer holds
 // (last_sync_time), how long shipping it took and how many bytes it moved,
 // and a status (HEALTHY, DEGRADED when the link or the peer is down so the
@@ -42,12 +43,11 @@
 // epoch forked. A copy that went past a fork (it took writes its peer never
 // saw before the peer was promoted) has diverged: it is demoted with force
 // and resynced with force, which discards its divergent writes and replaces
-// its data with the primary's. As in ceph-csi, ResyncVolume without force
-// refuses a diverged copy with FAILED_PRECONDITION ("Force resync to
-// recover volume") and answers UNAVAILABLE while it cannot ask the peer
-// whether the copy diverged; a copy that never diverged resyncs without
-// force. ResyncVolume answers ready=true only once the full copy has
-// arrived. A promotion without force needs the peer demoted and
+// its data with the primary's. Under the spec profile ResyncVolume without
+// force refuses a diverged copy with FAILED_PRECONDITION and answers
+// UNAVAILABLE while it cannot ask the peer whether the copy diverged; a
+// copy that never diverged resyncs without force; ready=true comes once the
+// full copy has arrived. A promotion without force needs the peer demoted and
 // its final sync received; a demotion without force needs the peer
 // reachable so that the final sync can ship. Errors follow the spec's
 // tables: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, ABORTED for a
@@ -70,9 +70,19 @@
 //
 // Config.Driver picks how a site answers where drivers differ: "spec" (the
 // default) follows the CSI-Addons specs strictly; "ceph-csi" answers as
-// ceph-csi's RBD driver does (its parameter validation, error codes,
-// identity, capabilities and the RPCs it lacks), each difference citing
-// the ceph-csi function it is read from (profile.go). Config.Breaks makes
+// ceph-csi's RBD driver at commit 52fcb7b does on real Ceph (its parameter
+// validation, error codes, identity, capabilities, the RPCs it lacks or
+// that panic, its volume ID format), each difference citing the ceph-csi
+// function it is read from and where it was measured (profile.go,
+// ceph.go). Its mirroring is RBD's snapshot mirroring as ceph-csi drives
+// it: EnableVolumeReplication ships the image once; only PromoteVolume
+// with a schedulingInterval adds the schedule that keeps snapshots
+// coming; ResyncVolume answers ready=true only when both copies are
+// non-primary and in sync, ready=false on a copy replaying a live
+// primary, INTERNAL "no snapshot details" on one just demoted or
+// split-brained, and with force re-creates a copy that is still the image
+// a demotion stamped (UNAVAILABLE, then ABORTED or NOT_FOUND while it is
+// re-created). Config.Breaks makes
 // a site break one rule on purpose (a non-idempotent RPC, a wrong code,
 // force ignored, a fence left in place), so that the conformance suite can
 // be shown to catch it (breaks.go).

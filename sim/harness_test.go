@@ -113,6 +113,14 @@ func wantCode(t *testing.T, err error, want codes.Code) {
 
 func codesOf(err error) codes.Code { return status.Code(err) }
 
+// wantMessage fails unless err has the code and its message is msg.
+func wantMessage(t *testing.T, err error, want codes.Code, msg string) {
+	t.Helper()
+	if st := status.Convert(err); st.Code() != want || st.Message() != msg {
+		t.Fatalf("got %v %q, want %v %q", st.Code(), st.Message(), want, msg)
+	}
+}
+
 // tlsClientConfig trusts caFile and presents the client certificate.
 func tlsClientConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)

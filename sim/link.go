@@ -32,6 +32,9 @@ type peerUnitStatus struct {
 	Lineage   []Fork `json:"lineage"`
 	Resyncing bool   `json:"resyncing"`
 	InSync    bool   `json:"inSync"`
+	// Recreating: a resync is deleting and re-creating the copy
+	// (ceph-csi profile).
+	Recreating bool `json:"recreating,omitempty"`
 }
 
 type peerStatusRequest struct {
@@ -179,6 +182,7 @@ func (s *Site) handlePeerStatus(w http.ResponseWriter, r *http.Request) {
 			Exists: true, Enabled: u.st.Enabled, Role: u.st.Role, Demoted: u.st.Demoted,
 			Epoch: u.st.Epoch, Seq: u.st.Seq, Lineage: append([]Fork(nil), u.st.Lineage...),
 			Resyncing: u.st.Resyncing, InSync: u.st.InSync,
+			Recreating: time.Now().Before(u.recreateUntil),
 		}
 		u.mu.Unlock()
 	}
@@ -214,8 +218,11 @@ func (s *Site) applyFromPeer(a applyUnit) string {
 		return "the copy on this site is primary"
 	}
 	fresh := u.st.Epoch == 0 && u.st.Seq == 0
+	// The ceph-csi profile also refuses a copy demoted after its peer's
+	// forced promotion (unit.splitBrain).
+	split := s.profile.mirror && !fresh && u.splitBrain(a.Lineage, a.ToSeq)
 	if a.Full {
-		if !u.st.Resyncing && !fresh && !Consistent(a.Lineage, a.ToSeq, u.st.Epoch, u.st.Seq) {
+		if !u.st.Resyncing && !fresh && (split || !Consistent(a.Lineage, a.ToSeq, u.st.Epoch, u.st.Seq)) {
 			return "diverged: resync required"
 		}
 		u.st.Blocks = a.Blocks
@@ -227,7 +234,7 @@ func (s *Site) applyFromPeer(a applyUnit) string {
 		if u.st.Resyncing {
 			return "resyncing: a full copy is required"
 		}
-		if !Consistent(a.Lineage, a.ToSeq, u.st.Epoch, u.st.Seq) {
+		if split || !Consistent(a.Lineage, a.ToSeq, u.st.Epoch, u.st.Seq) {
 			return "diverged: resync required"
 		}
 		if u.st.Seq != a.BaseSeq {
@@ -327,7 +334,9 @@ func (s *Site) replicateOnce(ctx context.Context) {
 		candidate := u.st.Enabled && (u.st.Role == RolePrimary || (u.st.Demoted && u.st.Seq > 0))
 		if candidate && !now.Before(u.nextSync) {
 			iv := s.cfg.SyncInterval
-			if u.st.Schedule > 0 {
+			if u.st.Schedule > 0 && !s.profile.mirror {
+				// The ceph-csi profile looks at its peer every interval
+				// and ships only the snapshots that are due.
 				iv = u.st.Schedule
 			}
 			u.nextSync = now.Add(iv)
@@ -373,6 +382,10 @@ func (s *Site) replicateOnce(ctx context.Context) {
 		p := ps.Units[sh.key]
 		u := sh.u
 		u.mu.Lock()
+		if s.profile.mirror && sh.primary && p.Exists && !u.snapshotDue(now, p) {
+			u.mu.Unlock()
+			continue
+		}
 		lineage := u.st.Lineage
 		a := applyUnit{Key: sh.key, ToSeq: u.st.Seq, Epoch: u.st.Epoch, Lineage: append([]Fork(nil), lineage...), SnapTime: time.Now()}
 		var reason string
@@ -448,6 +461,12 @@ func (s *Site) replicateOnce(ctx context.Context) {
 		if sh.primary {
 			u.st.LastSync = &SyncInfo{SnapTime: a.SnapTime, Duration: done.Sub(a.SnapTime), Bytes: bytesOf[i]}
 			u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_HEALTHY, ""
+			if s.profile.mirror {
+				u.st.SnapPending = false
+				if u.st.Schedule > 0 && !a.SnapTime.Before(u.nextSnap) {
+					u.nextSnap = a.SnapTime.Add(u.st.Schedule)
+				}
+			}
 		}
 		if advanced {
 			u.st.Syncs = append(u.st.Syncs, SyncRecord{Time: done, SnapTime: a.SnapTime, Epoch: a.Epoch, Seq: a.ToSeq, Bytes: bytesOf[i]})

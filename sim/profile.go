@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -15,8 +18,11 @@ import (
 
 // Driver profiles: how a site answers where drivers differ. The default
 // profile, DriverSpec, follows the CSI-Addons specs strictly. DriverCephCSI
-// answers as ceph-csi's RBD driver does; each of its differences below
-// names the ceph-csi file and function it is read from.
+// answers as ceph-csi's RBD driver at commit 52fcb7b (v3.12) does on Ceph
+// 16.2.15; each of its differences below and in ceph.go names the
+// ceph-csi file and function it is read from and where it was measured:
+// an item of shared/ceph/README.md (the first run of real ceph-csi on
+// real Ceph) or make e2e-ceph (the project's own run).
 const (
 	DriverSpec    = "spec"
 	DriverCephCSI = "ceph-csi"
@@ -34,6 +40,17 @@ type profile struct {
 	name string
 	// unimplemented: RPCs the driver does not serve at all.
 	unimplemented []string
+	// unknownMethods: RPCs absent from the driver's generated service,
+	// by service: gRPC answers UNIMPLEMENTED "unknown method".
+	unknownMethods map[string]string
+	// panics: RPCs whose handler panics; the driver's recovery
+	// interceptor answers INTERNAL with the panic's text.
+	panics map[string]string
+	// mirror: the driver mirrors as ceph-csi's RBD snapshot mirroring
+	// does (mirror.go): snapshots taken at enable, promote, demote and on a
+	// schedule that PromoteVolume adds; a resync keyed on the demoted
+	// image; volume IDs in ceph-csi's format.
+	mirror bool
 	// stateCode is the code of a refusal because of the copy's own state
 	// (replication not enabled, resync of a primary, info on a secondary).
 	stateCode codes.Code
@@ -111,18 +128,37 @@ func cephCSIProfile() *profile {
 	return &profile{
 		name: DriverCephCSI,
 		// ceph-csi's FenceControllerServer (internal/csi-addons/rbd/network_fence.go)
-		// serves FenceClusterNetwork and UnfenceClusterNetwork only; the
-		// embedded UnimplementedFenceControllerServer answers the others.
-		// Its ReplicationServer (internal/csi-addons/rbd/replication.go)
-		// has no GetReplicationDestinationInfo.
+		// serves FenceClusterNetwork and UnfenceClusterNetwork only, and
+		// its ReplicationServer (internal/csi-addons/rbd/replication.go)
+		// has no GetReplicationDestinationInfo: none is advertised
+		// (IdentityServer.GetCapabilities), and each answers as below.
 		unimplemented: []string{"ListClusterFence", "GetFenceClients", "GetReplicationDestinationInfo"},
+		// The vendored CSI-Addons spec (v0.2.1-0.20240730084235) has no
+		// GetFenceClients and no GetReplicationDestinationInfo: grpc-go
+		// answers a method its service does not register with
+		// UNIMPLEMENTED "unknown method M for service S".
+		unknownMethods: map[string]string{
+			"GetFenceClients":               "fence.FenceController",
+			"GetReplicationDestinationInfo": "replication.Controller",
+		},
+		// FenceControllerServer embeds a nil
+		// *fence.UnimplementedFenceControllerServer (network_fence.go,
+		// NewFenceControllerServer returns &FenceControllerServer{}): the
+		// promoted ListClusterFence dereferences it and panics, and
+		// panicHandler (internal/csi-common/utils.go) answers INTERNAL
+		// "panic <value>". Measured: shared/ceph/README.md item 2.
+		panics: map[string]string{
+			"ListClusterFence": "runtime error: invalid memory address or nil pointer dereference",
+		},
+		mirror: true,
 		// ReplicationServer.PromoteVolume, DemoteVolume, ResyncVolume and
 		// GetVolumeReplicationInfo answer INVALID_ARGUMENT for "mirroring
 		// is not enabled", "image is in primary state" and "image is not in
 		// primary state", where the spec's tables say FAILED_PRECONDITION.
 		stateCode: codes.InvalidArgument,
 		// ReplicationServer.DemoteVolume demotes the local image whatever
-		// the peer's state (rbd mirror image demote is a local operation).
+		// the peer's state (rbd mirror image demote is a local operation)
+		// and never reads force.
 		demoteChecksPeer: false,
 		enableParams:     cephEnableParams,
 		fenceRequest:     cephFenceRequest,
@@ -242,4 +278,69 @@ func first(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// unknownVolume answers a volume ID the site holds no volume for. The
+// spec profile: NOT_FOUND. The ceph-csi profile reads the ID as
+// GenVolFromVolID (internal/rbd/rbd_util.go) does: an ID that
+// util.CSIIdentifier.DecomposeCSIID (internal/util/volid.go) cannot decode
+// is ErrInvalidVolID, which rbdManager.GetVolumeByID (internal/rbd/manager.go)
+// wraps and getGRPCError (internal/csi-addons/rbd/replication.go) answers
+// as INTERNAL; a well-formed ID of an image that does not exist is
+// ErrImageNotFound, NOT_FOUND. Measured: make e2e-ceph, and issue 36
+// ("string underflow" for an ID outside the format, NOT_FOUND for a
+// well-formed unknown one).
+func (p *profile) unknownVolume(id string) error {
+	if !p.mirror {
+		return status.Errorf(codes.NotFound, "volume %q not found", id)
+	}
+	if err := decomposeCSIID(id); err != nil {
+		return status.Errorf(codes.Internal, "failed to get volume from id %q: invalid VolumeID: error decoding volume ID (%v) (%s)", id, err, id)
+	}
+	return status.Errorf(codes.NotFound, "volume %s not found: image not found", id)
+}
+
+// decomposeCSIID checks a volume ID against ceph-csi's format,
+// <version:4 hex>-<len(clusterID):4 hex>-<clusterID>-<poolID:16 hex>-<uuid:36>,
+// step by step as util.CSIIdentifier.DecomposeCSIID does, with its errors.
+func decomposeCSIID(id string) error {
+	const knownFieldSize, uuidSize = 64, 36
+	underflow := errors.New("failed to decode CSI identifier, string underflow")
+	left := len(id)
+	if left < knownFieldSize {
+		return underflow
+	}
+	if _, err := hex.DecodeString(id[0:4]); err != nil {
+		return err
+	}
+	left -= 5
+	b, err := hex.DecodeString(id[5:9])
+	if err != nil {
+		return err
+	}
+	clusterLen := int(binary.BigEndian.Uint16(b))
+	left -= 5
+	if left < clusterLen+1 {
+		return underflow
+	}
+	left -= clusterLen + 1
+	next := 10 + clusterLen + 1
+	if left < 17 {
+		return underflow
+	}
+	if _, err := hex.DecodeString(id[next : next+16]); err != nil {
+		return err
+	}
+	left -= 17
+	if left != uuidSize {
+		return errors.New("failed to decode CSI identifier, string size mismatch")
+	}
+	return nil
+}
+
+// CephVolumeID composes a volume ID in ceph-csi's format
+// (util.CSIIdentifier.ComposeCSIID): encoding version 1, the clusterID,
+// the pool ID and the image's UUID. Tests use it for well-formed IDs.
+func CephVolumeID(clusterID string, poolID int64, uuid string) string {
+	return fmt.Sprintf("0001-%04x-%s-%016x-%s", len(clusterID), clusterID, uint64(poolID), uuid)
 }

@@ -104,10 +104,17 @@ func TestCephCSIProfileAnswers(t *testing.T) {
 	if got := a.FencedCIDRs(); len(got) != 1 || got[0] != "192.0.2.7/32" {
 		t.Errorf("fenced %v", got)
 	}
-	_, err = a.fc.ListClusterFence(ctx, &fence.ListClusterFenceRequest{Parameters: params})
-	wantCode(t, err, codes.Unimplemented)
-	_, err = a.fc.GetFenceClients(ctx, &fence.GetFenceClientsRequest{Parameters: params})
-	wantCode(t, err, codes.Unimplemented)
+	// ListClusterFence panics in ceph-csi: INTERNAL, whatever the
+	// secrets; GetFenceClients and GetReplicationDestinationInfo are not in
+	// its spec: grpc-go's "unknown method".
+	for _, site := range []*siteUnderTest{a, sa} {
+		_, err = site.fc.ListClusterFence(ctx, &fence.ListClusterFenceRequest{Parameters: params})
+		wantMessage(t, err, codes.Internal, "panic runtime error: invalid memory address or nil pointer dereference")
+		_, err = site.fc.GetFenceClients(ctx, &fence.GetFenceClientsRequest{Parameters: params})
+		wantMessage(t, err, codes.Unimplemented, "unknown method GetFenceClients for service fence.FenceController")
+		_, err = site.rc.GetReplicationDestinationInfo(ctx, &replication.GetReplicationDestinationInfoRequest{ReplicationSource: group("vg-1")})
+		wantMessage(t, err, codes.Unimplemented, "unknown method GetReplicationDestinationInfo for service replication.Controller")
+	}
 }
 
 // GetReplicationDestinationInfo (spec profile): the spec's error table,

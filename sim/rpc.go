@@ -40,6 +40,12 @@ func (s *Site) begin(method string, secrets map[string]string) error {
 // GetIdentity and GetCapabilities carry no secrets field in the spec, so a
 // site that requires secrets still answers them (as a real driver does).
 func (s *Site) implemented(method string) error {
+	if v, ok := s.profile.panics[method]; ok {
+		return status.Errorf(codes.Internal, "panic %s", v)
+	}
+	if svc, ok := s.profile.unknownMethods[method]; ok {
+		return status.Errorf(codes.Unimplemented, "unknown method %s for service %s", method, svc)
+	}
 	if s.unimpl[method] {
 		return status.Errorf(codes.Unimplemented, "%s is not implemented by this driver", method)
 	}
@@ -274,7 +280,7 @@ func (s *Site) resolve(volumeID string, src *replication.ReplicationSource) (*un
 func (s *Site) volumeUnit(id string) (*unit, error) {
 	u, err := s.lookupVolume(id)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
+		return nil, s.profile.unknownVolume(id)
 	}
 	if u.st.Kind == KindGroup {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q belongs to volume group %q: replicate the group", id, u.st.ID)
@@ -297,10 +303,60 @@ func (s *Site) withUnit(ctx context.Context, method string, secrets map[string]s
 		return status.Errorf(codes.Aborted, "an operation is already pending for %s %q", u.st.Kind, u.st.ID)
 	}
 	defer u.op.Unlock()
+	if err := s.recreating(u); err != nil {
+		return err
+	}
 	if err := s.faults.injectOn(ctx, method, u.st.ID); err != nil {
 		return err
 	}
 	return fn(u)
+}
+
+// recreating answers a call on a copy that a resync is deleting and
+// re-creating (ceph-csi profile). rbd-mirror deletes the local image and
+// bootstraps a new one: ceph-csi's ResyncVolume answers ABORTED when
+// GetMirroringInfo loses the image under it ("in case of Resync the image
+// will get deleted and gets recreated"), then every call answers
+// NOT_FOUND (rbdManager.GetVolumeByID: ErrImageNotFound, getGRPCError)
+// until the new image exists. Measured: shared/ceph/README.md item 3 (a
+// NOT_FOUND while the image is re-created).
+func (s *Site) recreating(u *unit) error {
+	u.mu.Lock()
+	start, until := u.recreateStart, u.recreateUntil
+	u.mu.Unlock()
+	now := time.Now()
+	if !now.Before(until) {
+		return nil
+	}
+	if now.Sub(start) < until.Sub(start)/3 {
+		return status.Errorf(codes.Aborted, "failed to get mirroring info of %s: image not found", u.st.ID)
+	}
+	return status.Errorf(codes.NotFound, "volume %s not found: image not found", u.st.ID)
+}
+
+// recreateSpan is how long a resync takes to delete and re-create a copy
+// (ceph-csi profile): twice the site's sync interval.
+func (s *Site) recreateSpan() time.Duration { return 2 * s.cfg.SyncInterval }
+
+// scaleSchedule turns a schedulingInterval into this simulator's time
+// (Config.ScheduleMinute).
+func (s *Site) scaleSchedule(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * float64(s.cfg.ScheduleMinute) / float64(time.Minute))
+}
+
+// notEnabled refuses a call on a copy whose replication is not enabled,
+// in the profile's words: ceph-csi's PromoteVolume and DemoteVolume say
+// "mirroring is not enabled on ID, image is in STATE Mode", its
+// ResyncVolume and GetVolumeReplicationInfo "image mirroring is not
+// enabled" (internal/csi-addons/rbd/replication.go).
+func (s *Site) notEnabled(method string, u *unit) error {
+	if s.profile.mirror {
+		if method == "PromoteVolume" || method == "DemoteVolume" {
+			return status.Errorf(s.profile.stateCode, "mirroring is not enabled on %s, image is in disabled Mode", u.st.ID)
+		}
+		return status.Error(s.profile.stateCode, "image mirroring is not enabled")
+	}
+	return status.Errorf(s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
 }
 
 // commit persists a unit after a change; u.mu must be held. A failure to
@@ -339,16 +395,31 @@ func (r *replicationServer) EnableVolumeReplication(ctx context.Context, req *re
 	err = r.s.withUnit(ctx, "EnableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
 		u.mu.Lock()
 		defer u.mu.Unlock()
+		if r.s.profile.mirror {
+			// ReplicationServer.EnableVolumeReplication enables mirroring
+			// when it is not enabled and does nothing otherwise; it adds no
+			// snapshot schedule (the only AddSnapshotScheduling call is in
+			// PromoteVolume). librbd's MirrorEnable in snapshot mode takes
+			// the first mirror snapshot: the peer gets the image once, then
+			// nothing until a schedule exists. Measured: shared/ceph/README.md
+			// item 1 (one mirror snapshot in 2 minutes after enable alone).
+			if u.st.Enabled {
+				return nil
+			}
+			u.st.Enabled = true
+			u.st.SnapPending = u.st.Role == RolePrimary
+			u.st.Params = copyParams(params)
+			u.nextSync = time.Time{}
+			return r.s.commit(u)
+		}
+		schedule = r.s.scaleSchedule(schedule)
 		if u.st.Enabled && u.st.Schedule == schedule {
 			return nil
 		}
 		u.st.Enabled = true
 		u.st.Schedule = schedule
 		if len(params) > 0 {
-			u.st.Params = map[string]string{}
-			for k, v := range params {
-				u.st.Params[k] = v
-			}
+			u.st.Params = copyParams(params)
 		}
 		u.nextSync = time.Time{}
 		return r.s.commit(u)
@@ -390,49 +461,124 @@ func (r *replicationServer) PromoteVolume(ctx context.Context, req *replication.
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.notEnabled("PromoteVolume", u)
 		}
 		if role == RolePrimary {
-			return nil // already primary: idempotent
+			// Already primary: idempotent. ceph-csi adds the schedule all
+			// the same.
+			return r.s.addSchedule(u, req.GetParameters())
 		}
 		if !req.GetForce() {
 			// A planned promotion needs the peer demoted and every change it
 			// made shipped here first.
 			ps, err := r.s.peerUnitStatus(ctx, u.st.Key())
 			if err != nil {
-				return status.Errorf(codes.FailedPrecondition, "%s %q: peer site unreachable (%v): cannot promote without force", u.st.Kind, u.st.ID, err)
+				return r.s.promoteBusy(u, fmt.Sprintf("peer site unreachable (%v): cannot promote without force", err))
 			}
 			if ps.Role == RolePrimary {
-				return status.Errorf(codes.FailedPrecondition, "%s %q: the peer copy is still primary: demote it first or promote with force", u.st.Kind, u.st.ID)
+				return r.s.promoteBusy(u, "the peer copy is still primary: demote it first or promote with force")
 			}
 			if ps.Epoch != epoch || ps.Seq != seq {
-				return status.Errorf(codes.FailedPrecondition, "%s %q: not yet synced with the demoted peer (have %d, peer has %d): retry after the final sync", u.st.Kind, u.st.ID, seq, ps.Seq)
+				return r.s.promoteBusy(u, fmt.Sprintf("not yet synced with the demoted peer (have %d, peer has %d): retry after the final sync", seq, ps.Seq))
 			}
 		}
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		now := time.Now()
-		newEpoch := uint64(now.UnixNano())
-		if newEpoch <= u.st.Epoch {
-			newEpoch = u.st.Epoch + 1
+		forked := false
+		if req.GetForce() && r.s.profile.mirror {
+			// A forced promotion that does not start from the peer's
+			// demotion snapshot leaves the peer's image split-brained
+			// once it is demoted (rbd-mirror finds no snapshot of its
+			// demotion in the new primary's history).
+			ps, err := r.s.peerUnitStatus(ctx, u.st.Key())
+			forked = err != nil || ps.Role == RolePrimary || ps.Epoch != epoch || ps.Seq != seq
 		}
-		u.st.Role = RolePrimary
-		u.st.Demoted = false
-		u.st.Resyncing = false
-		u.st.InSync = false
-		u.st.Epoch = newEpoch
-		u.st.Lineage = append(u.st.Lineage, Fork{Epoch: newEpoch, BaseSeq: u.st.Seq})
-		u.st.PeerSeq = 0
-		u.st.LastSync = nil
-		u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: now, Role: RolePrimary, Epoch: newEpoch, Seq: u.st.Seq, Force: req.GetForce()})
-		u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
-		u.nextSync = time.Time{}
-		return r.s.commit(u)
+		if err := r.s.promote(u, req.GetForce(), forked); err != nil {
+			return err
+		}
+		return r.s.addSchedule(u, req.GetParameters())
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &replication.PromoteVolumeResponse{}, nil
+}
+
+// promoteBusy refuses a promotion without force: FAILED_PRECONDITION. In
+// ceph-csi's words: librbd's promote fails with EBUSY while the peer image
+// is primary or its demotion has not synced, and ReplicationServer.PromoteVolume
+// answers an error containing "Device or resource busy" with
+// FAILED_PRECONDITION "so that replication operator can send request to
+// force promote". Measured: shared/ceph/README.md item 6 (refused while the
+// other image is primary; succeeded about 4 s after its demotion).
+func (s *Site) promoteBusy(u *unit, why string) error {
+	if s.profile.mirror {
+		return status.Errorf(codes.FailedPrecondition, "failed to promote image %s: rbd: ret=-16, Device or resource busy (%s)", u.st.ID, why)
+	}
+	return status.Errorf(codes.FailedPrecondition, "%s %q: %s", u.st.Kind, u.st.ID, why)
+}
+
+// addSchedule adds the mirror-snapshot schedule a successful PromoteVolume
+// asks for (ceph-csi profile): ReplicationServer.PromoteVolume calls
+// rbdImage.AddSnapshotScheduling (internal/rbd/rbd_util.go) after every
+// promotion, forced or not and also of an image already primary, whenever
+// the parameters hold a schedulingInterval (getSchedulingDetails, no
+// validation there); without one no schedule is added. The rbd mgr module
+// refuses an interval it cannot read (say "1s"; the simulator takes only
+// ceph-csi's own form, ^\d+[mhd]$) and ceph-csi returns that error raw:
+// UNKNOWN, the promotion done. Schedules added with different intervals
+// are kept side by side, so the shortest one paces the snapshots
+// (inferred: "rbd mirror snapshot schedule add" adds to the image's list
+// of schedules; not measured). Measured: shared/ceph/README.md item 1 (enabled and promoted,
+// one mirror snapshot per minute with "1m").
+func (s *Site) addSchedule(u *unit, params map[string]string) error {
+	if !s.profile.mirror {
+		return nil
+	}
+	v := params["schedulingInterval"]
+	if v == "" {
+		return nil
+	}
+	if !cephSchedule.MatchString(v) {
+		return status.Errorf(codes.Unknown, "rbd: ret=-22, Invalid argument: invalid schedule interval %q", v)
+	}
+	d, err := ParseSchedule(v)
+	if err != nil {
+		return status.Errorf(codes.Unknown, "rbd: ret=-22, Invalid argument: %v", err)
+	}
+	d = s.scaleSchedule(d)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.st.Schedule > 0 && u.st.Schedule <= d {
+		return nil
+	}
+	u.st.Schedule = d
+	u.nextSnap = time.Now().Add(d)
+	return s.commit(u)
+}
+
+// promote makes the copy primary in a new epoch.
+func (s *Site) promote(u *unit, force, forked bool) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	now := time.Now()
+	newEpoch := uint64(now.UnixNano())
+	if newEpoch <= u.st.Epoch {
+		newEpoch = u.st.Epoch + 1
+	}
+	u.st.Role = RolePrimary
+	u.st.Demoted = false
+	u.st.Resyncing = false
+	u.st.InSync = false
+	u.st.Epoch = newEpoch
+	u.st.Lineage = append(u.st.Lineage, Fork{Epoch: newEpoch, BaseSeq: u.st.Seq, Forced: forked})
+	u.st.PeerSeq = 0
+	u.st.LastSync = nil
+	u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: now, Role: RolePrimary, Epoch: newEpoch, Seq: u.st.Seq, Force: force})
+	u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
+	u.nextSync = time.Time{}
+	// librbd's promotion in snapshot mode takes a primary mirror
+	// snapshot, which the peer replays once it follows this copy.
+	u.st.SnapPending = s.profile.mirror
+	return s.commit(u)
 }
 
 func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
@@ -441,10 +587,13 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 		enabled, role := u.st.Enabled, u.st.Role
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.notEnabled("DemoteVolume", u)
 		}
 		if role == RoleSecondary {
-			return nil // already demoted or secondary: idempotent
+			// Already demoted or secondary: idempotent. ceph-csi's
+			// ReplicationServer.DemoteVolume does nothing for an image
+			// that is not primary, forced or not.
+			return nil
 		}
 		if !req.GetForce() && r.s.profile.demoteChecksPeer {
 			// Without force, demote only when the final sync can reach the peer.
@@ -462,6 +611,14 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 		u.st.Demoted = true
 		u.st.InSync = false
 		u.st.LastSync = nil
+		if r.s.profile.mirror {
+			// ReplicationServer.DemoteVolume stores the image's creation
+			// time in its metadata (.rbd.image.creation_time, when absent)
+			// before librbd's demote, for ResyncVolume to know the image
+			// is still the one that was demoted. It ignores force.
+			u.st.DemoteStamp = true
+			u.st.SnapPending = false
+		}
 		u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: time.Now(), Role: RoleSecondary, Epoch: u.st.Epoch, Seq: u.st.Seq, Force: req.GetForce()})
 		u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
 		u.nextSync = time.Time{}
@@ -485,6 +642,9 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 // only when req.Force is set. A resync in progress, or of a copy that never
 // diverged, needs no force.
 func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
+	if r.s.profile.mirror {
+		return r.cephResync(ctx, req)
+	}
 	ready := false
 	err := r.s.withUnit(ctx, "ResyncVolume", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
 		u.mu.Lock()
@@ -492,7 +652,7 @@ func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.R
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.notEnabled("ResyncVolume", u)
 		}
 		if role == RolePrimary {
 			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
@@ -530,7 +690,12 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		if !u.st.Enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.notEnabled("GetVolumeReplicationInfo", u)
+		}
+		if r.s.profile.mirror {
+			var err error
+			resp, err = cephInfo(u)
+			return err
 		}
 		if u.st.Role != RolePrimary {
 			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is not primary", u.st.Kind, u.st.ID)

@@ -37,6 +37,12 @@ type unit struct {
 	status    replication.GetVolumeReplicationInfoResponse_Status
 	statusMsg string
 	nextSync  time.Time
+
+	// The ceph-csi profile: when the schedule takes its next snapshot,
+	// and the span a resync deletes and re-creates the image in.
+	nextSnap      time.Time
+	recreateStart time.Time
+	recreateUntil time.Time
 }
 
 // Site is one simulated storage site: the CSI-Addons services over gRPC, a
@@ -76,6 +82,9 @@ type Site struct {
 func New(cfg Config, log *slog.Logger) (*Site, error) {
 	if cfg.SyncInterval <= 0 {
 		cfg.SyncInterval = time.Second
+	}
+	if cfg.ScheduleMinute <= 0 {
+		cfg.ScheduleMinute = time.Minute
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

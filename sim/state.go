@@ -40,6 +40,9 @@ type Block struct {
 type Fork struct {
 	Epoch   uint64 `json:"epoch"`
 	BaseSeq uint64 `json:"baseSeq"`
+	// Forced: the epoch began with a promotion by force that did not
+	// start from the peer's demotion (the ceph-csi profile's split brain).
+	Forced bool `json:"forced,omitempty"`
 }
 
 // WriteRecord is one acknowledged client write, kept for the invariant
@@ -106,6 +109,14 @@ type UnitState struct {
 	InSync      bool      `json:"inSync"`
 	Resyncing   bool      `json:"resyncing"`
 	ResyncStart time.Time `json:"resyncStart,omitempty"`
+
+	// The ceph-csi profile's mirroring. SnapPending: a mirror snapshot
+	// was taken (at enable or promote) and has not shipped yet.
+	// DemoteStamp: the copy is still the image a demotion of a primary
+	// stamped (the image metadata .rbd.image.creation_time); an image a
+	// resync re-created has none.
+	SnapPending bool `json:"snapPending,omitempty"`
+	DemoteStamp bool `json:"demoteStamp,omitempty"`
 
 	// Logs for the invariant checker.
 	Writes      []WriteRecord `json:"writes,omitempty"`

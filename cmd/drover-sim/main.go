@@ -10,8 +10,11 @@
 //	  --primary --groups 3
 //
 // --driver ceph-csi answers as ceph-csi's RBD driver does (its parameter
-// validation, error codes and identity); the default, spec, follows the
-// CSI-Addons specs strictly.
+// validation, error codes, identity and snapshot mirroring: a schedule
+// only from PromoteVolume's schedulingInterval); the default, spec,
+// follows the CSI-Addons specs strictly. --schedule-minute makes the
+// schedules run faster for tests: with 1s, a "1m" schedule takes a
+// snapshot every second.
 //
 // Several sites from a YAML file (a list under "sites", each a sim.Config):
 //
@@ -76,6 +79,7 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.Fsync, "fsync", false, "fsync every state write")
 	fs.BoolVar(&cfg.Primary, "primary", false, "this site holds the primary copies on first start")
 	fs.DurationVar(&cfg.SyncInterval, "interval", time.Second, "replication interval")
+	fs.DurationVar(&cfg.ScheduleMinute, "schedule-minute", time.Minute, "how long one minute of a schedulingInterval lasts here (a test-speed knob: 1s runs a \"1m\" schedule every second)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for probabilistic faults (0: from the clock)")
 	fs.Var(&volumes, "volume", "an ungrouped volume to create on first start (repeatable)")
 	fs.Var(&secrets, "secret", "expected secret KEY=VALUE (repeatable)")

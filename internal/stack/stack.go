@@ -119,6 +119,9 @@ type Options struct {
 	SignOriginal bool
 	// Driver is the sites' driver profile (sim.DriverSpec when empty).
 	Driver string
+	// ScheduleMinute is how long a minute of a schedulingInterval lasts
+	// on the sites (drover-sim's scheduleMinute; a minute when zero).
+	ScheduleMinute time.Duration
 	// SQL runs the Temporal server built from its Go module on a
 	// throwaway PostgreSQL cluster, set up as in production (schemas,
 	// namespace, search attributes), instead of the dev server. Bin then
@@ -451,7 +454,7 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 	}
 	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer, PeerToken: s.peerToken,
 		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver,
-		Secrets: s.Secrets}
+		ScheduleMinute: s.ScheduleMinute, Secrets: s.Secrets}
 	if len(cfg.Groups) == 0 {
 		cfg.Groups = []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}
 	}
