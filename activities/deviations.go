@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -89,6 +90,15 @@ var Deviations = []Deviation{
 		Measured: cephMeasured,
 	},
 	{
+		ID: "ceph-csi/snapshot-replica-read-only", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCCreateSnapshot, Code: codes.Internal,
+		Message: regexp.MustCompile(`Read-only file system`), Means: codes.FailedPrecondition, Classify: true,
+		Source: "internal/rbd/snapshot.go: createSnapshot runs rbd snap create on the source image, which a mirrored " +
+			"non-primary image refuses (EROFS); ControllerServer.CreateSnapshot answers INTERNAL. A test recovery on " +
+			"ceph-csi runs at the site that holds the primary copies",
+		Measured: cephMeasured,
+	},
+	{
 		ID: "ceph-csi/promote-disabled-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
 		RPC: RPCPromoteVolume, Code: codes.InvalidArgument,
 		Message: regexp.MustCompile(`mirroring is not enabled|image is in .*Mode`), Means: codes.FailedPrecondition,
@@ -153,17 +163,23 @@ func (ids *identities) name(ctx context.Context, addr string, conn *grpc.ClientC
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := identity.NewIdentityClient(conn).GetIdentity(cctx, &identity.GetIdentityRequest{})
-	if err != nil {
+	// A CSI-Addons endpoint serves the CSI-Addons identity, a CSI one the
+	// CSI identity; a driver's name is the same in both.
+	var name string
+	if r, err := identity.NewIdentityClient(conn).GetIdentity(cctx, &identity.GetIdentityRequest{}); err == nil {
+		name = r.GetName()
+	} else if r, err := csi.NewIdentityClient(conn).GetPluginInfo(cctx, &csi.GetPluginInfoRequest{}); err == nil {
+		name = r.GetName()
+	} else {
 		return "", false
 	}
 	ids.mu.Lock()
 	if ids.by == nil {
 		ids.by = map[string]knownIdentity{}
 	}
-	ids.by[addr] = knownIdentity{name: r.GetName(), at: time.Now()}
+	ids.by[addr] = knownIdentity{name: name, at: time.Now()}
 	ids.mu.Unlock()
-	return r.GetName(), true
+	return name, true
 }
 
 // deviate rewrites a driver's answer that a recorded deviation explains
