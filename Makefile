@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql temporal-server bench lint generate schema fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph temporal-server bench lint generate schema fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -45,6 +45,13 @@ e2e-sql: $(BIN)/temporal $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## the 
 	@set -o pipefail; DROVER_E2E_SQL=$(abspath $(BIN)) $(GO) test $(E2E_FLAGS) -v -run 'TestScenarios' ./e2e 2>&1 | tee .run/e2e-sql.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |stack: (starting|setting|creating|initialising)' \
 	  || { echo "== the end of .run/e2e-sql.log"; tail -n 150 .run/e2e-sql.log; exit 1; }
+
+# The whole DR cycle on two real Ceph clusters (Debian's packages, installed
+# when missing) through the real ceph-csi, from CEPH_CSI (a binary) or
+# CEPH_CSI_SRC (a source tree it builds); without either it says it skipped.
+# Every daemon it starts is stopped at the end; the log is .run/e2e-ceph.log.
+e2e-ceph: $(BIN)/temporal ## the DR cycle on real Ceph and ceph-csi (CEPH_CSI or CEPH_CSI_SRC; log in .run/e2e-ceph.log)
+	@bash scripts/ceph/e2e.sh
 
 temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
 

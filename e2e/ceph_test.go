@@ -58,6 +58,17 @@ func TestCephCSICycle(t *testing.T) {
 		ps, err := workflows.ReadProtect(context.Background(), h.c, "e2e")
 		return err == nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero()
 	})
+	// The syncs keep coming: ceph-csi schedules them when a copy is
+	// promoted, not when it is enabled, and protection promotes.
+	seen := map[time.Time]bool{}
+	simtest.Eventually(t, 30*time.Second, "protection to see the syncs keep coming", func() bool {
+		ps, err := workflows.ReadProtect(context.Background(), h.c, "e2e")
+		if err != nil || ps.LastSync().IsZero() {
+			return false
+		}
+		seen[ps.LastSync()] = true
+		return len(seen) >= 4
+	})
 
 	h.siteDown("east")
 	h.must("failover", h.plan, "--to", "west", "--yes", "--wait")
