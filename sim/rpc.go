@@ -134,7 +134,7 @@ func (s *Site) parseCIDRs(method string, params map[string]string, cidrs []*fenc
 		if c == nil || c.Cidr == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "cidrs[%d]: cidr is required", i)
 		}
-		p, err := s.profile.parseCIDR(i, c.Cidr)
+		p, err := s.profile.parseCIDR(method, i, c.Cidr)
 		if err != nil {
 			return nil, err
 		}
@@ -390,7 +390,7 @@ func (r *replicationServer) PromoteVolume(ctx context.Context, req *replication.
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("PromoteVolume", refuseNotEnabled, u)
 		}
 		if role == RolePrimary {
 			return nil // already primary: idempotent
@@ -441,7 +441,7 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 		enabled, role := u.st.Enabled, u.st.Role
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("DemoteVolume", refuseNotEnabled, u)
 		}
 		if role == RoleSecondary {
 			return nil // already demoted or secondary: idempotent
@@ -492,10 +492,10 @@ func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.R
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("ResyncVolume", refuseNotEnabled, u)
 		}
 		if role == RolePrimary {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("ResyncVolume", refusePrimary, u)
 		}
 		if !resyncing && !req.GetForce() && (epoch != 0 || seq != 0) {
 			if err := r.s.divergence(ctx, u, epoch, seq); err != nil {
@@ -530,10 +530,10 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		if !u.st.Enabled {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("GetVolumeReplicationInfo", refuseNotEnabled, u)
 		}
 		if u.st.Role != RolePrimary {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is not primary", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("GetVolumeReplicationInfo", refuseNotPrimary, u)
 		}
 		if u.st.LastSync == nil {
 			return status.Errorf(codes.NotFound, "%s %q: no sync to the peer has completed yet", u.st.Kind, u.st.ID)
