@@ -78,6 +78,35 @@ var Deviations = []Deviation{
 		Measured: cephMeasured,
 	},
 	{
+		ID: "ceph-csi/enable-peer-creating-internal", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCEnableVolumeReplication, Code: codes.Internal,
+		Message: regexp.MustCompile(`^failed to enable mirroring on ".*" with error: rbd: ret=-22, Invalid argument$`), Means: codes.Unavailable,
+		Source: "internal/csi-addons/rbd/replication.go: EnableVolumeReplication enables mirroring on an image whose mirroring state is not enabled; " +
+			"the peer's copy, while rbd-mirror still creates it, is in that state, and internal/rbd/mirror.go EnableMirroring's librbd MirrorEnable " +
+			"refuses it (EINVAL), answered INTERNAL",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): EnableVolumeReplication on the peer right after " +
+			"the primary's answered NOT_FOUND for 2 s, then this once as the copy appeared, then OK",
+	},
+	{
+		ID: "ceph-csi/resync-recreating-not-enabled", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCResyncVolume, Code: codes.InvalidArgument,
+		Message: regexp.MustCompile(`^image mirroring is not enabled$`), Means: codes.Unavailable,
+		Source: "internal/csi-addons/rbd/replication.go: ResyncVolume refuses an image whose mirroring state is not enabled; " +
+			"after a forced resync (librbd MirrorResync) rbd-mirror deletes and recreates the image, whose state is not enabled until its bootstrap ends",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): a forced resync of a split-brain copy answered " +
+			"UNAVAILABLE for 23 s, NOT_FOUND for 30 s while the copy was deleted, then this as the new copy appeared; " +
+			"an unforced resync right after enable and demote answered it twice as the peer's copy appeared",
+	},
+	{
+		ID: "ceph-csi/resync-recreating-no-local-status", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCResyncVolume, Code: codes.Unknown,
+		Message: regexp.MustCompile(`^failed to get local status: `), Means: codes.Unavailable,
+		Source: "internal/csi-addons/rbd/replication.go: ResyncVolume returns the failure of GetLocalSiteStatus as a plain error (UNKNOWN); " +
+			"after a forced resync the local site's status of the recreated image is not there yet (\"RBD image not found\")",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): a forced resync of a split-brain copy answered " +
+			"UNAVAILABLE for 23 s, NOT_FOUND for 30 s while the copy was deleted, then, as the new copy appeared, this for 27 s before OK",
+	},
+	{
 		ID: "ceph-csi/info-secondary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
 		RPC: RPCGetVolumeReplicationInfo, Code: codes.InvalidArgument,
 		Message: regexp.MustCompile(`image is not in primary state`), Means: codes.FailedPrecondition,
