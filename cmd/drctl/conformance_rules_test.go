@@ -301,6 +301,22 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 						t.Errorf("the unknown volume ID is not in ceph-csi's format: %s", d)
 					}
 				}
+				if c.rule == breakPromoteUnreachable {
+					// Both copies were primary: the clean-up made the
+					// peer's follow the first's with force, then disabled
+					// the primary first.
+					cl := strings.Join(r.report.Cleanup, "\n")
+					order := []string{"volume demote peer", "volume promote endpoint: done without force", "volume resync peer with force",
+						"volume disable endpoint: done", "volume disable peer: done"}
+					at := -1
+					for _, want := range order {
+						i := strings.Index(cl, want)
+						if i <= at {
+							t.Fatalf("clean-up lacks %q after the steps before it:\n%s", want, cl)
+						}
+						at = i
+					}
+				}
 				// Whatever broke, the clean-up left the pair as found.
 				assertLeftAsFound(t, p)
 			})

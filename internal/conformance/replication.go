@@ -243,7 +243,11 @@ func (r *runner) replicationErrors(ctx context.Context) {
 		if kind == "group" {
 			scratch = r.cfg.Group
 		}
-		id, how := unknownID(kind, scratch)
+		other := r.cfg.Group
+		if kind == "group" {
+			other = r.cfg.Volume
+		}
+		id, how := unknownID(kind, scratch, other)
 		p := repl{r: r, src: volumeSource(id), volumeID: id}
 		if kind == "group" {
 			p = repl{r: r, src: groupSource(id)}
@@ -275,12 +279,20 @@ func (r *runner) replicationErrors(ctx context.Context) {
 // format when the scratch source's own ID is in it
 // (0001-<len hex4>-<clusterID>-<poolID hex16>-<uuid>; ceph-csi answers an
 // ID outside its format INTERNAL, a well-formed unknown one NOT_FOUND), with
-// its clusterID and pool ID and a fresh UUID; a plain name otherwise. how
-// says which, for the table.
-func unknownID(kind, scratch string) (id, how string) {
-	if cluster, pool, ok := decodeCephCSIID(scratch); ok {
+// its clusterID and pool ID and a fresh UUID; a plain name otherwise (other
+// is the scratch source of the other kind). how says which, for the table.
+func unknownID(kind, scratch, other string) (id, how string) {
+	// ceph-csi composes volume group IDs as it does volume IDs: without a
+	// scratch source of this kind, the other kind's ID gives the format.
+	from := kind
+	cluster, pool, ok := decodeCephCSIID(scratch)
+	if !ok && scratch == "" {
+		cluster, pool, ok = decodeCephCSIID(other)
+		from = map[string]string{"volume": "group", "group": "volume"}[kind]
+	}
+	if ok {
 		id = fmt.Sprintf("0001-%04x-%s-%s-%s", len(cluster), cluster, pool, newUUID())
-		return id, fmt.Sprintf("well-formed unknown ceph-csi ID %s (the scratch %s's clusterID and pool)", id, kind)
+		return id, fmt.Sprintf("well-formed unknown ceph-csi ID %s (the scratch %s's clusterID and pool)", id, from)
 	}
 	id = "drover-conformance-no-such-" + kind
 	return id, "unknown ID " + id
@@ -738,10 +750,14 @@ func (r *runner) cleanupReplication(p repl, kind string, st *pairState) {
 		what = "resync " + b.Name + " with force (its copy diverged from " + a.Name + "'s)"
 	}
 	if err != nil {
+		// Disabling A now would leave B's copy, which does not follow
+		// it, behind on its own: an orphan. Better left replicated.
 		note(what, result(err))
-	} else {
-		note(what, d)
+		note("disable", fmt.Sprintf("NOT done: %s's copy does not follow %s's yet, and disabling %s now would leave it behind as an orphan; "+
+			"replication stays on (A primary): once %s's ResyncVolume answers OK, disable %s, then %s", b.Name, a.Name, a.Name, b.Name, a.Name, b.Name))
+		return
 	}
+	note(what, d)
 
 	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.disable(ctx, a) })))
 	err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {

@@ -392,17 +392,19 @@ func describeDeviation(d activities.Deviation) string {
 	return fmt.Sprintf("a recorded deviation of %s, %s (%s; %s)", d.Driver, d.ID, d.Versions, d.Source)
 }
 
-// means is the code Drover's calls read err as (rpc's answer): the spec's
-// code of a recorded deviation they read otherwise, or err's own.
+// means is the code the suite reads err as (rpc's answer): the spec's code
+// of a recorded deviation of the driver, or err's own. Drover's calls read
+// only the rows marked Classify so; the others excuse their code here.
 func (r *runner) means(rpc string, err error) codes.Code {
-	if d, ok := r.deviation(rpc, err); ok && d.Classify {
+	if d, ok := r.deviation(rpc, err); ok {
 		return d.Means
 	}
 	return codeOf(err)
 }
 
-// retryable: Drover's calls retry rpc's answer err (activities.Classify,
-// after the recorded deviations), so a waiting check asks again.
+// retryable: the spec's table for rpc (activities.Classify, the table
+// Drover's calls follow) retries the code err means, so a waiting check
+// asks again.
 func (r *runner) retryable(rpc string, err error) bool {
 	return err != nil && activities.Classify(rpc, r.means(rpc, err)) == activities.Retry
 }
