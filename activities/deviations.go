@@ -107,6 +107,15 @@ var Deviations = []Deviation{
 			"UNAVAILABLE for 23 s, NOT_FOUND for 30 s while the copy was deleted, then, as the new copy appeared, this for 27 s before OK",
 	},
 	{
+		ID: "ceph-csi/disable-peer-deleted-internal", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCDisableVolumeReplication, Code: codes.Internal,
+		Message: regexp.MustCompile(`^failed to open image ".*" with error: Failed as image not found`), Means: codes.NotFound,
+		Source: "internal/csi-addons/rbd/replication.go: DisableVolumeReplication opens the image after looking the volume up; " +
+			"when rbd-mirror deletes the peer's copy in between (its primary's replication was just disabled), the open fails and is answered INTERNAL",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): DisableVolumeReplication on the peer 0.25 s after the " +
+			"primary's answered this once, then NOT_FOUND",
+	},
+	{
 		ID: "ceph-csi/info-secondary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
 		RPC: RPCGetVolumeReplicationInfo, Code: codes.InvalidArgument,
 		Message: regexp.MustCompile(`image is not in primary state`), Means: codes.FailedPrecondition,

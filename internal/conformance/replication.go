@@ -68,7 +68,7 @@ func (p repl) disable(ctx context.Context, s *Site) error {
 	err := p.call(ctx, s, "DisableVolumeReplication", &replication.DisableVolumeReplicationRequest{
 		VolumeId: p.volumeID, ReplicationSource: p.src, Parameters: s.Replication.Parameters, Secrets: s.Secrets,
 	}, &replication.DisableVolumeReplicationResponse{})
-	if codeOf(err) == codes.NotFound {
+	if p.r.means(activities.RPCDisableVolumeReplication, err) == codes.NotFound {
 		return nil
 	}
 	return err
@@ -339,6 +339,9 @@ type pairState struct {
 	// diverged: B's copy was primary while A's was too, and has not been
 	// resynced with force since: it may hold what A never received.
 	diverged bool
+	// disabledA: A's replication is off (the disable step got that far):
+	// only B's is left to turn off.
+	disabledA bool
 }
 
 func (r *runner) hookEnv(kind, id string) []string {
@@ -579,6 +582,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		if err := ok("DisableVolumeReplication on "+a.Name, p.disable(ctx, a)); err != nil {
 			return "", err
 		}
+		st.disabledA = true
 		err := r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
 			err := p.disable(ctx, b)
 			return err == nil, err
@@ -700,6 +704,22 @@ func (r *runner) cleanupReplication(p repl, kind string, st *pairState) {
 		return fn(cctx)
 	}
 
+	disableB := func() {
+		err := bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
+			return r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
+				err := p.disable(ctx, b)
+				return err == nil, err
+			})
+		})
+		note("disable "+b.Name, result(err))
+	}
+	if st.disabledA {
+		// A's copy is primary and off: B's copy followed it up to then.
+		note("disable "+a.Name, "done before the clean-up")
+		disableB()
+		return
+	}
+
 	note("demote "+b.Name+" (force)", result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.demote(ctx, b, true) })))
 
 	tries := 0
@@ -760,11 +780,5 @@ func (r *runner) cleanupReplication(p repl, kind string, st *pairState) {
 	note(what, d)
 
 	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.disable(ctx, a) })))
-	err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
-		return r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
-			err := p.disable(ctx, b)
-			return err == nil, err
-		})
-	})
-	note("disable "+b.Name, result(err))
+	disableB()
 }
