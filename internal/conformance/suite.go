@@ -277,9 +277,12 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 		res.Status, res.Detail = Planned, ""
 	case errors.As(err, &sk):
 		res.Status, res.Detail = Skip, string(sk)
+	case err != nil && ctx.Err() != nil:
+		// Interrupted (Ctrl-C) while it ran: not a verdict on the driver.
+		res.Status, res.Detail = Skip, "interrupted while it ran: "+err.Error()
 	case err != nil:
 		res.Status, res.Detail = Fail, err.Error()
-		if timedOut && ctx.Err() == nil {
+		if timedOut {
 			res.Detail += fmt.Sprintf(" (deadline %s)", timeout)
 		}
 	default:
