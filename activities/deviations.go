@@ -57,7 +57,10 @@ const (
 	cephMeasured    = "make e2e-ceph: ceph-csi 52fcb7b on Ceph 16.2.15"
 )
 
-// Deviations are the recorded deviations, by driver.
+// Deviations are the recorded deviations, by driver. Drover's calls read a
+// row's code as Means only with Classify; the conformance suite
+// (internal/conformance) reads this same table, where every row excuses
+// its code for the check that wants Means.
 var Deviations = []Deviation{
 	{
 		ID: "ceph-csi/list-fence-panics", Driver: cephCSIName, Versions: cephCSIVersions,
@@ -74,6 +77,44 @@ var Deviations = []Deviation{
 		Source: "internal/csi-addons/rbd/replication.go: ResyncVolume -> checkVolumeResyncStatus -> getLastSyncInfo fails while the " +
 			"local image is demoted, starting its replay or bootstrapping after a resync (\"no snapshot details\")",
 		Measured: cephMeasured,
+	},
+	{
+		ID: "ceph-csi/enable-peer-creating-internal", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCEnableVolumeReplication, Code: codes.Internal,
+		Message: regexp.MustCompile(`^failed to enable mirroring on ".*" with error: rbd: ret=-22, Invalid argument$`), Means: codes.Unavailable,
+		Source: "internal/csi-addons/rbd/replication.go: EnableVolumeReplication enables mirroring on an image whose mirroring state is not enabled; " +
+			"the peer's copy, while rbd-mirror still creates it, is in that state, and internal/rbd/mirror.go EnableMirroring's librbd MirrorEnable " +
+			"refuses it (EINVAL), answered INTERNAL",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): EnableVolumeReplication on the peer right after " +
+			"the primary's answered NOT_FOUND for 2 s, then this once as the copy appeared, then OK",
+	},
+	{
+		ID: "ceph-csi/resync-recreating-not-enabled", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCResyncVolume, Code: codes.InvalidArgument,
+		Message: regexp.MustCompile(`^image mirroring is not enabled$`), Means: codes.Unavailable, Classify: true,
+		Source: "internal/csi-addons/rbd/replication.go: ResyncVolume refuses an image whose mirroring state is not enabled; " +
+			"after a forced resync (librbd MirrorResync) rbd-mirror deletes and recreates the image, whose state is not enabled until its bootstrap ends",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): a forced resync of a split-brain copy answered " +
+			"UNAVAILABLE for 23 s, NOT_FOUND for 30 s while the copy was deleted, then this as the new copy appeared; " +
+			"an unforced resync right after enable and demote answered it twice as the peer's copy appeared",
+	},
+	{
+		ID: "ceph-csi/resync-recreating-no-local-status", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCResyncVolume, Code: codes.Unknown,
+		Message: regexp.MustCompile(`^failed to get local status: `), Means: codes.Unavailable, Classify: true,
+		Source: "internal/csi-addons/rbd/replication.go: ResyncVolume returns the failure of GetLocalSiteStatus as a plain error (UNKNOWN); " +
+			"after a forced resync the local site's status of the recreated image is not there yet (\"RBD image not found\")",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): a forced resync of a split-brain copy answered " +
+			"UNAVAILABLE for 23 s, NOT_FOUND for 30 s while the copy was deleted, then, as the new copy appeared, this for 27 s before OK",
+	},
+	{
+		ID: "ceph-csi/disable-peer-deleted-internal", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCDisableVolumeReplication, Code: codes.Internal,
+		Message: regexp.MustCompile(`^failed to open image ".*" with error: Failed as image not found`), Means: codes.NotFound, Classify: true,
+		Source: "internal/csi-addons/rbd/replication.go: DisableVolumeReplication opens the image after looking the volume up; " +
+			"when rbd-mirror deletes the peer's copy in between (its primary's replication was just disabled), the open fails and is answered INTERNAL",
+		Measured: "drctl conformance against ceph-csi 52fcb7b on Ceph 16.2.15 (scripts/ceph/up.sh): DisableVolumeReplication on the peer 0.25 s after the " +
+			"primary's answered this once, then NOT_FOUND",
 	},
 	{
 		ID: "ceph-csi/info-secondary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
@@ -96,6 +137,14 @@ var Deviations = []Deviation{
 		Source: "internal/rbd/snapshot.go: createSnapshot runs rbd snap create on the source image, which a mirrored " +
 			"non-primary image refuses (EROFS); ControllerServer.CreateSnapshot answers INTERNAL. A test recovery on " +
 			"ceph-csi runs at the site that holds the primary copies",
+		Measured: cephMeasured,
+	},
+	{
+		ID: "ceph-csi/fence-invalid-cidr-internal", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCFenceClusterNetwork, Code: codes.Internal,
+		Message: regexp.MustCompile(`^failed to fence CIDR block`), Means: codes.InvalidArgument,
+		Source: "internal/csi-addons/rbd/network_fence.go: FenceControllerServer.FenceClusterNetwork wraps the failure of " +
+			"networkfence.NetworkFence.AddNetworkFence (ceph osd blocklist range add refuses the block) as INTERNAL",
 		Measured: cephMeasured,
 	},
 	{

@@ -68,7 +68,7 @@ func (r *replicationServer) cephResync(ctx context.Context, req *replication.Res
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return r.s.notEnabled("ResyncVolume", u)
+			return r.s.profile.refuse("ResyncVolume", refuseNotEnabled, u)
 		}
 		if role == RolePrimary {
 			return status.Error(codes.InvalidArgument, "image is in primary state")

@@ -54,6 +54,8 @@ type profile struct {
 	// stateCode is the code of a refusal because of the copy's own state
 	// (replication not enabled, resync of a primary, info on a secondary).
 	stateCode codes.Code
+	// stateWords, when set, words such a refusal as the driver does.
+	stateWords func(rpc, why, id string) string
 	// demoteChecksPeer: a demotion without force needs the peer reachable.
 	demoteChecksPeer bool
 	// enableParams validates EnableVolumeReplication's parameters and
@@ -62,8 +64,10 @@ type profile struct {
 	// fenceRequest validates a fence or unfence request's parameters
 	// before its CIDRs are read.
 	fenceRequest func(method string, params map[string]string) error
-	// badCIDRCode answers a CIDR that does not parse.
-	badCIDRCode codes.Code
+	// badCIDRCode answers a CIDR that does not parse; badCIDRWords, when
+	// set, words the refusal as the driver does.
+	badCIDRCode  codes.Code
+	badCIDRWords func(method, cidr string) string
 	// disableParams validates DisableVolumeReplication's parameters.
 	disableParams func(params map[string]string) error
 	// capabilities adds the driver's advertised capabilities besides the
@@ -156,6 +160,18 @@ func cephCSIProfile() *profile {
 		// is not enabled", "image is in primary state" and "image is not in
 		// primary state", where the spec's tables say FAILED_PRECONDITION.
 		stateCode: codes.InvalidArgument,
+		// Their words, which Drover's recorded deviations match.
+		stateWords: func(rpc, why, id string) string {
+			switch {
+			case why == refusePrimary:
+				return "image is in primary state"
+			case why == refuseNotPrimary:
+				return "image is not in primary state"
+			case rpc == "PromoteVolume" || rpc == "DemoteVolume":
+				return fmt.Sprintf("mirroring is not enabled on %s, image is in disabled Mode", id)
+			}
+			return "image mirroring is not enabled"
+		},
 		// ReplicationServer.DemoteVolume demotes the local image whatever
 		// the peer's state (rbd mirror image demote is a local operation)
 		// and never reads force.
@@ -165,7 +181,14 @@ func cephCSIProfile() *profile {
 		// networkfence.NetworkFence.AddNetworkFence fails on a CIDR that
 		// does not parse, and FenceControllerServer.FenceClusterNetwork
 		// wraps that failure as INTERNAL.
-		badCIDRCode:   codes.Internal,
+		badCIDRCode: codes.Internal,
+		badCIDRWords: func(method, cidr string) string {
+			verb := "fence"
+			if method == "UnfenceClusterNetwork" {
+				verb = "unfence"
+			}
+			return fmt.Sprintf("failed to %s CIDR block %q: failed to add blocklist range %q: invalid CIDR", verb, []string{cidr}, cidr)
+		},
 		disableParams: cephDisableParams,
 		// IdentityServer.GetCapabilities (internal/csi-addons/rbd/identity.go)
 		// for a controller: reclaim space offline and these volume group
@@ -264,10 +287,28 @@ func volumeGroupCap(t identity.Capability_VolumeGroup_Type) *identity.Capability
 	return &identity.Capability{Type: &identity.Capability_VolumeGroup_{VolumeGroup: &identity.Capability_VolumeGroup{Type: t}}}
 }
 
+// Why a copy's state refuses a call.
+const (
+	refuseNotEnabled = "replication is not enabled"
+	refusePrimary    = "the copy is primary, not demoted: demote it before a resync"
+	refuseNotPrimary = "the copy is not primary"
+)
+
+// refuse is the profile's refusal of rpc because of u's state.
+func (p *profile) refuse(rpc, why string, u *unit) error {
+	if p.stateWords != nil {
+		return status.Error(p.stateCode, p.stateWords(rpc, why, u.st.ID))
+	}
+	return status.Errorf(p.stateCode, "%s %q: %s", u.st.Kind, u.st.ID, why)
+}
+
 // parseCIDR reads one CIDR block as the profile's driver does.
-func (p *profile) parseCIDR(i int, c string) (string, error) {
+func (p *profile) parseCIDR(method string, i int, c string) (string, error) {
 	pre, err := netip.ParsePrefix(c)
 	if err != nil {
+		if p.badCIDRWords != nil {
+			return "", status.Error(p.badCIDRCode, p.badCIDRWords(method, c))
+		}
 		return "", status.Errorf(p.badCIDRCode, "cidrs[%d]: %q is not a CIDR block", i, c)
 	}
 	return pre.Masked().String(), nil

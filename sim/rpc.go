@@ -140,7 +140,7 @@ func (s *Site) parseCIDRs(method string, params map[string]string, cidrs []*fenc
 		if c == nil || c.Cidr == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "cidrs[%d]: cidr is required", i)
 		}
-		p, err := s.profile.parseCIDR(i, c.Cidr)
+		p, err := s.profile.parseCIDR(method, i, c.Cidr)
 		if err != nil {
 			return nil, err
 		}
@@ -344,21 +344,6 @@ func (s *Site) scaleSchedule(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * float64(s.cfg.ScheduleMinute) / float64(time.Minute))
 }
 
-// notEnabled refuses a call on a copy whose replication is not enabled,
-// in the profile's words: ceph-csi's PromoteVolume and DemoteVolume say
-// "mirroring is not enabled on ID, image is in STATE Mode", its
-// ResyncVolume and GetVolumeReplicationInfo "image mirroring is not
-// enabled" (internal/csi-addons/rbd/replication.go).
-func (s *Site) notEnabled(method string, u *unit) error {
-	if s.profile.mirror {
-		if method == "PromoteVolume" || method == "DemoteVolume" {
-			return status.Errorf(s.profile.stateCode, "mirroring is not enabled on %s, image is in disabled Mode", u.st.ID)
-		}
-		return status.Error(s.profile.stateCode, "image mirroring is not enabled")
-	}
-	return status.Errorf(s.profile.stateCode, "%s %q: replication is not enabled", u.st.Kind, u.st.ID)
-}
-
 // commit persists a unit after a change; u.mu must be held. A failure to
 // persist is the driver's own failure: UNKNOWN.
 func (s *Site) commit(u *unit) error {
@@ -461,7 +446,7 @@ func (r *replicationServer) PromoteVolume(ctx context.Context, req *replication.
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return r.s.notEnabled("PromoteVolume", u)
+			return r.s.profile.refuse("PromoteVolume", refuseNotEnabled, u)
 		}
 		if role == RolePrimary {
 			// Already primary: idempotent. ceph-csi adds the schedule all
@@ -587,7 +572,7 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 		enabled, role := u.st.Enabled, u.st.Role
 		u.mu.Unlock()
 		if !enabled {
-			return r.s.notEnabled("DemoteVolume", u)
+			return r.s.profile.refuse("DemoteVolume", refuseNotEnabled, u)
 		}
 		if role == RoleSecondary {
 			// Already demoted or secondary: idempotent. ceph-csi's
@@ -652,10 +637,10 @@ func (r *replicationServer) ResyncVolume(ctx context.Context, req *replication.R
 		epoch, seq := u.st.Epoch, u.st.Seq
 		u.mu.Unlock()
 		if !enabled {
-			return r.s.notEnabled("ResyncVolume", u)
+			return r.s.profile.refuse("ResyncVolume", refuseNotEnabled, u)
 		}
 		if role == RolePrimary {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is primary, not demoted: demote it before a resync", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("ResyncVolume", refusePrimary, u)
 		}
 		if !resyncing && !req.GetForce() && (epoch != 0 || seq != 0) {
 			if err := r.s.divergence(ctx, u, epoch, seq); err != nil {
@@ -690,7 +675,7 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		if !u.st.Enabled {
-			return r.s.notEnabled("GetVolumeReplicationInfo", u)
+			return r.s.profile.refuse("GetVolumeReplicationInfo", refuseNotEnabled, u)
 		}
 		if r.s.profile.mirror {
 			var err error
@@ -698,7 +683,7 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 			return err
 		}
 		if u.st.Role != RolePrimary {
-			return status.Errorf(r.s.profile.stateCode, "%s %q: the copy is not primary", u.st.Kind, u.st.ID)
+			return r.s.profile.refuse("GetVolumeReplicationInfo", refuseNotPrimary, u)
 		}
 		if u.st.LastSync == nil {
 			return status.Errorf(codes.NotFound, "%s %q: no sync to the peer has completed yet", u.st.Kind, u.st.ID)

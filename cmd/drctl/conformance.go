@@ -25,6 +25,9 @@ type conformanceFlags struct {
 	params                 []string
 	volume, group, cidr    string
 	timeout, syncTimeout   time.Duration
+	observe, clockSkew     time.Duration
+	linkDown, linkUp       string
+	writeCmd               string
 	junit                  string
 	dryRun                 bool
 }
@@ -42,10 +45,20 @@ The endpoint comes from a plan's site (--plan PLAN --site SITE, with the
 site's TLS, secret reference and parameters) or from flags (--endpoint
 unix:///path or host:port, --tls-*, --secret-env/--secret-file, --param).
 The replication checks need the site's peer (--peer SITE or
---peer-endpoint) and a scratch volume and/or volume group that exists on
-both, is not replicated and holds nothing of value (--volume, --group):
-they enable, demote, promote (with and without force), resync and
-disable it, and leave it disabled with the first endpoint's copy primary.
+--peer-endpoint) and a scratch volume and/or volume group that holds
+nothing of value (--volume, --group): it exists on the first endpoint
+with replication disabled; the peer's copy may not exist yet (with RBD
+mirroring it appears once replication is enabled, and goes when it is
+disabled). They enable, demote, promote (with and without force), resync
+and disable it, and leave it disabled with the first endpoint's copy
+primary. Checks that need what no CSI-Addons call can do run only with a
+command for it, and skip saying so otherwise: --link-down-cmd and
+--link-up-cmd cut and restore the replication link (an unforced promotion
+while the peer is unreachable must be refused), --write-cmd writes to the
+peer's copy while it is primary (a resync without force must not discard
+it). The commands run with sh -c and get DROVER_CONF_SITE_A,
+DROVER_CONF_SITE_B, DROVER_CONF_KIND (volume or group),
+DROVER_CONF_SOURCE (its ID) and, for --write-cmd, DROVER_CONF_SITE.
 The fence checks fence and unfence one documentation address
 (--cidr, default 192.0.2.1/32) and leave it unfenced. A run cut short
 (Ctrl-C, a failed step) puts the scratch resources back before it exits.
@@ -79,6 +92,11 @@ without making any.`,
 	fl.StringVar(&f.cidr, "cidr", conformance.DefaultCIDR, "CIDR to fence and unfence (a documentation range no client holds); empty skips the fence checks")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline of each check of single calls")
 	fl.DurationVar(&f.syncTimeout, "sync-timeout", 3*time.Minute, "deadline of each check that waits for the storage (first sync, resync)")
+	fl.DurationVar(&f.observe, "observe", 20*time.Second, "how long a check that must see nothing happen watches (no sync reaching a diverged copy resynced without force)")
+	fl.DurationVar(&f.clockSkew, "clock-skew", 5*time.Second, "how far the driver's clock may run ahead: a last sync time later than the answer by more fails")
+	fl.StringVar(&f.linkDown, "link-down-cmd", "", "command (sh -c) that cuts the replication link between the two endpoints")
+	fl.StringVar(&f.linkUp, "link-up-cmd", "", "command (sh -c) that restores it")
+	fl.StringVar(&f.writeCmd, "write-cmd", "", "command (sh -c) that writes to the scratch source's copy on $DROVER_CONF_SITE")
 	fl.StringVar(&f.junit, "junit", "", "also write the results as JUnit XML to this file")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "list the calls the checks would make, make none")
 	return cmd
@@ -136,9 +154,11 @@ func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
 // or from the endpoint flags; secrets are resolved here, as the worker
 // resolves them at call time.
 func conformanceConfig(f conformanceFlags) (conformance.Config, error) {
-	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout, DryRun: f.dryRun}
-	if f.timeout <= 0 || f.syncTimeout <= 0 {
-		return cfg, badInput("--timeout and --sync-timeout must be positive")
+	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout,
+		Observe: f.observe, ClockSkew: f.clockSkew, DryRun: f.dryRun,
+		Hooks: conformance.Hooks{LinkDown: f.linkDown, LinkUp: f.linkUp, Write: f.writeCmd}}
+	if f.timeout <= 0 || f.syncTimeout <= 0 || f.observe <= 0 || f.clockSkew <= 0 {
+		return cfg, badInput("--timeout, --sync-timeout, --observe and --clock-skew must be positive")
 	}
 	resolver := activities.EnvFileSecrets{}
 	switch {

@@ -26,8 +26,9 @@ import (
 // simPair is two peered drover-sim processes: east holds the primary
 // copies of vol-1 and vg-0001, west the secondary ones.
 type simPair struct {
-	east, west       string // unix:// endpoints
-	eastCtl, westCtl string
+	east, west         string // unix:// endpoints
+	eastCtl, westCtl   string
+	eastData, westData string
 }
 
 func startSimPair(t *testing.T, bins, driver string, extra ...string) simPair {
@@ -41,7 +42,7 @@ func startSimPair(t *testing.T, bins, driver string, extra ...string) simPair {
 func startSimPairAt(t *testing.T, bins, driver, eastGRPC, westGRPC string, extra ...string) simPair {
 	t.Helper()
 	eastData, westData := simtest.FreeAddr(t), simtest.FreeAddr(t)
-	p := simPair{east: eastGRPC, west: westGRPC, eastCtl: simtest.FreeAddr(t), westCtl: simtest.FreeAddr(t)}
+	p := simPair{east: eastGRPC, west: westGRPC, eastCtl: simtest.FreeAddr(t), westCtl: simtest.FreeAddr(t), eastData: eastData, westData: westData}
 	start := func(name, grpcAddr, data, peer, ctl string, primary bool) {
 		args := []string{"--driver", driver, "--name", name, "--grpc", grpcAddr, "--data", data, "--peer", peer,
 			"--control", ctl, "--groups", "1", "--volume", "vol-1", "--interval", "100ms", "--log-level", "warn"}
@@ -131,7 +132,7 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 	t.Run("spec profile passes", func(t *testing.T) {
 		p := startSimPair(t, bins, sim.DriverSpec)
 		junit := filepath.Join(t.TempDir(), "conformance.xml")
-		r := runConformance(t, bins, p, "--junit", junit)
+		r := runConformance(t, bins, p, append([]string{"--junit", junit}, simHooks(t, p)...)...)
 		if r.code != 0 {
 			t.Fatalf("exit %d, failed: %v\n%s", r.code, r.with(conformance.Fail), r.stderr)
 		}
@@ -172,8 +173,8 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 	})
 
 	t.Run("ceph-csi profile passes with its known deviations", func(t *testing.T) {
-		p := startSimPair(t, bins, sim.DriverCephCSI)
-		r := runConformance(t, bins, p, cephParams...)
+		p := startSimPair(t, bins, sim.DriverCephCSI, "--volume", cephVolume)
+		r := runConformance(t, bins, p, append(append(slices.Clone(cephParams), "--volume", cephVolume), simHooks(t, p)...)...)
 		if r.code != 0 {
 			t.Fatalf("exit %d, failed: %v", r.code, r.with(conformance.Fail))
 		}
@@ -181,7 +182,7 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 			t.Errorf("driver %q, want %q", r.report.Driver, sim.CephCSIDriverName)
 		}
 		for _, id := range []string{"replication/volume/resync-primary-refused", "replication/group/info-secondary-refused", "fence/invalid-cidr-refused"} {
-			if d := r.result(id).Detail; !strings.Contains(d, "known deviation") || !strings.Contains(d, "ceph-csi internal/csi-addons/") {
+			if d := r.result(id).Detail; !strings.Contains(d, "a recorded deviation of rbd.csi.ceph.com") || !strings.Contains(d, "internal/csi-addons/rbd/") {
 				t.Errorf("%s: %q, want the ceph-csi deviation cited", id, d)
 			}
 		}
@@ -202,7 +203,8 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		{sim.DriverSpec, "nonidempotent:EnableVolumeReplication", nil,
 			[]string{"replication/group/enable-idempotent", "replication/volume/enable-idempotent"}},
 		{sim.DriverSpec, "wrongcode:ResyncVolume:INTERNAL", nil,
-			[]string{"replication/group/resync-primary-refused", "replication/volume/resync-primary-refused"}},
+			[]string{"replication/group/resync-primary-refused", "replication/group/unknown-id/ResyncVolume",
+				"replication/volume/resync-primary-refused", "replication/volume/unknown-id/ResyncVolume"}},
 		{sim.DriverSpec, "ignoreforce:PromoteVolume", nil,
 			[]string{"replication/group/promote-force", "replication/volume/promote-force"}},
 		{sim.DriverSpec, "keepfence", nil, []string{"fence/unfence"}},
@@ -211,7 +213,8 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		{sim.DriverCephCSI, "nonidempotent:DemoteVolume", cephParams,
 			[]string{"replication/group/demote-idempotent", "replication/volume/demote-idempotent"}},
 		{sim.DriverCephCSI, "wrongcode:ResyncVolume:UNKNOWN", cephParams,
-			[]string{"replication/group/resync-primary-refused", "replication/volume/resync-primary-refused"}},
+			[]string{"replication/group/resync-primary-refused", "replication/group/unknown-id/ResyncVolume",
+				"replication/volume/resync-primary-refused", "replication/volume/unknown-id/ResyncVolume"}},
 	}
 	for _, b := range breaks {
 		t.Run(b.driver+" "+b.brk+" is caught", func(t *testing.T) {
@@ -385,12 +388,13 @@ func assertLeftAsFound(t *testing.T, p simPair) {
 			t.Fatalf("%s state: %v", site.name, err)
 		}
 		for _, key := range []string{"vol/vol-1", "vg/vg-0001"} {
-			u := st.Unit(key)
-			if u == nil {
+			if st.Unit(key) == nil {
 				t.Fatalf("%s: no unit %s", site.name, key)
 			}
+		}
+		for _, u := range st.Units {
 			if u.Enabled || u.Role != site.role {
-				t.Errorf("%s %s: enabled=%v role=%s, want disabled and %s", site.name, key, u.Enabled, u.Role, site.role)
+				t.Errorf("%s %s: enabled=%v role=%s, want disabled and %s", site.name, u.Key(), u.Enabled, u.Role, site.role)
 			}
 		}
 		for _, f := range st.Fences {

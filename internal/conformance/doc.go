@@ -9,30 +9,43 @@
 //     an advertised capability answers (anything but UNIMPLEMENTED), and
 //     every RPC of one not advertised answers UNIMPLEMENTED.
 //   - replication, for a scratch volume and a scratch volume group on a pair
-//     of peered endpoints (A holds the primary copies, B the secondary):
-//     enable twice, info before and after the first sync, the refusals the
-//     spec's error tables list that can be provoked without harm (unknown
-//     ID, empty source, info on a secondary, resync of a primary, promote
-//     without force while the peer is primary, promote of a source not
-//     replicated), demote twice, a planned promotion twice, resync until
-//     ready, a forced promotion while the peer is primary, forced demote
-//     and resync back to the starting roles, GetReplicationDestinationInfo
-//     when advertised, and disable twice (NOT_FOUND counts as done).
+//     of peered endpoints (A holds the primary copies; the source exists on
+//     A with replication disabled, B's copy may appear only once A's
+//     replication is on): enable twice, info before and after the first
+//     sync (a last sync time neither in the future nor before the enable),
+//     the refusals the spec's error tables list that can be provoked
+//     without harm (an unknown ID on every replication RPC, in the
+//     driver's own ID format where the scratch ID is ceph-csi's; an empty
+//     source, info on a secondary, resync of a primary, promote without
+//     force while the peer is primary, and while it is also unreachable),
+//     demote twice, a planned promotion twice, resync until the copy
+//     follows, a forced promotion while the peer is primary (a split
+//     brain), a resync without force that must not discard the diverged
+//     copy, forced demote and resync back to the starting roles,
+//     GetReplicationDestinationInfo when advertised, and disable twice
+//     (NOT_FOUND counts as done).
 //   - fence: fence twice, list, get clients, unfence twice on a
 //     documentation CIDR (default 192.0.2.1/32, TEST-NET-1), and the
 //     refusal of an invalid CIDR and of an empty list.
 //
 // Each check names the spec section it enforces and runs under a deadline
-// of its own. The scratch resources are put back as they were found: the
+// of its own. Every planned check is in the report: when a step the later
+// ones need fails, they are listed as skipped with the reason. Checks that
+// need what no CSI-Addons call can do (cut the replication link, write to a
+// copy) run only with a hook command for it, and otherwise skip saying so. The scratch resources are put back as they were found: the
 // replication checks end with both sources disabled and A's copies primary,
 // the fence checks with the CIDR unfenced; when a run is cut short (a
-// failed step, Ctrl-C) a clean-up with its own deadline does the same.
+// failed step, Ctrl-C) a clean-up with its own deadline does the same, in
+// an order that leaves no split brain and no orphan copy: B demoted, A
+// primary (forced only if B's demotion never reaches it), B resynced to
+// follow A (forced only if its copy diverged), A's replication disabled
+// before B's.
 //
-// # Known driver deviations
+// # Recorded driver deviations
 //
-// Where a driver's code answers a refusal with another code than the spec's
-// table and Drover handles both alike (both are final refusals that change
-// nothing), the check passes and says so; the table of such deviations
-// names the driver and the function of its code the deviation is read from.
-// Any other code fails the check.
+// Where a driver answers otherwise than the spec and the answer is a
+// recorded deviation of that driver (activities.Deviations: the same table
+// Drover's own calls read, each row with the driver's code it is read from
+// and where it was measured), the check passes and names the row. Any
+// other code fails the check.
 package conformance

@@ -45,7 +45,10 @@ func (f fencer) list(ctx context.Context) ([]string, error) {
 	resp := &fence.ListClusterFenceResponse{}
 	err := f.r.invoke(ctx, f.s.Fence, f.s.Name, "/fence.FenceController/ListClusterFence",
 		&fence.ListClusterFenceRequest{Parameters: f.s.Fence.Parameters, Secrets: f.s.Secrets}, resp)
-	if codeOf(err) == codes.Unimplemented {
+	if f.r.means(activities.RPCListClusterFence, err) == codes.Unimplemented {
+		if d, ok := f.r.deviation(activities.RPCListClusterFence, err); ok {
+			return nil, skipError(fmt.Sprintf("ListClusterFence answers %s, read as UNIMPLEMENTED (%s): the fence state cannot be read back", codeOf(err), describeDeviation(d)))
+		}
 		return nil, skipError("ListClusterFence answers UNIMPLEMENTED: the fence state cannot be read back")
 	}
 	if err != nil {
@@ -73,20 +76,21 @@ func toCIDRs(in []string) []*fence.CIDR {
 // fence runs the fence checks on A.
 func (r *runner) fence(ctx context.Context) {
 	a := &r.cfg.A
-	if r.cfg.CIDR == "" {
-		r.skip("fence", "", "no CIDR given")
-		return
+	fl := r.flow(ctx, "fence/", "")
+	cidr := ""
+	switch {
+	case r.cfg.CIDR == "":
+		fl.block("no CIDR given (--cidr)")
+	case !r.caps[a.Name][activities.CapNetworkFence]:
+		fl.block(a.Name + " does not advertise NETWORK_FENCE")
+	default:
+		cidr = netip.MustParsePrefix(r.cfg.CIDR).Masked().String()
 	}
-	if !r.caps[a.Name][activities.CapNetworkFence] {
-		r.skip("fence", specCapabilities, a.Name+" does not advertise NETWORK_FENCE")
-		return
-	}
-	cidr := netip.MustParsePrefix(r.cfg.CIDR).Masked().String()
 	f := fencer{r: r, s: a}
 	call := r.cfg.CallTimeout
 
 	canList := true
-	if !r.check(ctx, "fence/precheck", specList+" (the CIDR must not be fenced already: the suite leaves it as found)", call, func(ctx context.Context) (string, error) {
+	fl.need("precheck", specList+" (the CIDR must not be fenced already: the suite leaves it as found)", call, func(ctx context.Context) (string, error) {
 		got, err := f.list(ctx)
 		var sk skipError
 		if errors.As(err, &sk) {
@@ -100,15 +104,13 @@ func (r *runner) fence(ctx context.Context) {
 			return "", fmt.Errorf("%s is fenced already: choose a CIDR nobody fenced (--cidr)", cidr)
 		}
 		return fmt.Sprintf("%d CIDR(s) fenced, %s not among them", len(got), cidr), nil
-	}) {
-		return
-	}
-	r.check(ctx, "fence/empty-cidrs-refused", specFenceErrors+": Missing required field, 3 INVALID_ARGUMENT", call, func(ctx context.Context) (string, error) {
-		return r.want("fence/empty-cidrs-refused", f.fence(ctx), codes.InvalidArgument)
 	})
-	r.check(ctx, "fence/invalid-cidr-refused", specFenceErrors+": Invalid or unsupported field, 3 INVALID_ARGUMENT", call, func(ctx context.Context) (string, error) {
+	fl.step("empty-cidrs-refused", specFenceErrors+": Missing required field, 3 INVALID_ARGUMENT", call, func(ctx context.Context) (string, error) {
+		return r.want(activities.RPCFenceClusterNetwork, f.fence(ctx), codes.InvalidArgument)
+	})
+	fl.step("invalid-cidr-refused", specFenceErrors+": Invalid or unsupported field, 3 INVALID_ARGUMENT", call, func(ctx context.Context) (string, error) {
 		err := f.fence(ctx, "192.0.2.300/33")
-		return r.want("fence/invalid-cidr-refused", err, codes.InvalidArgument)
+		return r.want(activities.RPCFenceClusterNetwork, err, codes.InvalidArgument)
 	})
 
 	fenced := false
@@ -123,21 +125,19 @@ func (r *runner) fence(ctx context.Context) {
 			r.report.Cleanup = append(r.report.Cleanup, fmt.Sprintf("unfence %s on %s: %s", cidr, a.Name, res))
 		}
 	}()
-	if !r.check(ctx, "fence/fence", specFence, call, func(ctx context.Context) (string, error) {
+	fl.need("fence", specFence, call, func(ctx context.Context) (string, error) {
 		err := f.fence(ctx, cidr)
 		if err == nil {
 			fenced = true
 		}
 		return "", ok("FenceClusterNetwork "+cidr, err)
-	}) {
-		return
-	}
-	r.check(ctx, "fence/fence-idempotent", specFenceIdempot, call, func(ctx context.Context) (string, error) {
+	})
+	fl.step("fence-idempotent", specFenceIdempot, call, func(ctx context.Context) (string, error) {
 		return "", ok("second FenceClusterNetwork "+cidr, f.fence(ctx, cidr))
 	})
-	r.check(ctx, "fence/list", specList+" (lists the fenced CIDR)", call, func(ctx context.Context) (string, error) {
+	fl.step("list", specList+" (lists the fenced CIDR)", call, func(ctx context.Context) (string, error) {
 		if !canList {
-			return "", skipError("ListClusterFence answers UNIMPLEMENTED")
+			return "", skipError("ListClusterFence does not list (see fence/precheck)")
 		}
 		got, err := f.list(ctx)
 		if err != nil {
@@ -148,7 +148,7 @@ func (r *runner) fence(ctx context.Context) {
 		}
 		return "", nil
 	})
-	r.check(ctx, "fence/get-clients", specClients, call, func(ctx context.Context) (string, error) {
+	fl.step("get-clients", specClients, call, func(ctx context.Context) (string, error) {
 		if !r.caps[a.Name][activities.CapGetFenceClients] {
 			return "", skipError(a.Name + " does not advertise GET_CLIENTS_TO_FENCE")
 		}
@@ -172,13 +172,13 @@ func (r *runner) fence(ctx context.Context) {
 		}
 		return fmt.Sprintf("%d client(s)", len(resp.GetClients())), nil
 	})
-	r.check(ctx, "fence/unfence", specUnfence+" (the CIDR is no longer listed)", call, func(ctx context.Context) (string, error) {
+	fl.step("unfence", specUnfence+" (the CIDR is no longer listed)", call, func(ctx context.Context) (string, error) {
 		if err := ok("UnfenceClusterNetwork "+cidr, f.unfence(ctx, cidr)); err != nil {
 			return "", err
 		}
 		if !canList {
 			fenced = false
-			return "not read back: ListClusterFence answers UNIMPLEMENTED", nil
+			return "not read back: ListClusterFence does not list (see fence/precheck)", nil
 		}
 		got, err := f.list(ctx)
 		if err != nil {
@@ -190,7 +190,7 @@ func (r *runner) fence(ctx context.Context) {
 		fenced = false
 		return "", nil
 	})
-	r.check(ctx, "fence/unfence-idempotent", specFenceIdempot, call, func(ctx context.Context) (string, error) {
+	fl.step("unfence-idempotent", specFenceIdempot, call, func(ctx context.Context) (string, error) {
 		return "", ok("second UnfenceClusterNetwork "+cidr, f.unfence(ctx, cidr))
 	})
 }

@@ -2,8 +2,11 @@ package conformance
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,10 +25,14 @@ const (
 	specPromote       = specRepl + "PromoteVolume"
 	specPromoteErrors = specRepl + "PromoteVolume error table: Volume is not replicated, 9 FAILED_PRECONDITION"
 	specDemote        = specRepl + "DemoteVolume"
-	specResync        = specRepl + "ResyncVolume; wire-notes.md: ready=false until ready"
+	specResync        = specRepl + "ResyncVolume; wire-notes.md: ready=false until ready (or, while it answers ready=false, the primary reports a sync newer than the resync)"
 	specResyncErrors  = specRepl + "ResyncVolume error table: image is not demoted, 9 FAILED_PRECONDITION"
 	specInfo          = specRepl + "GetVolumeReplicationInfo (last_sync_time REQUIRED; NOT_FOUND: details not available at the moment)"
 	specInfoErrors    = specRepl + "GetVolumeReplicationInfo error table: image is not promoted, 9 FAILED_PRECONDITION"
+	specInfoTime      = specRepl + "GetVolumeReplicationInfo (last_sync_time REQUIRED: the time of a sync that happened, so not in the future nor before replication was enabled)"
+	specUnknown       = specRepl + " error table of %s: Volume does not exist, 5 NOT_FOUND"
+	specUnreachable   = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; wire-notes.md: without force when the peer cannot be demoted first"
+	specDiverged      = specRepl + "ResyncVolume force; design invariant 11: a split-brain resync needs force, and only force discards the copy's own writes"
 	specIdempotent    = specRepl + "service Controller: all the methods it exposes should be idempotent"
 	specDestination   = "csi-addons/spec replication: GetReplicationDestinationInfo"
 	specSource        = specRepl + "ReplicationSource; wire-notes.md: volume_id only beside a volume source"
@@ -61,7 +68,7 @@ func (p repl) disable(ctx context.Context, s *Site) error {
 	err := p.call(ctx, s, "DisableVolumeReplication", &replication.DisableVolumeReplicationRequest{
 		VolumeId: p.volumeID, ReplicationSource: p.src, Parameters: s.Replication.Parameters, Secrets: s.Secrets,
 	}, &replication.DisableVolumeReplicationResponse{})
-	if codeOf(err) == codes.NotFound {
+	if p.r.means(activities.RPCDisableVolumeReplication, err) == codes.NotFound {
 		return nil
 	}
 	return err
@@ -95,135 +102,392 @@ func (p repl) info(ctx context.Context, s *Site) (*replication.GetVolumeReplicat
 	return resp, err
 }
 
-// resyncUntilReady calls ResyncVolume until it answers ready=true.
-func (p repl) resyncUntilReady(ctx context.Context, s *Site, force bool) (int, error) {
-	calls := 0
-	err := p.r.poll(ctx, func() (bool, error) {
-		calls++
-		ready, err := p.resync(ctx, s, force)
-		return err == nil && ready, err
-	})
-	return calls, err
+// raw makes rpc's call for the source on s, unforced; Disable's NOT_FOUND
+// is kept.
+func (p repl) raw(ctx context.Context, s *Site, rpc string) error {
+	var err error
+	switch rpc {
+	case activities.RPCEnableVolumeReplication:
+		err = p.enable(ctx, s)
+	case activities.RPCDisableVolumeReplication:
+		err = p.call(ctx, s, rpc, &replication.DisableVolumeReplicationRequest{
+			VolumeId: p.volumeID, ReplicationSource: p.src, Parameters: s.Replication.Parameters, Secrets: s.Secrets,
+		}, &replication.DisableVolumeReplicationResponse{})
+	case activities.RPCPromoteVolume:
+		err = p.promote(ctx, s, false)
+	case activities.RPCDemoteVolume:
+		err = p.demote(ctx, s, false)
+	case activities.RPCResyncVolume:
+		_, err = p.resync(ctx, s, false)
+	case activities.RPCGetVolumeReplicationInfo:
+		_, err = p.info(ctx, s)
+	default:
+		err = fmt.Errorf("no call for %s", rpc)
+	}
+	return err
 }
 
-// replicationErrors: refusals that need no scratch source.
+// lastSync is the last sync time prim reports, zero when it reports none.
+func (r *runner) lastSync(ctx context.Context, p repl, prim *Site) time.Time {
+	resp, err := p.info(ctx, prim)
+	if err != nil || resp.GetLastSyncTime() == nil {
+		return time.Time{}
+	}
+	return resp.GetLastSyncTime().AsTime()
+}
+
+// syncProblem says what is wrong with an answer of GetVolumeReplicationInfo
+// that arrived at answered: "" when nothing is. notBefore, when set, is when
+// replication was enabled: no sync of it can be older.
+func (r *runner) syncProblem(resp *replication.GetVolumeReplicationInfoResponse, notBefore, answered time.Time) string {
+	if r.cfg.DryRun {
+		return ""
+	}
+	ts := resp.GetLastSyncTime()
+	if ts == nil {
+		return "answered OK without last_sync_time (REQUIRED); before the first sync the answer is NOT_FOUND"
+	}
+	if err := ts.CheckValid(); err != nil {
+		return fmt.Sprintf("last_sync_time is not a valid time: %v", err)
+	}
+	t := ts.AsTime()
+	if t.After(answered.Add(r.cfg.ClockSkew)) {
+		return fmt.Sprintf("last_sync_time %s is %s in the future of the answer (%s; clock skew allowed %s): no sync has happened then",
+			t.Format(time.RFC3339Nano), t.Sub(answered).Round(time.Millisecond), answered.Format(time.RFC3339Nano), r.cfg.ClockSkew)
+	}
+	if !notBefore.IsZero() && t.Before(notBefore.Add(-r.cfg.ClockSkew)) {
+		return fmt.Sprintf("last_sync_time %s is before replication was enabled (%s; clock skew allowed %s)",
+			t.Format(time.RFC3339Nano), notBefore.Format(time.RFC3339Nano), r.cfg.ClockSkew)
+	}
+	if d := resp.GetLastSyncDuration(); d != nil && d.AsDuration() < 0 {
+		return fmt.Sprintf("last_sync_duration %s is negative", d.AsDuration())
+	}
+	if resp.GetLastSyncBytes() < 0 {
+		return fmt.Sprintf("last_sync_bytes %d is negative (MUST NOT be)", resp.GetLastSyncBytes())
+	}
+	return ""
+}
+
+// info asks prim for its replication info and checks the answer.
+func (r *runner) checkedInfo(ctx context.Context, p repl, prim *Site, notBefore time.Time) (*replication.GetVolumeReplicationInfoResponse, error) {
+	resp, err := p.info(ctx, prim)
+	if err != nil {
+		return resp, err
+	}
+	if prob := r.syncProblem(resp, notBefore, time.Now()); prob != "" {
+		return resp, badInfo{fmt.Errorf("GetVolumeReplicationInfo on %s: %s", prim.Name, prob)}
+	}
+	return resp, nil
+}
+
+// badInfo is an info answer that fails the check reading it.
+type badInfo struct{ error }
+
+func (b badInfo) Unwrap() error { return b.error }
+
+// follow calls ResyncVolume on sec (with force as given) until sec
+// follows prim again: ready=true, or an OK answer while prim reports a
+// sync newer than the one it reported before the resync (a real driver
+// may answer ready=false for as long as its copy replays a live primary).
+func (r *runner) follow(ctx context.Context, p repl, sec, prim *Site, force bool) (string, error) {
+	base := r.lastSync(ctx, p, prim)
+	start := time.Now()
+	var last error
+	for calls := 1; ; calls++ {
+		ready, err := p.resync(ctx, sec, force)
+		switch {
+		case r.cfg.DryRun:
+			return "", nil
+		case err == nil && ready:
+			return fmt.Sprintf("ready after %d call(s), %s", calls, time.Since(start).Round(time.Millisecond)), nil
+		case err != nil && !r.retryable(activities.RPCResyncVolume, err):
+			return "", ok("ResyncVolume on "+sec.Name, err)
+		case err == nil:
+			resp, ierr := r.checkedInfo(ctx, p, prim, time.Time{})
+			var bad badInfo
+			if errors.As(ierr, &bad) {
+				return "", ierr
+			}
+			if ierr == nil && resp.GetLastSyncTime().AsTime().After(base) {
+				return fmt.Sprintf("ready=false after %d call(s), %s, and %s reports a sync newer than before the resync (%s): the copy follows it",
+					calls, time.Since(start).Round(time.Millisecond), prim.Name, resp.GetLastSyncTime().AsTime().Format(time.RFC3339)), nil
+			}
+		}
+		last = err
+		if werr := r.pause(ctx); werr != nil {
+			if last != nil {
+				return "", fmt.Errorf("%w (still so at the deadline)", ok("ResyncVolume on "+sec.Name, last))
+			}
+			return "", fmt.Errorf("ResyncVolume on %s answered ready=false for %s and %s reported no newer sync", sec.Name, time.Since(start).Round(time.Second), prim.Name)
+		}
+	}
+}
+
+// replicationErrors: refusals that need no scratch source, and every
+// replication RPC's answer for a source that does not exist.
 func (r *runner) replicationErrors(ctx context.Context) {
-	if r.cfg.B == nil {
-		r.skip("replication/errors", "", "no peer endpoint: replication checks skipped")
-		return
-	}
+	f := r.flow(ctx, "replication/", "")
 	a := &r.cfg.A
-	if !r.caps[a.Name][activities.CapVolumeReplication] {
-		r.skip("replication/errors", specCapabilities, a.Name+" does not advertise VOLUME_REPLICATION")
-		return
+	switch {
+	case r.cfg.B == nil:
+		f.block("no peer endpoint (--peer or --peer-endpoint): replication checks skipped")
+	case !r.caps[a.Name][activities.CapVolumeReplication]:
+		f.block(a.Name + " does not advertise VOLUME_REPLICATION")
 	}
-	r.check(ctx, "replication/empty-source-refused", specEnableErrors+": Missing required field, 3 INVALID_ARGUMENT", r.cfg.CallTimeout, func(ctx context.Context) (string, error) {
+	f.step("empty-source-refused", specEnableErrors+": Missing required field, 3 INVALID_ARGUMENT", r.cfg.CallTimeout, func(ctx context.Context) (string, error) {
 		err := repl{r: r, src: &replication.ReplicationSource{}}.enable(ctx, a)
-		return r.want("replication/empty-source-refused", err, codes.InvalidArgument)
+		return r.want(activities.RPCEnableVolumeReplication, err, codes.InvalidArgument)
 	})
 	for _, kind := range []string{"volume", "group"} {
-		id := "drover-conformance-no-such-" + kind
+		scratch := r.cfg.Volume
+		if kind == "group" {
+			scratch = r.cfg.Group
+		}
+		other := r.cfg.Group
+		if kind == "group" {
+			other = r.cfg.Volume
+		}
+		id, how := unknownID(kind, scratch, other)
 		p := repl{r: r, src: volumeSource(id), volumeID: id}
 		if kind == "group" {
 			p = repl{r: r, src: groupSource(id)}
 		}
-		cid := "replication/" + kind + "/unknown-id-refused"
-		r.check(ctx, cid, specEnableErrors+": Volume does not exist, 5 NOT_FOUND", r.cfg.CallTimeout, func(ctx context.Context) (string, error) {
-			return r.want(cid, p.enable(ctx, a), codes.NotFound)
-		})
+		for _, rpc := range activities.ReplicationRPCs {
+			spec := fmt.Sprintf(specUnknown, rpc)
+			if rpc == activities.RPCDisableVolumeReplication {
+				spec += "; " + specDisable
+			}
+			f.step(kind+"/unknown-id/"+rpc, spec, r.cfg.CallTimeout, func(ctx context.Context) (string, error) {
+				err := p.raw(ctx, a, rpc)
+				if rpc == activities.RPCDisableVolumeReplication && err == nil {
+					return how + ": OK, nothing to disable", nil
+				}
+				d, err := r.want(rpc, err, codes.NotFound)
+				if err != nil {
+					return "", fmt.Errorf("%s: %w", how, err)
+				}
+				if d == "" {
+					return how + ": NOT_FOUND", nil
+				}
+				return how + ": " + d, nil
+			})
+		}
 	}
 }
 
+// unknownID is an ID of kind that names nothing on the driver: in ceph-csi's
+// format when the scratch source's own ID is in it
+// (0001-<len hex4>-<clusterID>-<poolID hex16>-<uuid>; ceph-csi answers an
+// ID outside its format INTERNAL, a well-formed unknown one NOT_FOUND), with
+// its clusterID and pool ID and a fresh UUID; a plain name otherwise (other
+// is the scratch source of the other kind). how says which, for the table.
+func unknownID(kind, scratch, other string) (id, how string) {
+	// ceph-csi composes volume group IDs as it does volume IDs: without a
+	// scratch source of this kind, the other kind's ID gives the format.
+	from := kind
+	cluster, pool, ok := decodeCephCSIID(scratch)
+	if !ok && scratch == "" {
+		cluster, pool, ok = decodeCephCSIID(other)
+		from = map[string]string{"volume": "group", "group": "volume"}[kind]
+	}
+	if ok {
+		id = fmt.Sprintf("0001-%04x-%s-%s-%s", len(cluster), cluster, pool, newUUID())
+		return id, fmt.Sprintf("well-formed unknown ceph-csi ID %s (the scratch %s's clusterID and pool)", id, from)
+	}
+	id = "drover-conformance-no-such-" + kind
+	return id, "unknown ID " + id
+}
+
+// decodeCephCSIID reads ceph-csi's volume ID format (internal/util/volid.go,
+// CSIIdentifier.DecomposeCSIID): version 0001, the clusterID's length in 4
+// hex digits, the clusterID, the pool ID in 16 hex digits, a 36-character
+// object UUID.
+func decodeCephCSIID(id string) (cluster, pool string, ok bool) {
+	if len(id) < 10 || !strings.HasPrefix(id, "0001-") || id[9] != '-' {
+		return "", "", false
+	}
+	n, err := strconv.ParseUint(id[5:9], 16, 16)
+	if err != nil || n == 0 {
+		return "", "", false
+	}
+	rest := id[10:]
+	if len(rest) != int(n)+1+16+1+36 || rest[n] != '-' || rest[n+17] != '-' {
+		return "", "", false
+	}
+	pool = rest[n+1 : n+17]
+	if _, err := strconv.ParseUint(pool, 16, 64); err != nil {
+		return "", "", false
+	}
+	return rest[:n], pool, true
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// pairState is what the replication checks did to the scratch source, for
+// the clean-up.
+type pairState struct {
+	// enabled: replication may be on somewhere.
+	enabled bool
+	// disabled: the disable step turned it off on both sites.
+	disabled bool
+	// diverged: B's copy was primary while A's was too, and has not been
+	// resynced with force since: it may hold what A never received.
+	diverged bool
+	// disabledA: A's replication is off (the disable step got that far):
+	// only B's is left to turn off.
+	disabledA bool
+}
+
+func (r *runner) hookEnv(kind, id string) []string {
+	return []string{"DROVER_CONF_SITE_A=" + r.cfg.A.Name, "DROVER_CONF_SITE_B=" + r.cfg.B.Name,
+		"DROVER_CONF_KIND=" + kind, "DROVER_CONF_SOURCE=" + id}
+}
+
 // replication runs the replication checks of one scratch source on the
-// pair: A primary, B secondary at the start and at the end.
-func (r *runner) replication(ctx context.Context, kind string, src *replication.ReplicationSource, volumeID string) {
+// pair: A primary at the start and at the end, B following it. The source
+// exists on A with replication disabled; B's copy may appear only once A's
+// replication is on (as with RBD mirroring).
+func (r *runner) replication(ctx context.Context, kind, id string) {
 	a, b := &r.cfg.A, r.cfg.B
 	pre := "replication/" + kind + "/"
-	for _, s := range []*Site{a, b} {
-		if !r.caps[s.Name][activities.CapVolumeReplication] {
-			r.skip(pre, specCapabilities, s.Name+" does not advertise VOLUME_REPLICATION")
-			return
+	f := r.flow(ctx, pre, "")
+	switch {
+	case id == "":
+		f.block(fmt.Sprintf("no scratch %s given (--%s)", kind, map[string]string{"volume": "volume", "group": "group"}[kind]))
+	case b == nil:
+		f.block("no peer endpoint (--peer or --peer-endpoint): replication checks skipped")
+	default:
+		for _, s := range []*Site{a, b} {
+			if !r.caps[s.Name][activities.CapVolumeReplication] {
+				f.block(s.Name + " does not advertise VOLUME_REPLICATION")
+			}
 		}
 	}
-	p := repl{r: r, src: src, volumeID: volumeID}
+	p := repl{r: r, src: volumeSource(id), volumeID: id}
+	if kind == "group" {
+		p = repl{r: r, src: groupSource(id)}
+	}
 	call, wait := r.cfg.CallTimeout, r.cfg.SyncTimeout
-
-	// From the first enable on, a run cut short puts the pair back.
-	finished := false
+	st := &pairState{}
 	defer func() {
-		if !finished {
-			r.cleanupReplication(p, kind)
+		if st.enabled && !st.disabled {
+			r.cleanupReplication(p, kind, st)
 		}
 	}()
-	step := func(id, spec string, timeout time.Duration, fn func(ctx context.Context) (string, error)) bool {
-		return r.check(ctx, pre+id, spec, timeout, fn)
-	}
 
-	if !step("enable", specEnable, call, func(ctx context.Context) (string, error) {
+	var enabledAt time.Time
+	f.need("enable", specEnable+" (B's copy may appear only after A's enable: NOT_FOUND is retried)", wait, func(ctx context.Context) (string, error) {
+		st.enabled = true
+		enabledAt = time.Now()
 		if err := ok("EnableVolumeReplication on "+a.Name, p.enable(ctx, a)); err != nil {
 			return "", err
 		}
-		return "", ok("EnableVolumeReplication on "+b.Name, p.enable(ctx, b))
-	}) {
-		return
-	}
-	step("enable-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
+		calls := 0
+		err := r.poll(ctx, activities.RPCEnableVolumeReplication, func() (bool, error) {
+			calls++
+			err := p.enable(ctx, b)
+			return err == nil, err
+		})
+		if err != nil {
+			return "", ok("EnableVolumeReplication on "+b.Name, err)
+		}
+		return fmt.Sprintf("%s's copy enabled after %d call(s), %s", b.Name, calls, time.Since(enabledAt).Round(time.Millisecond)), nil
+	})
+	f.step("enable-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
 		if err := ok("second EnableVolumeReplication on "+a.Name, p.enable(ctx, a)); err != nil {
 			return "", err
 		}
 		return "", ok("second EnableVolumeReplication on "+b.Name, p.enable(ctx, b))
 	})
-	step("info-before-sync", specInfo, call, func(ctx context.Context) (string, error) {
+	f.step("info-before-sync", specInfo, call, func(ctx context.Context) (string, error) {
 		resp, err := p.info(ctx, a)
 		switch {
 		case codeOf(err) == codes.NotFound:
 			return "NOT_FOUND: no sync yet", nil
 		case err != nil:
 			return "", ok("GetVolumeReplicationInfo", err)
-		case resp.GetLastSyncTime() == nil && !r.cfg.DryRun:
-			return "", errors.New("answered OK without last_sync_time (REQUIRED); before the first sync the answer is NOT_FOUND")
+		}
+		if prob := r.syncProblem(resp, enabledAt, time.Now()); prob != "" {
+			return "", errors.New(prob)
 		}
 		return "already synced once", nil
 	})
-	step("info-after-sync", specInfo, wait, func(ctx context.Context) (string, error) {
+	f.step("info-after-sync", specInfoTime, wait, func(ctx context.Context) (string, error) {
 		var resp *replication.GetVolumeReplicationInfoResponse
-		err := r.poll(ctx, func() (bool, error) {
+		err := r.poll(ctx, activities.RPCGetVolumeReplicationInfo, func() (bool, error) {
 			var err error
-			resp, err = p.info(ctx, a)
-			if codeOf(err) == codes.NotFound {
-				return false, nil
-			}
+			resp, err = r.checkedInfo(ctx, p, a, enabledAt)
 			return err == nil, err
 		})
 		if err != nil {
+			var bad badInfo
+			if errors.As(err, &bad) {
+				return "", err
+			}
 			return "", ok("GetVolumeReplicationInfo until the first sync", err)
-		}
-		if resp.GetLastSyncTime() == nil && !r.cfg.DryRun {
-			return "", errors.New("answered OK without last_sync_time (REQUIRED)")
-		}
-		if resp.GetLastSyncBytes() < 0 {
-			return "", fmt.Errorf("last_sync_bytes %d is negative (MUST NOT be)", resp.GetLastSyncBytes())
 		}
 		return fmt.Sprintf("last sync %s, %d bytes, status %s", resp.GetLastSyncTime().AsTime().Format(time.RFC3339), resp.GetLastSyncBytes(), resp.GetStatus()), nil
 	})
-	step("info-secondary-refused", specInfoErrors, call, func(ctx context.Context) (string, error) {
+	f.step("info-secondary-refused", specInfoErrors, call, func(ctx context.Context) (string, error) {
 		_, err := p.info(ctx, b)
-		return r.want(pre+"info-secondary-refused", err, codes.FailedPrecondition)
+		return r.want(activities.RPCGetVolumeReplicationInfo, err, codes.FailedPrecondition)
 	})
-	step("resync-primary-refused", specResyncErrors, call, func(ctx context.Context) (string, error) {
+	f.step("resync-primary-refused", specResyncErrors, call, func(ctx context.Context) (string, error) {
 		_, err := p.resync(ctx, a, false)
-		return r.want(pre+"resync-primary-refused", err, codes.FailedPrecondition)
+		return r.want(activities.RPCResyncVolume, err, codes.FailedPrecondition)
 	})
-	step("promote-unforced-refused", specPromoteErrors+" (cannot be promoted without force option)", call, func(ctx context.Context) (string, error) {
-		return r.want(pre+"promote-unforced-refused", p.promote(ctx, b, false), codes.FailedPrecondition)
+	f.step("promote-unforced-refused", specPromoteErrors+" (cannot be promoted without force option: the peer is primary)", call, func(ctx context.Context) (string, error) {
+		err := p.promote(ctx, b, false)
+		if err == nil && !r.cfg.DryRun {
+			st.diverged = true
+			f.block("not run: " + pre + "promote-unforced-refused left both copies primary")
+		}
+		return r.want(activities.RPCPromoteVolume, err, codes.FailedPrecondition)
 	})
-	step("destination-info", specDestination, wait, func(ctx context.Context) (string, error) {
+	f.step("promote-unforced-peer-unreachable-refused", specUnreachable, call, func(ctx context.Context) (string, error) {
+		h := r.cfg.Hooks
+		if h.LinkDown == "" {
+			return "", skipError("needs the peer unreachable, which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd (e.g. stop and resume the mirroring daemons)")
+		}
+		env := r.hookEnv(kind, id)
+		if err := r.hook(ctx, "link-down", h.LinkDown, env...); err != nil {
+			return "", err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
+			defer cancel()
+			if err := r.hook(cctx, "link-up", h.LinkUp, env...); err != nil {
+				f.block("not run: the link-up command failed: " + err.Error())
+			}
+		}()
+		err := p.promote(ctx, b, false)
+		if err == nil && !r.cfg.DryRun {
+			st.diverged = true
+			f.block("not run: " + pre + "promote-unforced-peer-unreachable-refused left both copies primary")
+			return "", fmt.Errorf("PromoteVolume without force on %s answered OK while its peer was unreachable and primary: both copies are primary (split-brain)", b.Name)
+		}
+		d, werr := r.want(activities.RPCPromoteVolume, err, codes.FailedPrecondition)
+		if werr != nil {
+			return "", werr
+		}
+		if d == "" {
+			d = "FAILED_PRECONDITION"
+		}
+		return d + ", while the peer was unreachable", nil
+	})
+	f.step("destination-info", specDestination, wait, func(ctx context.Context) (string, error) {
 		if !r.caps[a.Name][CapGetReplicationDestinationInfo] {
 			return "", skipError(a.Name + " does not advertise GET_REPLICATION_DESTINATION_INFO")
 		}
 		resp := &replication.GetReplicationDestinationInfoResponse{}
-		err := r.poll(ctx, func() (bool, error) {
-			err := p.call(ctx, a, "GetReplicationDestinationInfo", &replication.GetReplicationDestinationInfoRequest{ReplicationSource: src, Secrets: a.Secrets}, resp)
+		err := r.poll(ctx, "GetReplicationDestinationInfo", func() (bool, error) {
+			err := p.call(ctx, a, "GetReplicationDestinationInfo", &replication.GetReplicationDestinationInfoRequest{ReplicationSource: p.src, Secrets: a.Secrets}, resp)
 			return err == nil, err
 		})
 		if err != nil {
@@ -250,20 +514,18 @@ func (r *runner) replication(ctx context.Context, kind string, src *replication.
 	})
 
 	// Planned move A -> B.
-	if !step("demote", specDemote, call, func(ctx context.Context) (string, error) {
+	f.need("demote", specDemote, call, func(ctx context.Context) (string, error) {
 		return "", ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false))
-	}) {
-		return
-	}
-	step("demote-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
+	})
+	f.step("demote-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
 		return "", ok("second DemoteVolume on "+a.Name, p.demote(ctx, a, false))
 	})
-	if !step("promote", specPromote+" (after the peer's demotion and final sync)", wait, func(ctx context.Context) (string, error) {
-		tries := 0
-		err := r.poll(ctx, func() (bool, error) {
+	f.need("promote", specPromote+" (after the peer's demotion and final sync: FAILED_PRECONDITION until then)", wait, func(ctx context.Context) (string, error) {
+		tries, start := 0, time.Now()
+		err := r.poll(ctx, activities.RPCPromoteVolume, func() (bool, error) {
 			tries++
 			err := p.promote(ctx, b, false)
-			if codeOf(err) == codes.FailedPrecondition {
+			if r.means(activities.RPCPromoteVolume, err) == codes.FailedPrecondition {
 				return false, nil // the final sync is still on its way
 			}
 			return err == nil, err
@@ -271,93 +533,251 @@ func (r *runner) replication(ctx context.Context, kind string, src *replication.
 		if err != nil {
 			return "", ok("PromoteVolume on "+b.Name, err)
 		}
-		return fmt.Sprintf("after %d call(s)", tries), nil
-	}) {
-		return
-	}
-	step("promote-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
+		return fmt.Sprintf("after %d call(s), %s", tries, time.Since(start).Round(time.Millisecond)), nil
+	})
+	f.step("promote-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
 		return "", ok("second PromoteVolume on "+b.Name, p.promote(ctx, b, false))
 	})
-	step("resync", specResync, wait, func(ctx context.Context) (string, error) {
-		n, err := p.resyncUntilReady(ctx, a, false)
-		if err != nil {
-			return "", ok("ResyncVolume on "+a.Name, err)
-		}
-		return fmt.Sprintf("ready after %d call(s)", n), nil
+	f.step("resync", specResync, wait, func(ctx context.Context) (string, error) {
+		return r.follow(ctx, p, a, b, false)
 	})
 
-	// Failover back to A with force while B is still primary, then B is
-	// demoted with force and resynced: the starting roles again.
-	if !step("promote-force", specPromote+" (force: the peer is still primary)", call, func(ctx context.Context) (string, error) {
+	// Failover back to A with force while B is still primary: a split
+	// brain. B is demoted with force; a resync without force must not
+	// discard its copy, one with force makes it follow A: the starting
+	// roles again.
+	f.need("promote-force", specPromote+" (force: the peer is still primary)", wait, func(ctx context.Context) (string, error) {
+		// A forced promotion that failed, timed out or was cut short may
+		// still have happened: from here on B's copy may have diverged.
+		st.diverged = true
 		return "", ok("PromoteVolume force on "+a.Name, p.promote(ctx, a, true))
-	}) {
-		return
-	}
-	step("demote-force", specDemote+" (force)", call, func(ctx context.Context) (string, error) {
+	})
+	wrote := false
+	f.step("diverge-write", specDiverged+" (B's copy written while both are primary)", call, func(ctx context.Context) (string, error) {
+		if r.cfg.Hooks.Write == "" {
+			return "", skipError("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, which no CSI-Addons call can make")
+		}
+		if err := r.hook(ctx, "write", r.cfg.Hooks.Write, append(r.hookEnv(kind, id), "DROVER_CONF_SITE="+b.Name)...); err != nil {
+			return "", err
+		}
+		wrote = true
+		return "wrote to " + b.Name + "'s copy while it was primary", nil
+	})
+	f.need("demote-force", specDemote+" (force)", call, func(ctx context.Context) (string, error) {
 		return "", ok("DemoteVolume force on "+b.Name, p.demote(ctx, b, true))
 	})
-	step("resync-force", specResync+" (force)", wait, func(ctx context.Context) (string, error) {
-		n, err := p.resyncUntilReady(ctx, b, true)
-		if err != nil {
-			return "", ok("ResyncVolume force on "+b.Name, err)
+	f.step("resync-unforced-keeps-diverged", specDiverged, call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		return r.keepsDiverged(ctx, p, wrote)
+	})
+	f.need("resync-force", specResync+" (force)", wait, func(ctx context.Context) (string, error) {
+		d, err := r.follow(ctx, p, b, a, true)
+		if err == nil {
+			st.diverged = false
 		}
-		return fmt.Sprintf("ready after %d call(s)", n), nil
+		return d, err
 	})
 
-	step("disable", specDisable, call, func(ctx context.Context) (string, error) {
-		if err := ok("DisableVolumeReplication on "+b.Name, p.disable(ctx, b)); err != nil {
+	f.step("disable", specDisable+" (the primary first)", wait, func(ctx context.Context) (string, error) {
+		if err := ok("DisableVolumeReplication on "+a.Name, p.disable(ctx, a)); err != nil {
 			return "", err
 		}
-		return "", ok("DisableVolumeReplication on "+a.Name, p.disable(ctx, a))
+		st.disabledA = true
+		err := r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
+			err := p.disable(ctx, b)
+			return err == nil, err
+		})
+		if err != nil {
+			return "", ok("DisableVolumeReplication on "+b.Name, err)
+		}
+		st.disabled = true
+		return "", nil
 	})
-	step("disable-idempotent", specIdempotent+"; "+specDisable, call, func(ctx context.Context) (string, error) {
-		if err := ok("second DisableVolumeReplication on "+b.Name, p.disable(ctx, b)); err != nil {
+	f.step("disable-idempotent", specIdempotent+"; "+specDisable, call, func(ctx context.Context) (string, error) {
+		if err := ok("second DisableVolumeReplication on "+a.Name, p.disable(ctx, a)); err != nil {
 			return "", err
 		}
-		return "", ok("second DisableVolumeReplication on "+a.Name, p.disable(ctx, a))
+		return "", ok("second DisableVolumeReplication on "+b.Name, p.disable(ctx, b))
 	})
-	step("promote-disabled-refused", specPromoteErrors, call, func(ctx context.Context) (string, error) {
-		err := p.promote(ctx, b, false)
-		if err == nil && !r.cfg.DryRun {
-			// It took the promotion: put the roles back before failing.
-			cctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
-			defer cancel()
-			_ = p.enable(cctx, b)
-			_ = p.demote(cctx, b, true)
-			_ = p.disable(cctx, b)
-		}
-		return r.want(pre+"promote-disabled-refused", err, codes.FailedPrecondition)
+	f.step("promote-disabled-refused", specPromoteErrors, call, func(ctx context.Context) (string, error) {
+		// A's copy, primary all along: taking the promotion does no harm.
+		err := p.promote(ctx, a, false)
+		return r.want(activities.RPCPromoteVolume, err, codes.FailedPrecondition)
 	})
-	finished = ctx.Err() == nil
 }
 
-// cleanupReplication puts a scratch source back after a run cut short: A
-// primary, B demoted, replication disabled on both (A first). It runs on a context
-// of its own, so that Ctrl-C does not stop it.
-func (r *runner) cleanupReplication(p repl, kind string) {
+// keepsDiverged: B's copy was primary while A was promoted with force, and
+// is demoted now. A resync without force must not discard what B holds of
+// its own: it refuses (FAILED_PRECONDITION), or does not take the resync,
+// and in no case does the copy turn ready or take a sync from A while the
+// suite watches. Through the API alone the suite knows the copy holds
+// writes of its own only when the write hook made one; without it, a copy
+// that took A's sync may simply have had nothing to discard, and the check
+// says so and skips.
+func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string, error) {
+	a, b := &r.cfg.A, r.cfg.B
+	base := r.lastSync(ctx, p, a)
+	start := time.Now()
+	deadline := start.Add(r.cfg.Observe)
+	unknown := b.Name + "'s copy holds no write of its own (no --write-cmd), so whether the resync discarded anything cannot be told through the API alone"
+	var last string
+	for calls := 1; ; calls++ {
+		ready, err := p.resync(ctx, b, false)
+		if r.cfg.DryRun {
+			return "", nil
+		}
+		switch {
+		case err == nil && ready:
+			if !wrote {
+				return "", skipError("ResyncVolume without force answered ready=true: " + unknown)
+			}
+			return "", fmt.Errorf("ResyncVolume without force on %s answered ready=true after %s: the write it took as primary was discarded without force", b.Name, time.Since(start).Round(time.Millisecond))
+		case err == nil:
+			last = "OK, ready=false"
+		case r.means(activities.RPCResyncVolume, err) == codes.FailedPrecondition:
+			msg := "refused without force: " + ok("ResyncVolume", err).Error()
+			if d, ok := r.deviation(activities.RPCResyncVolume, err); ok {
+				msg += "; " + describeDeviation(d)
+			}
+			return msg, nil
+		case r.retryable(activities.RPCResyncVolume, err):
+			last = ok("ResyncVolume", err).Error()
+			if d, ok := r.deviation(activities.RPCResyncVolume, err); ok {
+				last += " (" + describeDeviation(d) + ")"
+			}
+		default:
+			d, werr := r.want(activities.RPCResyncVolume, err, codes.FailedPrecondition)
+			if werr != nil {
+				return "", werr
+			}
+			return "refused without force: " + d, nil
+		}
+		resp, ierr := r.checkedInfo(ctx, p, a, time.Time{})
+		var bad badInfo
+		if errors.As(ierr, &bad) {
+			return "", ierr
+		}
+		if ierr == nil && resp.GetLastSyncTime().AsTime().After(base) {
+			if !wrote {
+				return "", skipError(fmt.Sprintf("a sync from %s reached it after a resync without force: %s", a.Name, unknown))
+			}
+			return "", fmt.Errorf("after ResyncVolume without force on %s (%s), %s reports a sync newer than before (%s): the copy took %s's data over the write it made as primary, without force",
+				b.Name, last, a.Name, resp.GetLastSyncTime().AsTime().Format(time.RFC3339Nano), a.Name)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("%d call(s) over %s answered %s; the copy neither turned ready nor took a sync from %s", calls, r.cfg.Observe, last, a.Name), nil
+		}
+		if err := r.pause(ctx); err != nil {
+			return "", fmt.Errorf("watching ResyncVolume without force: %w", err)
+		}
+	}
+}
+
+// cleanupReplication puts a scratch source back after a run cut short or a
+// failed step, on a context of its own (Ctrl-C does not stop it), in the
+// order that leaves neither a split brain nor an orphan copy: B demoted; A
+// primary (without force once B's demotion reached it, with force only
+// when it does not); B made to follow A (a resync, with force only when B's
+// copy diverged or it is refused without); replication disabled on A, the
+// primary, first, then on B (NOT_FOUND: nothing left). Each step is
+// reported.
+func (r *runner) cleanupReplication(p repl, kind string, st *pairState) {
 	if r.cfg.DryRun {
 		return
 	}
 	a, b := &r.cfg.A, r.cfg.B
-	ctx, cancel := context.WithTimeout(context.Background(), 2*r.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.cfg.SyncTimeout+4*r.cfg.CallTimeout)
 	defer cancel()
 	r.cur = nil
-	steps := []struct {
-		what string
-		err  error
-	}{
-		{"demote " + b.Name, p.demote(ctx, b, true)},
-		{"promote " + a.Name, p.promote(ctx, a, true)},
-		// The primary first: once it is off it ships nothing more, so no
-		// sync in flight can turn B's replication back on behind us.
-		{"disable " + a.Name, p.disable(ctx, a)},
-		{"disable " + b.Name, p.disable(ctx, b)},
+	note := func(what, res string) {
+		r.report.Cleanup = append(r.report.Cleanup, fmt.Sprintf("%s %s: %s", kind, what, res))
 	}
-	for _, s := range steps {
-		res := "done"
-		if s.err != nil {
-			res = ok("", s.err).Error()
+	result := func(err error) string {
+		if err != nil {
+			return ok("", err).Error()[2:]
 		}
-		r.report.Cleanup = append(r.report.Cleanup, fmt.Sprintf("%s %s: %s", kind, s.what, res))
+		return "done"
 	}
+	bounded := func(d time.Duration, fn func(ctx context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return fn(cctx)
+	}
+
+	disableB := func() {
+		err := bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
+			return r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
+				err := p.disable(ctx, b)
+				return err == nil, err
+			})
+		})
+		note("disable "+b.Name, result(err))
+	}
+	if st.disabledA {
+		// A's copy is primary and off: B's copy followed it up to then.
+		note("disable "+a.Name, "done before the clean-up")
+		disableB()
+		return
+	}
+
+	note("demote "+b.Name+" (force)", result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.demote(ctx, b, true) })))
+
+	tries := 0
+	var refused error
+	err := bounded(r.cfg.CallTimeout, func(ctx context.Context) error {
+		return r.poll(ctx, activities.RPCPromoteVolume, func() (bool, error) {
+			tries++
+			err := p.promote(ctx, a, false)
+			if r.means(activities.RPCPromoteVolume, err) == codes.FailedPrecondition {
+				refused = err
+				return false, nil // B's demotion is still on its way
+			}
+			return err == nil, err
+		})
+	})
+	if err != nil && refused != nil {
+		err = refused
+	}
+	if err == nil {
+		note("promote "+a.Name, fmt.Sprintf("done without force (%d call(s))", tries))
+	} else {
+		why := result(err)
+		err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error { return p.promote(ctx, a, true) })
+		note("promote "+a.Name, fmt.Sprintf("refused without force (%s); with force: %s", why, result(err)))
+		if err == nil {
+			st.diverged = true
+		}
+	}
+
+	force := st.diverged
+	var d string
+	err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
+		var err error
+		d, err = r.follow(ctx, p, b, a, force)
+		return err
+	})
+	if err != nil && !force {
+		note("resync "+b.Name+" without force", result(err))
+		force = true
+		err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
+			var err error
+			d, err = r.follow(ctx, p, b, a, true)
+			return err
+		})
+	}
+	what := "resync " + b.Name + " without force (it did not diverge)"
+	if force {
+		what = "resync " + b.Name + " with force (its copy diverged from " + a.Name + "'s)"
+	}
+	if err != nil {
+		// Disabling A now would leave B's copy, which does not follow
+		// it, behind on its own: an orphan. Better left replicated.
+		note(what, result(err))
+		note("disable", fmt.Sprintf("NOT done: %s's copy does not follow %s's yet, and disabling %s now would leave it behind as an orphan; "+
+			"replication stays on (A primary): once %s's ResyncVolume answers OK, disable %s, then %s", b.Name, a.Name, a.Name, b.Name, a.Name, b.Name))
+		return
+	}
+	note(what, d)
+
+	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.disable(ctx, a) })))
+	disableB()
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -56,8 +58,34 @@ type Config struct {
 	CallTimeout, SyncTimeout time.Duration
 	// PollInterval is the pause between the calls of a waiting check.
 	PollInterval time.Duration
+	// Observe is how long a check that must see something not happen
+	// watches for it (no sync reaching a diverged copy that was resynced
+	// without force).
+	Observe time.Duration
+	// ClockSkew is how far the driver's clock may be ahead of the suite's:
+	// a last sync time later than the answer's arrival by more is refused.
+	ClockSkew time.Duration
+	// Hooks are commands that do what the CSI-Addons API cannot: without
+	// them the checks that need them skip, saying so.
+	Hooks Hooks
 	// DryRun lists the calls without making any.
 	DryRun bool
+}
+
+// Hooks are shell commands (sh -c) the suite runs to provoke a state no
+// CSI-Addons call can. Each gets the environment of the suite plus
+// DROVER_CONF_SITE_A and DROVER_CONF_SITE_B (the site names),
+// DROVER_CONF_KIND (volume or group) and DROVER_CONF_SOURCE (its ID);
+// Write also gets DROVER_CONF_SITE, the site whose copy to write.
+type Hooks struct {
+	// LinkDown makes each site's peer unreachable from it (the replication
+	// link cut), LinkUp restores it.
+	LinkDown, LinkUp string
+	// Write writes to the scratch source's copy on DROVER_CONF_SITE while
+	// that copy is primary, so that it holds data its peer never received.
+	Write string
+	// Run runs a hook; nil runs it with sh -c. Tests set it.
+	Run func(ctx context.Context, command string, env []string) error
 }
 
 // Status of one check.
@@ -129,6 +157,9 @@ func (c *Config) Validate() error {
 	if c.Volume != "" && c.Volume == c.Group {
 		errs = append(errs, "the scratch volume and group need different IDs")
 	}
+	if (c.Hooks.LinkDown == "") != (c.Hooks.LinkUp == "") {
+		errs = append(errs, "a link-down command needs its link-up command, and the other way round")
+	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
@@ -140,6 +171,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.Observe <= 0 {
+		c.Observe = 20 * time.Second
+	}
+	if c.ClockSkew <= 0 {
+		c.ClockSkew = 5 * time.Second
 	}
 	return nil
 }
@@ -156,16 +193,8 @@ func Run(ctx context.Context, cfg Config, d *activities.Dialer) (*Report, error)
 		r.identity(ctx, cfg.B)
 	}
 	r.replicationErrors(ctx)
-	if cfg.Volume != "" {
-		r.replication(ctx, "volume", volumeSource(cfg.Volume), cfg.Volume)
-	} else {
-		r.skip("replication/volume", "", "no scratch volume given (--volume)")
-	}
-	if cfg.Group != "" {
-		r.replication(ctx, "group", groupSource(cfg.Group), "")
-	} else {
-		r.skip("replication/group", "", "no scratch volume group given (--group)")
-	}
+	r.replication(ctx, "volume", cfg.Volume)
+	r.replication(ctx, "group", cfg.Group)
 	r.fence(ctx)
 	return r.report, nil
 }
@@ -182,6 +211,47 @@ type runner struct {
 
 func (r *runner) skip(id, spec, why string) {
 	r.report.Results = append(r.report.Results, Result{ID: id, Spec: spec, Status: Skip, Detail: why})
+}
+
+// flow is an ordered run of checks where later ones need earlier ones:
+// once a needed step does not pass, every later step is still listed, as
+// skipped with the reason, so that the table always holds every planned
+// check.
+type flow struct {
+	r       *runner
+	ctx     context.Context
+	pre     string
+	blocked string
+}
+
+func (r *runner) flow(ctx context.Context, pre, blocked string) *flow {
+	return &flow{r: r, ctx: ctx, pre: pre, blocked: blocked}
+}
+
+// step runs one check, or lists it as skipped once the flow is blocked.
+func (f *flow) step(id, spec string, timeout time.Duration, fn func(ctx context.Context) (string, error)) bool {
+	if f.blocked != "" {
+		f.r.skip(f.pre+id, spec, f.blocked)
+		return false
+	}
+	return f.r.check(f.ctx, f.pre+id, spec, timeout, fn)
+}
+
+// need runs a step the rest of the flow needs: when it does not pass,
+// the rest is skipped.
+func (f *flow) need(id, spec string, timeout time.Duration, fn func(ctx context.Context) (string, error)) bool {
+	if f.step(id, spec, timeout, fn) {
+		return true
+	}
+	f.block("not run: " + f.pre + id + " did not pass")
+	return false
+}
+
+// block skips the rest of the flow, for why (the first reason stays).
+func (f *flow) block(why string) {
+	if f.blocked == "" {
+		f.blocked = why
+	}
 }
 
 // check runs one check under its deadline. fn returns "" or a detail on
@@ -207,9 +277,12 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 		res.Status, res.Detail = Planned, ""
 	case errors.As(err, &sk):
 		res.Status, res.Detail = Skip, string(sk)
+	case err != nil && ctx.Err() != nil:
+		// Interrupted (Ctrl-C) while it ran: not a verdict on the driver.
+		res.Status, res.Detail = Skip, "interrupted while it ran: "+err.Error()
 	case err != nil:
 		res.Status, res.Detail = Fail, err.Error()
-		if timedOut && ctx.Err() == nil {
+		if timedOut {
 			res.Detail += fmt.Sprintf(" (deadline %s)", timeout)
 		}
 	default:
@@ -290,20 +363,53 @@ func describe(req proto.Message) string {
 // codeOf is the gRPC code of err (OK for nil).
 func codeOf(err error) codes.Code { return status.Code(err) }
 
-// want checks that err carries the spec's code, or a deviation documented
-// for this driver; it returns the detail of a pass.
-func (r *runner) want(id string, err error, spec codes.Code) (string, error) {
+// want checks that err, rpc's answer, carries the spec's code, or a code
+// that a recorded deviation of the driver (activities.Deviations, the
+// table Drover's own calls read) says means it; it returns the detail of
+// a pass.
+func (r *runner) want(rpc string, err error, spec codes.Code) (string, error) {
 	got := codeOf(err)
 	if r.cfg.DryRun || got == spec {
 		return "", nil
 	}
-	if d, ok := deviation(r.report.Driver, id, got); ok {
-		return fmt.Sprintf("%s instead of %s: a known deviation of %s (%s)", got, spec, r.report.Driver, d), nil
+	if d, ok := r.deviation(rpc, err); ok && d.Means == spec {
+		return fmt.Sprintf("%s instead of %s: %s", got, spec, describeDeviation(d)), nil
 	}
 	if err == nil {
 		return "", fmt.Errorf("answered OK, want %s", spec)
 	}
 	return "", fmt.Errorf("answered %s (%s), want %s", got, status.Convert(err).Message(), spec)
+}
+
+// deviation finds the recorded deviation of the driver under test that
+// explains err as rpc's answer.
+func (r *runner) deviation(rpc string, err error) (activities.Deviation, bool) {
+	if err == nil {
+		return activities.Deviation{}, false
+	}
+	st := status.Convert(err)
+	return activities.FindDeviation(r.report.Driver, rpc, st.Code(), st.Message())
+}
+
+func describeDeviation(d activities.Deviation) string {
+	return fmt.Sprintf("a recorded deviation of %s, %s (%s; %s)", d.Driver, d.ID, d.Versions, d.Source)
+}
+
+// means is the code the suite reads err as (rpc's answer): the spec's code
+// of a recorded deviation of the driver, or err's own. Drover's calls read
+// only the rows marked Classify so; the others excuse their code here.
+func (r *runner) means(rpc string, err error) codes.Code {
+	if d, ok := r.deviation(rpc, err); ok {
+		return d.Means
+	}
+	return codeOf(err)
+}
+
+// retryable: the spec's table for rpc (activities.Classify, the table
+// Drover's calls follow) retries the code err means, so a waiting check
+// asks again.
+func (r *runner) retryable(rpc string, err error) bool {
+	return err != nil && activities.Classify(rpc, r.means(rpc, err)) == activities.Retry
 }
 
 // ok fails a check on any error.
@@ -315,32 +421,60 @@ func ok(what string, err error) error {
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), st.Message())
 }
 
-// poll calls fn until it reports done, an error that is not retryable, or
-// the deadline.
-func (r *runner) poll(ctx context.Context, fn func() (done bool, err error)) error {
+// poll calls fn until it reports done, an error that Drover's calls would
+// not retry for rpc, or the deadline.
+func (r *runner) poll(ctx context.Context, rpc string, fn func() (done bool, err error)) error {
 	for {
 		done, err := fn()
 		if done || r.cfg.DryRun {
 			return err
 		}
-		if err != nil && !retryable(err) {
+		if err != nil && !r.retryable(rpc, err) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if werr := r.pause(ctx); werr != nil {
 			if err != nil {
 				return fmt.Errorf("%w (still so at the deadline)", err)
 			}
-			return errors.New("not done by the deadline")
-		case <-time.After(r.cfg.PollInterval):
+			return werr
 		}
 	}
 }
 
-func retryable(err error) bool {
-	switch codeOf(err) {
-	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
-		return true
+// pause waits one poll interval, or fails at the deadline.
+func (r *runner) pause(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return errors.New("not done by the deadline")
+	case <-time.After(r.cfg.PollInterval):
+		return nil
 	}
-	return false
+}
+
+// hook runs one of the configured hooks, or lists it in a dry run.
+func (r *runner) hook(ctx context.Context, name, command string, env ...string) error {
+	if r.cur != nil {
+		r.cur.Calls = append(r.cur.Calls, fmt.Sprintf("hook %s: %s", name, command))
+	}
+	if r.cfg.DryRun {
+		return nil
+	}
+	env = append(os.Environ(), env...)
+	if r.cfg.Hooks.Run != nil {
+		if err := r.cfg.Hooks.Run(ctx, command, env); err != nil {
+			return fmt.Errorf("%s command: %w", name, err)
+		}
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if len(msg) > 400 {
+			msg = "…" + msg[len(msg)-400:]
+		}
+		return fmt.Errorf("%s command %q: %v: %s", name, command, err, msg)
+	}
+	return nil
 }

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/drover-dr/drover/csiaddons/fence"
+	"github.com/drover-dr/drover/csiaddons/identity"
+	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/conformance"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+)
+
+// The conformance suite's hooks, against drover-sim, are this test binary
+// run again with DROVER_CONF_TEST_HOOK set: it cuts or restores the pair's
+// replication link through the sites' control API, or writes to a copy
+// through a site's data path.
+func TestMain(m *testing.M) {
+	if hook := os.Getenv("DROVER_CONF_TEST_HOOK"); hook != "" {
+		if err := runTestHook(hook); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runTestHook(hook string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch hook {
+	case "link-down", "link-up":
+		for _, ctl := range strings.Split(os.Getenv("DROVER_TEST_SIM_CONTROLS"), ",") {
+			if err := sim.NewControl(ctl).SetLink(ctx, hook == "link-up"); err != nil {
+				return fmt.Errorf("%s %s: %w", hook, ctl, err)
+			}
+		}
+		return nil
+	case "write":
+		// DROVER_TEST_SIM_DATA maps the suite's site names to data addresses.
+		var addr string
+		for _, kv := range strings.Split(os.Getenv("DROVER_TEST_SIM_DATA"), ",") {
+			if name, a, ok := strings.Cut(kv, "="); ok && name == os.Getenv("DROVER_CONF_SITE") {
+				addr = a
+			}
+		}
+		if addr == "" {
+			return fmt.Errorf("write: no data address for site %q", os.Getenv("DROVER_CONF_SITE"))
+		}
+		volume := os.Getenv("DROVER_CONF_SOURCE")
+		if os.Getenv("DROVER_CONF_KIND") == "group" {
+			volume += "-vol-1"
+		}
+		c, err := sim.NewClient(addr, "", "conformance-writer")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(ctx, volume, 7, []byte("written by the conformance suite's write hook"))
+		return err
+	}
+	return fmt.Errorf("unknown hook %q", hook)
+}
+
+// simHooks are the flags that give the suite its hooks on a pair, as the
+// endpoint flags name its sites (endpoint = east, peer = west).
+func simHooks(t *testing.T, p simPair) []string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := fmt.Sprintf("DROVER_TEST_SIM_CONTROLS=%s,%s DROVER_TEST_SIM_DATA=endpoint=%s,peer=%s", p.eastCtl, p.westCtl, p.eastData, p.westData)
+	hook := func(name string) string { return fmt.Sprintf("DROVER_CONF_TEST_HOOK=%s %s '%s'", name, env, self) }
+	return []string{"--link-down-cmd", hook("link-down"), "--link-up-cmd", hook("link-up"), "--write-cmd", hook("write"), "--observe", "2s"}
+}
+
+// ruleBreaker stands between the suite and a drover-sim site and breaks
+// one rule of the specs, passing everything else through.
+type ruleBreaker struct {
+	identity.UnimplementedIdentityServer
+	fence.UnimplementedFenceControllerServer
+	replication.UnimplementedControllerServer
+	id   identity.IdentityClient
+	fc   fence.FenceControllerClient
+	rc   replication.ControllerClient
+	rule string
+}
+
+// The rules the breakers break.
+const (
+	// The resync always forces: force=false is ignored, so a copy that
+	// diverged is discarded.
+	breakResyncForces = "resync-always-forces"
+	// An unforced promotion that the peer's being unreachable refuses is
+	// made anyway (with force).
+	breakPromoteUnreachable = "promote-while-unreachable"
+	// The last sync time is an hour in the future.
+	breakFutureSync = "future-last-sync"
+	// An unknown ID answers INTERNAL instead of NOT_FOUND on every RPC but
+	// Enable.
+	breakUnknownIDCode = "unknown-id-code"
+)
+
+// serveBreaker serves a breaker of rule in front of the site at target
+// (unix://path) and returns its endpoint.
+func serveBreaker(t *testing.T, target, rule string) string {
+	t.Helper()
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule}
+	sock := filepath.Join(simtest.SockDir(t), "breaker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	identity.RegisterIdentityServer(srv, b)
+	fence.RegisterFenceControllerServer(srv, b)
+	replication.RegisterControllerServer(srv, b)
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	return "unix://" + sock
+}
+
+// unknownID rewrites the site's "not found" for an ID it does not know.
+func (b *ruleBreaker) unknownID(err error) error {
+	if b.rule == breakUnknownIDCode && status.Code(err) == codes.NotFound && strings.HasSuffix(status.Convert(err).Message(), " not found") {
+		return status.Error(codes.Internal, "lookup failed: "+status.Convert(err).Message())
+	}
+	return err
+}
+
+func (b *ruleBreaker) GetIdentity(ctx context.Context, r *identity.GetIdentityRequest) (*identity.GetIdentityResponse, error) {
+	return b.id.GetIdentity(ctx, r)
+}
+
+func (b *ruleBreaker) GetCapabilities(ctx context.Context, r *identity.GetCapabilitiesRequest) (*identity.GetCapabilitiesResponse, error) {
+	return b.id.GetCapabilities(ctx, r)
+}
+
+func (b *ruleBreaker) Probe(ctx context.Context, r *identity.ProbeRequest) (*identity.ProbeResponse, error) {
+	return b.id.Probe(ctx, r)
+}
+
+func (b *ruleBreaker) FenceClusterNetwork(ctx context.Context, r *fence.FenceClusterNetworkRequest) (*fence.FenceClusterNetworkResponse, error) {
+	return b.fc.FenceClusterNetwork(ctx, r)
+}
+
+func (b *ruleBreaker) UnfenceClusterNetwork(ctx context.Context, r *fence.UnfenceClusterNetworkRequest) (*fence.UnfenceClusterNetworkResponse, error) {
+	return b.fc.UnfenceClusterNetwork(ctx, r)
+}
+
+func (b *ruleBreaker) ListClusterFence(ctx context.Context, r *fence.ListClusterFenceRequest) (*fence.ListClusterFenceResponse, error) {
+	return b.fc.ListClusterFence(ctx, r)
+}
+
+func (b *ruleBreaker) GetFenceClients(ctx context.Context, r *fence.GetFenceClientsRequest) (*fence.GetFenceClientsResponse, error) {
+	return b.fc.GetFenceClients(ctx, r)
+}
+
+func (b *ruleBreaker) EnableVolumeReplication(ctx context.Context, r *replication.EnableVolumeReplicationRequest) (*replication.EnableVolumeReplicationResponse, error) {
+	return b.rc.EnableVolumeReplication(ctx, r)
+}
+
+func (b *ruleBreaker) DisableVolumeReplication(ctx context.Context, r *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
+	resp, err := b.rc.DisableVolumeReplication(ctx, r)
+	return resp, b.unknownID(err)
+}
+
+func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteVolumeRequest) (*replication.PromoteVolumeResponse, error) {
+	resp, err := b.rc.PromoteVolume(ctx, r)
+	if b.rule == breakPromoteUnreachable && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "unreachable") {
+		r.Force = true
+		return b.rc.PromoteVolume(ctx, r)
+	}
+	return resp, b.unknownID(err)
+}
+
+func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
+	resp, err := b.rc.DemoteVolume(ctx, r)
+	return resp, b.unknownID(err)
+}
+
+func (b *ruleBreaker) ResyncVolume(ctx context.Context, r *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
+	if b.rule == breakResyncForces {
+		r.Force = true
+	}
+	resp, err := b.rc.ResyncVolume(ctx, r)
+	return resp, b.unknownID(err)
+}
+
+func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
+	resp, err := b.rc.GetVolumeReplicationInfo(ctx, r)
+	if err == nil && b.rule == breakFutureSync && resp.GetLastSyncTime() != nil {
+		resp.LastSyncTime = timestamppb.New(resp.GetLastSyncTime().AsTime().Add(time.Hour))
+	}
+	return resp, b.unknownID(err)
+}
+
+func (b *ruleBreaker) GetReplicationDestinationInfo(ctx context.Context, r *replication.GetReplicationDestinationInfoRequest) (*replication.GetReplicationDestinationInfoResponse, error) {
+	return b.rc.GetReplicationDestinationInfo(ctx, r)
+}
+
+// cephVolume is a scratch volume ID in ceph-csi's format, so that the
+// suite's unknown IDs take that format too.
+const cephVolume = "0001-0009-rook-ceph-0000000000000002-5f7a0b8e-1c2d-4e3f-9a8b-7c6d5e4f3a2b"
+
+// TestConformanceCatchesBrokenRules: a server that breaks one rule of the
+// specs, and nothing else, fails the suite in the checks that enforce that
+// rule, in both driver profiles; the same sites without the breaker pass.
+func TestConformanceCatchesBrokenRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs drover-sim processes")
+	}
+	bins := bintest.Build(t, "drctl", "drover-sim")
+	both := func(ids ...string) []string {
+		var out []string
+		for _, k := range []string{"group", "volume"} {
+			for _, id := range ids {
+				out = append(out, "replication/"+k+"/"+id)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var unknown []string
+	for _, rpc := range []string{"DisableVolumeReplication", "GetVolumeReplicationInfo", "DemoteVolume", "PromoteVolume", "ResyncVolume"} {
+		unknown = append(unknown, "unknown-id/"+rpc)
+	}
+	for _, driver := range []string{sim.DriverSpec, sim.DriverCephCSI} {
+		var params []string
+		if driver == sim.DriverCephCSI {
+			params = append(slices.Clone(cephParams), "--volume", cephVolume)
+		}
+		for _, c := range []struct {
+			rule string
+			// want: the checks that fail, exactly; or, with some, checks
+			// that fail among others whose details all say why.
+			want []string
+			some string
+		}{
+			{breakResyncForces, both("resync-unforced-keeps-diverged"), ""},
+			{breakPromoteUnreachable, both("promote-unforced-peer-unreachable-refused"), ""},
+			{breakFutureSync, both("info-after-sync"), "in the future"},
+			{breakUnknownIDCode, both(unknown...), ""},
+		} {
+			t.Run(driver+" "+c.rule, func(t *testing.T) {
+				var extra []string
+				if driver == sim.DriverCephCSI {
+					extra = []string{"--volume", cephVolume}
+				}
+				p := startSimPair(t, bins, driver, extra...)
+				broken := p
+				broken.east = serveBreaker(t, p.east, c.rule)
+				broken.west = serveBreaker(t, p.west, c.rule)
+				r := runConformance(t, bins, broken, append(slices.Clone(params), simHooks(t, p)...)...)
+				if r.code != 1 {
+					t.Fatalf("exit %d, want 1 (a check failed)\n%s", r.code, r.stderr)
+				}
+				got := r.with(conformance.Fail)
+				if c.some == "" && !slices.Equal(got, c.want) || c.some != "" && len(got) == 0 {
+					for _, id := range got {
+						t.Logf("%s: %s", id, r.result(id).Detail)
+					}
+					t.Fatalf("failed %v, want exactly %v", got, c.want)
+				}
+				if c.some != "" {
+					for _, id := range c.want {
+						if !slices.Contains(got, id) {
+							t.Errorf("%s did not fail; failed: %v", id, got)
+						}
+					}
+					for _, id := range got {
+						if d := r.result(id).Detail; !strings.Contains(d, c.some) {
+							t.Errorf("%s failed for another reason: %s", id, d)
+						}
+					}
+				}
+				if c.rule == breakUnknownIDCode && driver == sim.DriverCephCSI {
+					if d := r.result("replication/volume/unknown-id/PromoteVolume").Detail; !strings.Contains(d, "well-formed unknown ceph-csi ID 0001-0009-rook-ceph-0000000000000002-") {
+						t.Errorf("the unknown volume ID is not in ceph-csi's format: %s", d)
+					}
+				}
+				if c.rule == breakPromoteUnreachable {
+					// Both copies were primary: the clean-up made the
+					// peer's follow the first's with force, then disabled
+					// the primary first.
+					cl := strings.Join(r.report.Cleanup, "\n")
+					order := []string{"volume demote peer", "volume promote endpoint: done without force", "volume resync peer with force",
+						"volume disable endpoint: done", "volume disable peer: done"}
+					at := -1
+					for _, want := range order {
+						i := strings.Index(cl, want)
+						if i <= at {
+							t.Fatalf("clean-up lacks %q after the steps before it:\n%s", want, cl)
+						}
+						at = i
+					}
+				}
+				// Whatever broke, the clean-up left the pair as found.
+				assertLeftAsFound(t, p)
+			})
+		}
+	}
+}
