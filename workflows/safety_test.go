@@ -422,15 +422,7 @@ func TestProtectCarriesItsOwnStateOnly(t *testing.T) {
 		Groups:  map[string]workflows.GroupHealth{"db": {LastSync: time.Now().Add(-time.Minute)}},
 		Clients: map[string][]string{"east": {simtest.NodeA + "/32"}}}
 	run := func(primary string) (workflows.ProtectState, []call) {
-		env, calls := f.testEnv(t)
-		env.RegisterDelayedCallback(func() {
-			send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
-		}, 15*time.Second)
-		env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: primary, Interval: 10 * time.Second, State: prev})
-		mustOK(t, env.GetWorkflowError())
-		var s workflows.ProtectState
-		mustOK(t, env.GetWorkflowResult(&s))
-		return s, *calls
+		return f.protectFor(t, workflows.ProtectInput{Plan: f.plan, Primary: primary, Interval: 10 * time.Second, State: prev})
 	}
 	same, calls := run("east")
 	if same.Runs != 4 || same.Polls < 8 || same.Primary != "east" {
@@ -535,15 +527,7 @@ func TestFailbackWaitsForTheFinalSync(t *testing.T) {
 func TestProtectPromotesOnceAndNeverMakesAPrimary(t *testing.T) {
 	f := newFixture(t)
 	run := func(primary string, promote bool) (workflows.ProtectState, []call) {
-		env, calls := f.testEnv(t)
-		env.RegisterDelayedCallback(func() {
-			send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
-		}, 15*time.Second)
-		env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: primary, Interval: 10 * time.Second, Promote: promote})
-		mustOK(t, env.GetWorkflowError())
-		var s workflows.ProtectState
-		mustOK(t, env.GetWorkflowResult(&s))
-		return s, *calls
+		return f.protectFor(t, workflows.ProtectInput{Plan: f.plan, Primary: primary, Interval: 10 * time.Second, Promote: promote})
 	}
 	s, calls := run("east", true)
 	promoted := 0
@@ -578,4 +562,19 @@ func TestProtectPromotesOnceAndNeverMakesAPrimary(t *testing.T) {
 	}
 	roles(t, f.east, sim.RolePrimary)
 	roles(t, f.west, sim.RoleSecondary)
+}
+
+// protectFor runs Protect with in for 15 seconds of workflow time, then
+// stops it: its final state and the calls it made.
+func (f *fixture) protectFor(t *testing.T, in workflows.ProtectInput) (workflows.ProtectState, []call) {
+	t.Helper()
+	env, calls := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil)
+	}, 15*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, in)
+	mustOK(t, env.GetWorkflowError())
+	var s workflows.ProtectState
+	mustOK(t, env.GetWorkflowResult(&s))
+	return s, *calls
 }
