@@ -109,7 +109,9 @@
 // would break a running workflow, and when a registered workflow type
 // has no history. A change of behaviour made on purpose is recorded again
 // with `make histories`; the runs of the old code finish on the worker
-// build they started on.
+// build they started on (Worker Versioning: Register pins every workflow
+// but Protect and PlanRecorder, which auto-upgrade and whose histories
+// from before a change stay in testdata/upgrade/ until it retires).
 //
 // Stop means stopped: Reprotect and Failback stop the old primary's
 // workloads tier by tier, highest priority number first, and a workload's
