@@ -38,10 +38,10 @@ func TestVersioningFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := deploymentOptions(c)
-	if !d.UseVersioning || d.Version.DeploymentName != "drover" || d.Version.BuildID == "" || !c.makeCurrent {
-		t.Fatalf("default deployment options %+v (make current if unset %v): want a version of drover with a build ID", d, c.makeCurrent)
+	if !d.UseVersioning || d.Version.DeploymentName != "drover" || d.Version.BuildID == "" || c.makeCurrent != "if-unattended" {
+		t.Fatalf("default deployment options %+v (make current %s): want a version of drover with a build ID, current if unattended", d, c.makeCurrent)
 	}
-	for _, args := range [][]string{{"--deployment-name", "dr.over"}, {"--build-id", ""}, {"--build-id", "a/b"}} {
+	for _, args := range [][]string{{"--deployment-name", "dr.over"}, {"--build-id", ""}, {"--build-id", "a/b"}, {"--make-current", "always"}, {"--unattended-after", "0s"}} {
 		if _, err := parse(append([]string{"--allow-unsigned-plans"}, args...), io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
 		}

@@ -8,9 +8,18 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+)
+
+// When a build makes itself the deployment's current version
+// (--make-current).
+const (
+	makeCurrentNever        = "never"
+	makeCurrentIfUnset      = "if-unset"
+	makeCurrentIfUnattended = "if-unattended"
 )
 
 // deploymentOptions make the workflow worker a Worker Deployment Version
@@ -54,8 +63,9 @@ func checkVersionNames(deployment, buildID string) error {
 // workflow on a task queue only versioned workers poll waits, without an
 // error, for a worker that never comes. When another build is current it
 // changes nothing: a new build is made current by the operator (README,
-// "Upgrading"), never by a worker that happens to start, so that a
-// restarted old worker cannot take the deployment back.
+// "Upgrading"), or by takeOverUnattended once the current build has no
+// worker left, never by a worker that happens to start beside it, so
+// that a restarted old worker cannot take the deployment back.
 func registerVersion(ctx context.Context, cl client.Client, deployment, buildID, queue string, makeCurrent bool, logger *slog.Logger) error {
 	h := cl.WorkerDeploymentClient().GetHandle(deployment)
 	wait := func(err error) error {
@@ -112,4 +122,72 @@ func registerVersion(ctx context.Context, cl client.Client, deployment, buildID,
 			return err
 		}
 	}
+}
+
+// unattendedEvery is how often takeOverUnattended looks.
+const unattendedEvery = 15 * time.Second
+
+// takeOverUnattended makes this build the deployment's current version
+// when no worker of the current build has polled the task queue for
+// after: its workers were replaced by this build's (a Nomad job's rolling
+// update, a container rebuilt) rather than run beside them, and until a
+// build with workers is current every new workflow, Protect and the plan's
+// records wait. A run pinned to the build that is gone waits for a worker
+// of it all the same: upgrades that keep those safe run both builds side
+// by side (README, "Upgrading"). It looks every unattendedEvery until ctx
+// ends.
+func takeOverUnattended(ctx context.Context, cl client.Client, deployment, buildID, queue string, after time.Duration, logger *slog.Logger) {
+	h := cl.WorkerDeploymentClient().GetHandle(deployment)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(unattendedEvery):
+		}
+		d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+		if err != nil {
+			continue
+		}
+		cur := d.Info.RoutingConfig.CurrentVersion
+		if cur != nil && cur.BuildID == buildID {
+			continue
+		}
+		if cur != nil {
+			last, err := lastPoll(ctx, cl, queue, deployment, cur.BuildID)
+			if err != nil || time.Since(last) < after {
+				continue
+			}
+		}
+		if _, err := h.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: buildID, ConflictToken: d.ConflictToken}); err != nil {
+			logger.Warn("could not make this build the deployment's current version", "deployment", deployment, "buildID", buildID, "error", err)
+			continue
+		}
+		gone := "none"
+		if cur != nil {
+			gone = cur.BuildID
+		}
+		logger.Warn("made this build the deployment's current version: the current one had no worker polling", "deployment", deployment,
+			"buildID", buildID, "previous", gone, "unattendedFor", after)
+	}
+}
+
+// lastPoll is when a worker of build last polled the task queue, for
+// workflows or activities (zero if none Temporal remembers).
+func lastPoll(ctx context.Context, cl client.Client, queue, deployment, build string) (time.Time, error) {
+	var last time.Time
+	for _, typ := range []enums.TaskQueueType{enums.TASK_QUEUE_TYPE_WORKFLOW, enums.TASK_QUEUE_TYPE_ACTIVITY} {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := cl.DescribeTaskQueue(dctx, queue, typ)
+		cancel()
+		if err != nil {
+			return last, err
+		}
+		for _, p := range resp.GetPollers() {
+			o := p.GetDeploymentOptions()
+			if o.GetDeploymentName() == deployment && o.GetBuildId() == build && p.GetLastAccessTime().AsTime().After(last) {
+				last = p.GetLastAccessTime().AsTime()
+			}
+		}
+	}
+	return last, nil
 }

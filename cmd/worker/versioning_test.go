@@ -175,3 +175,54 @@ func TestUpgradeToANewBuild(t *testing.T) {
 		return b == enums.VERSIONING_BEHAVIOR_PINNED && build == "two"
 	})
 }
+
+// TestReplacedBuildIsTakenOver: when the workers of the current build
+// are replaced rather than run beside the new ones (a Nomad job's rolling
+// update, a rebuilt container), the new build makes itself current once
+// no worker of the old one has polled for --unattended-after, and new
+// workflows run on it instead of waiting for a worker that is gone.
+func TestReplacedBuildIsTakenOver(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	srv := devserver.Start(t, nil)
+	env := []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}
+	start := func(build string, args ...string) *bintest.Proc {
+		w := bintest.Start(t, env, bin, append([]string{"--metrics", "", "--allow-unsigned-plans", "--build-id", build}, args...)...)
+		simtest.Eventually(t, time.Minute, "worker "+build+" to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
+		return w
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h := srv.Client.WorkerDeploymentClient().GetHandle("drover")
+	current := func() string {
+		d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+		if err != nil || d.Info.RoutingConfig.CurrentVersion == nil {
+			return ""
+		}
+		return d.Info.RoutingConfig.CurrentVersion.BuildID
+	}
+	old := start("one")
+	// Beside a build whose workers poll, a new build does not take over:
+	// past its first look (unattendedEvery, 15 s), one is still current.
+	start("beside", "--unattended-after", "90s")
+	time.Sleep(20 * time.Second)
+	if got := current(); got != "one" {
+		t.Fatalf("current build %q while one's worker polls, want one", got)
+	}
+	if err := old.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	next := start("two", "--unattended-after", "5s")
+	simtest.Eventually(t, time.Minute, "build two current", func() bool { return current() == "two" })
+	if !strings.Contains(next.Log.String(), "the current one had no worker polling") {
+		t.Errorf("the take-over is not in the log:\n%s", next.Log)
+	}
+	// A new workflow runs: the plan's record, started by hand, answers.
+	if _, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}}); err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, time.Minute, "the record to answer on build two", func() bool {
+		_, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil
+	})
+}
