@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph temporal-server bench lint generate schema fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -102,6 +102,27 @@ $(BIN)/staticcheck:
 $(BIN)/workflowcheck:
 	@mkdir -p $(BIN)
 	GOBIN=$(abspath $(BIN)) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK)
+
+# The workflow histories TestReplay replays (workflows/testdata/*.json),
+# recorded from the current code by the dev-server tests that run each
+# workflow type and shape (small plans and batches, children, a site
+# action, a test recovery and its cleanup, the record, Verify). Run it
+# after changing what a workflow does on purpose, and commit the files.
+# Protect and the record auto-upgrade to a new worker build mid-run: their
+# histories as last committed go to workflows/testdata/upgrade/, named by
+# that commit, and replay there until no run of theirs from that build
+# remains (workflows.Register says how to tell); then delete them, with
+# any patch only they needed.
+HISTORY_TESTS := ^(TestActionsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer)$$
+histories: $(BIN)/temporal ## record the workflow histories the replay test replays (workflows/testdata)
+	@mkdir -p workflows/testdata/upgrade
+	@for f in workflows/testdata/protect*.json workflows/testdata/record*.json; do \
+	  rev=$$(git log -1 --format=%h -- "$$f" 2>/dev/null); [ -n "$$rev" ] || continue; \
+	  u=workflows/testdata/upgrade/$$(basename $$f .json)@$$rev.json; \
+	  if [ ! -e "$$u" ]; then git show "HEAD:$$f" > "$$u" && echo "kept $$f of $$rev as $$u"; fi; done
+	rm -f workflows/testdata/*.json
+	DROVER_RECORD_HISTORIES=1 $(GO) test -count=1 -timeout 10m -run '$(HISTORY_TESTS)' ./workflows
+	$(GO) test -count=1 -run '^TestReplay$$' ./workflows
 
 generate: ## regenerate the CSI-Addons Go stubs (needs protoc 3.21.12)
 	./scripts/gen-proto.sh

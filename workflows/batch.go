@@ -13,28 +13,17 @@ import (
 	"github.com/drover-dr/drover/plans"
 )
 
-// changeBatchCalls marks histories in which a plan that fans out makes
-// its single calls on groups (promote, demote, enable, disable) as one
-// ReplicateBatch activity per priority, instead of a GroupBatch child per
-// GroupsPerChild groups with an activity per group. Older histories
-// replay the children.
-const changeBatchCalls = "batch-calls"
-
 // batchReport is how long a ReplicateBatch runs before it returns what it
 // has, so that the step's note shows the groups done.
 const batchReport = 5 * time.Second
 
-// changeLocalBatch marks histories in which a batch's first attempt on
-// the workflow's own worker is a local activity that starts calls for
-// localBatchReport and returns: a batch that is done by then costs no
-// turn through the server, where the regular activity cost two (the
-// workflow task that schedules it, the one its result wakes). What it
-// left goes on in regular activities, as before.
-const changeLocalBatch = "local-batch"
-
-// localBatchReport is how long a batch's local attempt starts calls:
-// with the calls it started still to end, it holds the workflow task for
-// at most localBudget.
+// localBatchReport is how long a batch's first attempt, a local activity
+// on the workflow's own worker, starts calls before it returns: a batch
+// done by then costs no turn through the server, where a regular
+// activity costs two (the workflow task that schedules it, the one its
+// result wakes), and what it left goes on in regular activities. With
+// the calls it started still to end, it holds the workflow task for at
+// most localBudget.
 const localBatchReport = 700 * time.Millisecond
 
 // batchRPC is the RPC of an operation a batch can make, if any.
@@ -80,7 +69,7 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 			}
 			in.ReportAfter = batchReport
 			o := batchOptions(p, op.Site, rpc, in.Items)
-			local := o.TaskQueue == "" && localCalls(ctx) && version(ctx, changeLocalBatch, 1) == 1
+			local := o.TaskQueue == ""
 			start := workflow.Now(ctx)
 			attempts := map[string]int{}
 			var (

@@ -13,7 +13,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -120,10 +119,10 @@ func TestBatchAttemptOutlastsItsCalls(t *testing.T) {
 	f := newFixtureN(t, 150)
 	f.east.Down()
 	env, _ := f.env(t)
-	// A run of generation 1, whose batches are regular activities from
-	// the first attempt: a local first attempt (generation 2) leaves what
-	// it did not start to regular attempts bounded the same way.
-	env.OnGetVersion("generation", workflow.DefaultVersion, workflows.LatestGeneration).Return(workflow.Version(1))
+	// Promotions slow enough (75 groups of a priority, ten at a time, at
+	// 120 ms each) that the local first attempt leaves groups to regular
+	// attempts, whose bounds this reads.
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Latency: 120 * time.Millisecond}}))
 	var (
 		mu     sync.Mutex
 		bounds []string

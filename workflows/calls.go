@@ -23,11 +23,6 @@ var (
 	wl *activities.Workloads
 )
 
-// changeLocalCalls marks histories in which single storage calls run as
-// local activities (see rpcCall); older histories replay them as
-// regular activities.
-const changeLocalCalls = "local-storage-calls"
-
 // regularOnly, as a context key, keeps rpcCall to regular activities.
 type regularOnly struct{}
 
@@ -43,55 +38,24 @@ func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (
 //
 // Its attempts are the workflow's own (retried), so that the workflow
 // task is never held longer than localBudget and the step shows every
-// failed attempt as it happens. Histories from before that
-// (changeHandover) replay the older ways: a local activity with the
-// whole retry budget, or a regular one that Temporal retries.
+// failed attempt as it happens; on the workflow's own task queue the
+// first attempt is local.
 func rpcCall[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
 	if ctx.Value(regularOnly{}) != nil {
 		return call[T](ctx, o, fn, in)
 	}
-	if version(ctx, changeHandover, 1) == 1 {
-		return retried[T](ctx, o, fn, in, o.TaskQueue == "" && localCalls(ctx))
-	}
-	if o.TaskQueue != "" || !localCalls(ctx) {
-		return call[T](ctx, o, fn, in)
-	}
-	var out T
-	lo := workflow.LocalActivityOptions{
-		StartToCloseTimeout:    o.StartToCloseTimeout,
-		ScheduleToCloseTimeout: o.ScheduleToCloseTimeout,
-		RetryPolicy:            o.RetryPolicy,
-	}
-	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lo), fn, in).Get(ctx, &out)
-	return out, err
+	return retried[T](ctx, o, fn, in, o.TaskQueue == "")
 }
-
-// changeUnlistedFence marks histories in which a storage that does not
-// implement ListClusterFence (ceph-csi's RBD driver serves only
-// FenceClusterNetwork and UnfenceClusterNetwork) is fenced on the
-// acknowledgement of FenceClusterNetwork and unfenced without a listing.
-const changeUnlistedFence = "unlisted-fence"
 
 // cannotList tells whether err is the storage's UNIMPLEMENTED answer to
-// ListClusterFence, in a run that handles it (changeUnlistedFence).
-func cannotList(ctx workflow.Context, err error) bool {
+// ListClusterFence: a storage that does not implement it (ceph-csi's RBD
+// driver serves only FenceClusterNetwork and UnfenceClusterNetwork) is
+// fenced on the acknowledgement of FenceClusterNetwork and unfenced
+// without a listing.
+func cannotList(err error) bool {
 	var ae *temporal.ApplicationError
-	if !errors.As(err, &ae) || ae.Type() != activities.ErrNotImplemented {
-		return false
-	}
-	return version(ctx, changeUnlistedFence, 1) == 1
+	return errors.As(err, &ae) && ae.Type() == activities.ErrNotImplemented
 }
-
-// changeHandover marks histories in which a call's attempts are the
-// workflow's (retried): a short local first attempt, then regular ones.
-const changeHandover = "call-handover"
-
-// changeCutAtBudget marks histories in which a local attempt that ended
-// with the call's own answer to its deadline hands over like one the SDK
-// timed out (cutAtBudget), where it counted as a failed attempt. Only a
-// run that meets that answer asks, so a run that never does records no
-// marker of it.
-const changeCutAtBudget = "cut-at-budget"
 
 // localBudget is the longest a local attempt may hold the workflow task:
 // while it runs, the server holds back every query of the action.
@@ -140,7 +104,7 @@ func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 		if err == nil {
 			return out, nil
 		}
-		cut := local && o.StartToCloseTimeout > localBudget && (isTimeout(err) || (cutAtBudget(err) && version(ctx, changeCutAtBudget, 1) == 1))
+		cut := local && o.StartToCloseTimeout > localBudget && cutAtBudget(err)
 		if ctx.Err() != nil || (!cut && !activities.Retryable(err)) {
 			return out, err
 		}
@@ -269,12 +233,6 @@ func fenceCIDRs(ctx workflow.Context, p *plans.Plan, site, rpc string, cidrs []s
 	}
 	_, err = rpcCall[struct{}](ctx, activities.CallOptions(p, site, rpc), fn, activities.FenceInput{Endpoint: e, CIDRs: cidrs})
 	return err
-}
-
-// localCalls tells whether this run makes its single storage calls as
-// local activities, and its independent calls at once.
-func localCalls(ctx workflow.Context) bool {
-	return version(ctx, changeLocalCalls, 1) == 1
 }
 
 // together runs fns at once and returns when all have.

@@ -353,10 +353,9 @@ func TestFailureCode(t *testing.T) {
 	}
 }
 
-// TestRPCCallMakesItsOwnAttempts: a storage call of a new run makes its
-// attempts itself (retried), so that the step shows each failed one;
-// only histories from before that hand the whole retry policy to one
-// local activity, whose retries no step sees.
+// TestRPCCallMakesItsOwnAttempts: a storage call makes its attempts
+// itself (retried), so that the step shows each failed one, where one
+// local activity with the whole retry policy would retry unseen.
 func TestRPCCallMakesItsOwnAttempts(t *testing.T) {
 	f := &flaky{fail: func(n int) error {
 		if n < 3 {

@@ -14,25 +14,11 @@ import (
 // storage reports, before any side effect.
 const ErrWrongDirection = "WrongDirection"
 
-// changeRoleCheck marks histories in which a failover asks To's storage
-// whether it already holds the primary copies.
-const changeRoleCheck = "failover-role-check"
-
-// roleCheck reports whether this failover checks To's roles: runs from
-// before the check replay without it, and the operator's override skips it.
-//
-// Version 2 asks, at the same time as the preflight, one copy per call
-// the plan allows in flight (policy.parallelism), spread evenly over the
-// plan's groups: one round trip instead of up to ten, and a sample that
-// a partial failover (which promotes the first priorities first) does
-// not fill with promoted copies.
-func roleCheck(ctx workflow.Context, in FailoverInput) (check bool, ver workflow.Version) {
-	v := version(ctx, changeRoleCheck, 2)
-	return v >= 1 && !in.OverrideState, v
-}
-
-// roleSample is the groups version 2 of the role check asks about: at
-// most n, spread evenly over the plan.
+// roleSample is the groups a failover's role check asks about, at the
+// same time as the preflight: at most n (the calls the plan allows in
+// flight, policy.parallelism), spread evenly over the plan's groups, so
+// that one round trip answers and a partial failover (which promotes the
+// first priorities first) does not fill the sample with promoted copies.
 func roleSample(p *plans.Plan, n int) []plans.VolumeGroup {
 	gs := p.VolumeGroups
 	if n < 1 {
@@ -57,9 +43,9 @@ func roleSample(p *plans.Plan, n int) []plans.VolumeGroup {
 // cannot be asked, lets the failover go on (a failover run again after a
 // partial one finds some copies promoted).
 //
-// With quick (version 2), the survey's first attempt is a local activity,
-// as single storage calls are (retried); its one attempt is all it gets.
-func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups []plans.VolumeGroup, quick bool) (string, error) {
+// The survey's first attempt is a local activity, as single storage calls
+// are (retried); its one attempt is all it gets.
+func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups []plans.VolumeGroup) (string, error) {
 	var calls []activities.ReplicationInput
 	for i := range groups {
 		ins, err := activities.GroupInputs(p, to, &groups[i], activities.RPCGetVolumeReplicationInfo, false)
@@ -78,14 +64,8 @@ func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups 
 	o := activities.CallOptions(p, to, activities.RPCGetVolumeReplicationInfo)
 	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 	in := activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}
-	var res activities.SurveyResult
-	var err error
-	if quick {
-		o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
-		res, err = retried[activities.SurveyResult](ctx, o, st.SurveyReplication, in, o.TaskQueue == "" && localCalls(ctx))
-	} else {
-		res, err = call[activities.SurveyResult](ctx, o, st.SurveyReplication, in)
-	}
+	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
+	res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, in, o.TaskQueue == "")
 	if err != nil {
 		// Only an answer can contradict the failover: a check that got
 		// none (a worker lost mid-call, the site's storage slow in a

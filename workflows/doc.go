@@ -90,20 +90,28 @@
 // first run the VerifyPlan local activity, which checks the plan's
 // signature (Origin.Signature, plans.Sign) against the keys the worker
 // trusts, and end with a non-retryable UntrustedPlan error when it fails,
-// before any storage call or hook. GroupBatch runs only as a child. The
-// check sits behind the "trusted-plan" version marker, so histories
-// recorded before it replay. Origin.By records who started the action;
-// approvals and resolutions record who gave them (Step.By).
+// before any storage call or hook. GroupBatch runs only as a child.
+// Origin.By records who started the action; approvals and resolutions
+// record who gave them (Step.By).
 //
 // One action per plan: Start runs every action of a plan under one
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.
 //
-// Versioning: testdata/ holds histories of every action recorded from the
-// dev-server tests (DROVER_RECORD_HISTORIES=1): the plan actions, Protect,
-// a test recovery and its cleanup, a site failover; TestReplay replays
-// them against the current code, so a change that would break a running
-// action fails CI.
+// Versioning: the workflows say only what they do now, with no patch
+// branches (no workflow.GetVersion). testdata/ holds one history per
+// workflow type and shape, recorded from the current code by `make
+// histories` (the dev-server tests with DROVER_RECORD_HISTORIES=1): each
+// plan action with a small plan and with one that fans out in batches, a
+// GroupBatch child, Protect, the plan's record, Verify, a site failover
+// and a Failover it runs as its child, a test recovery and its cleanup.
+// TestReplay replays them against the code and fails on a change that
+// would break a running workflow, and when a registered workflow type
+// has no history. A change of behaviour made on purpose is recorded again
+// with `make histories`; the runs of the old code finish on the worker
+// build they started on (Worker Versioning: Register pins every workflow
+// but Protect and PlanRecorder, which auto-upgrade and whose histories
+// from before a change stay in testdata/upgrade/ until it retires).
 //
 // Stop means stopped: Reprotect and Failback stop the old primary's
 // workloads tier by tier, highest priority number first, and a workload's
@@ -145,9 +153,9 @@
 //     that runs the workflows), so that it is taken within the task: a
 //     small action runs in one workflow task. Without a record yet, or
 //     without the activity, the workflow sends it. The record keeps a run's
-//     end over a start that arrives after it (histories from before the
-//     order); a change the record did not take is sent again as a step
-//     that pauses like any other. Polls that
+//     end over a start that arrives after it (a change the worker could
+//     not send and the workflow sent apart); a change the record did not
+//     take is sent again as a step that pauses like any other. Polls that
 //     heartbeat and all of Protect's calls stay regular activities that
 //     Temporal retries; Protect polls in batched SurveyReplication
 //     activities;
@@ -161,7 +169,7 @@
 //     showing each failed round; a crashed worker's next attempt skips
 //     the groups its heartbeat lists as done. On the workflow's own
 //     worker the first attempt is a local activity that starts calls for
-//     700 ms (changeLocalBatch): a batch done by then costs no turn
+//     700 ms (localBatchReport): a batch done by then costs no turn
 //     through the server, and what it left goes on as regular
 //     activities. The operations that poll
 //     (resync, wait for a sync, freshness checks, the failback's final
@@ -169,40 +177,7 @@
 //     per batch. Either way, a batch that failed on some groups pauses and
 //     its retry runs only those.
 //     A child's input names its operation by an identifier (OpKind),
-//     the steps by its Text; inputs from before changeOpKinds carry the
-//     text, which a child still reads.
-//
-// Version markers (workflow.GetVersion) keep older histories replaying:
-// testdata/*-v0.json are from before local calls and batches,
-// *-v1*.json from before the workflow's own attempts (changeHandover) and
-// health notes (changeHealthNotes), *-v2-batches.json from before batch
-// activities (changeBatchCalls), failover-v3*.json from before the role
-// check ran beside the preflight (changeRoleCheck version 2), and
-// failover-v4*, failback-v3*, reprotect-v3* and drill-v1* from before the
-// record's changes went aside (changeNotesAside) and a health wait's first
-// check ran locally (changeHealthLocal), failover-v5* from before the
-// stop of a lost site's workloads made its own attempts, the first one
-// local (changeStopLostLocal), and failover-v6*, failback-v4*,
-// reprotect-v4*, drill-v2* and test-recovery-v1.json from before a
-// workload's start made its first attempt locally (changeStartLocal) and
-// an action's end went to the record aside (changeEndAside), and
-// failover-v7*, failback-v5*, reprotect-v5* and drill-v3* from before the
-// record's changes went together (changeTogether), and failover-v8*,
-// failback-v6*, reprotect-v6* and drill-v4* from before the worker sent
-// them (changeTogether version 2), and failover-v9*, failback-v7*,
-// reprotect-v7*, drill-v5*, protect-v1*, site-failover-v1,
-// test-recovery-v2 and test-cleanup-v1 from before generations
-// (versions.go): a run now takes every change above from one marker,
-// its generation, where each change recorded a marker and an upsert of
-// its own. failover-v10*, failback-v8*, reprotect-v8*, drill-v6*,
-// protect-v2*, site-failover-v2, test-recovery-v3 and test-cleanup-v2
-// are of generation 1, from before a batch's first attempt was local
-// (changeLocalBatch, generation 2). test-recovery-v4, test-cleanup-v3
-// and site-failover-v3 are of generation 2, from before a test cleanup
-// took its copies from the run it cleans up after (changeCleanupFromRun)
-// and a site failover asked which plans run an action before its fence
-// (changeSiteBusyFence); generation 3 also has changeSiteFenceSkip, where
-// the operator skips a site fence, which no recorded history does.
+//     the steps by its Text.
 //
 // Every action shares the bookkeeping in run.go:
 //   - the "progress" query answers the timeline: each step's ID, name,

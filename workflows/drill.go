@@ -37,11 +37,6 @@ type DrillResult struct {
 // tens of seconds, and the drill goes on to the next one.
 const DrillCheckBudget = 30 * time.Second
 
-// changeDrillFast marks drills whose calls keep within DrillCheckBudget
-// and whose per-group checks of a site whose storage did not answer fail
-// at once, without calls.
-const changeDrillFast = "drill-fast-checks"
-
 // drillPlan is p with its time limit cut to DrillCheckBudget.
 func drillPlan(p *plans.Plan) *plans.Plan {
 	q := *p
@@ -69,10 +64,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		return nil, err
 	}
 	res := &DrillResult{}
-	fast := version(ctx, changeDrillFast, 1) == 1
-	if fast {
-		p = drillPlan(p)
-	}
+	p = drillPlan(p)
 	check := func(ref stepRef, fn func(ctx workflow.Context) (string, error)) bool {
 		s := r.add(ref, false)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
@@ -95,7 +87,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		ready[site] = check(newRef(KindCheckStorage, "storage ready on "+site, site), func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) })
 		check(newRef(KindCheckSecrets, "secrets accepted on "+site, site), func(ctx workflow.Context) (string, error) {
 			cidrs, err := listFence(ctx, p, site)
-			if cannotList(ctx, err) {
+			if cannotList(err) {
 				// ceph-csi: nothing else takes the fence's secrets without
 				// fencing; the failover's fence is their first use.
 				return "not checked: the storage does not implement ListClusterFence, the one call that takes the fence's secrets without fencing", nil
@@ -129,7 +121,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	})
 	for _, g := range p.VolumeGroups {
 		check(newRef(KindCheckReplication, fmt.Sprintf("replication of %s fresh on %s", g.Name, in.From), in.From, g.Name), func(ctx workflow.Context) (string, error) {
-			if fast && !ready[in.From] {
+			if !ready[in.From] {
 				return "", fmt.Errorf("not checked: the storage of %s did not answer (see the check storage ready on %s)", in.From, in.From)
 			}
 			return fresh(ctx, p, in.From, g.Name)

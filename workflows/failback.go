@@ -88,7 +88,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	// The promotion does not pause: if it fails for good, roll back.
 	promoted := map[string]bool{}
 	var failure error
-	if fansOut(ctx, p) {
+	if fansOut(p) {
 		failure = promoteBatches(ctx, r, p, to, promoted)
 	} else {
 		failure = promoteEach(ctx, r, p, to, promoted)
@@ -187,7 +187,7 @@ func demotePromoted(ctx workflow.Context, r *run, p *plans.Plan, site string, pr
 			groups = append(groups, g.Name)
 		}
 	}
-	if len(groups) > 0 && fansOut(ctx, p) {
+	if len(groups) > 0 && fansOut(p) {
 		return forGroups(ctx, r, r.subPlan(p, groups), GroupOp{Kind: OpDemote, Verb: "rollback: demote", Site: site, Force: true, Guard: true, Rollback: true})
 	}
 	for _, g := range groups {

@@ -87,7 +87,8 @@ func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
 
 func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
 	p, from, to := in.Plan, in.From, in.To
-	checkRoles, roleVersion := roleCheck(ctx, in)
+	// The operator's override skips the check of To's roles.
+	checkRoles := !in.OverrideState
 	r.add(preflightStep(to), false)
 	if checkRoles {
 		r.add(checkRolesStep(to), false)
@@ -101,11 +102,11 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 			return preflight(ctx, p, to)
 		})
 	}
-	roles := func(ctx workflow.Context, groups []plans.VolumeGroup, quick bool) error {
+	roles := func(ctx workflow.Context, groups []plans.VolumeGroup) error {
 		// A contradiction ends the action at once, before any side effect.
 		s := r.find(checkRolesStep(to).id)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
-		out, err := notPrimaryYet(ctx, p, from, to, groups, quick)
+		out, err := notPrimaryYet(ctx, p, from, to, groups)
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err != nil {
 			s.State, s.LastError = StateFailed, ErrorText(err)
@@ -114,35 +115,21 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		s.State = StateDone
 		return nil
 	}
-	switch {
-	case checkRoles && roleVersion >= 2:
+	if checkRoles {
 		// Both only read: they run together, and both end before any
 		// side effect.
 		var perr, cerr error
 		together(ctx,
 			func(ctx workflow.Context) { perr = pre(ctx) },
-			func(ctx workflow.Context) { cerr = roles(ctx, roleSample(p, p.Policy.Parallelism), true) })
+			func(ctx workflow.Context) { cerr = roles(ctx, roleSample(p, p.Policy.Parallelism)) })
 		if perr != nil {
 			return perr
 		}
 		if cerr != nil {
 			return cerr
 		}
-	case checkRoles:
-		if err := pre(ctx); err != nil {
-			return err
-		}
-		sample := p.VolumeGroups
-		if len(sample) > surveyBatch {
-			sample = sample[:surveyBatch]
-		}
-		if err := roles(ctx, sample, false); err != nil {
-			return err
-		}
-	default:
-		if err := pre(ctx); err != nil {
-			return err
-		}
+	} else if err := pre(ctx); err != nil {
+		return err
 	}
 
 	_ = r.step(ctx, stopLostStep(from), false, func(ctx workflow.Context) (string, error) {
@@ -181,11 +168,9 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 				return "", err
 			}
 		}
-		if r.recording {
-			// What is fenced must outlive this history: reprotect lifts it.
-			if err := r.record(ctx, RecordChange{Fenced: &FenceEntry{Site: from, CIDRs: cidrs, Via: to, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
-				return "", err
-			}
+		// What is fenced must outlive this history: reprotect lifts it.
+		if err := r.record(ctx, RecordChange{Fenced: &FenceEntry{Site: from, CIDRs: cidrs, Via: to, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
+			return "", err
 		}
 		res.Fenced = cidrs
 		if in.SiteFence != nil && len(lacking) == 0 {
@@ -200,7 +185,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 			return "nothing to verify: fencing unavailable", nil
 		}
 		listed, err := listFence(ctx, p, to)
-		if cannotList(ctx, err) {
+		if cannotList(err) {
 			// FenceClusterNetwork answered OK, which a driver gives once
 			// the blocklist holds the CIDRs; there is nothing to read it
 			// back from.
@@ -240,10 +225,6 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	return startAll(ctx, r, p, to, "failover")
 }
 
-// changeStopLostLocal marks histories in which the stop of a lost site's
-// workload makes its attempts itself (retried), the first one local.
-const changeStopLostLocal = "stop-lost-local-first"
-
 // stopLost stops the workloads of a lost site, best effort: each gets the
 // stop deadline in all, and a failure is reported, not fatal.
 func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Duration) string {
@@ -262,14 +243,10 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 			if o.StartToCloseTimeout > deadline {
 				o.StartToCloseTimeout = deadline
 			}
-			if version(ctx, changeStopLostLocal, 1) == 1 {
-				// The first attempt is local, cut at localBudget; a lost
-				// site's stop that takes longer goes on as a regular
-				// activity within the deadline.
-				_, err = retried[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in, o.TaskQueue == "" && localCalls(ctx))
-			} else {
-				_, err = call[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in)
-			}
+			// The first attempt is local, cut at localBudget; a lost
+			// site's stop that takes longer goes on as a regular activity
+			// within the deadline.
+			_, err = retried[activities.WorkloadOutput](ctx, o, wl.StopWorkload, in, o.TaskQueue == "")
 		}
 		if err != nil {
 			lines[i] = fmt.Sprintf("%s: not stopped (%s)", name, ErrorText(err))

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,19 +37,10 @@ const (
 	OpFinalPromote OpKind = "final-promote"
 )
 
-const (
-	ErrGroupsFail = "GroupsFailed"
-	changeFanOut  = "fan-out-groups"
-	// changeOpKinds marks the histories whose GroupBatch children take an
-	// OpKind; before it they took the display text, which a child still
-	// reads (UnmarshalJSON), and which a parent replaying such a history
-	// still sends.
-	changeOpKinds = "group-op-kinds"
-)
+const ErrGroupsFail = "GroupsFailed"
 
 // opText is the display text of each kind: the first words of its steps'
-// names ("wait for a sync of db on west"), and what GroupOp.Kind held
-// before the kinds had identifiers.
+// names ("wait for a sync of db on west").
 var opText = []struct {
 	kind OpKind
 	text string
@@ -73,22 +63,6 @@ func (k OpKind) Text() string {
 		}
 	}
 	return string(k)
-}
-
-// UnmarshalJSON reads a kind, or the display text an input recorded
-// before changeOpKinds carries in its place.
-func (k *OpKind) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	*k = OpKind(s)
-	for _, t := range opText {
-		if t.text == s {
-			*k = t.kind
-		}
-	}
-	return nil
 }
 
 // GroupOp is one operation on volume groups on one site, in a form a
@@ -202,8 +176,8 @@ func GroupBatch(ctx workflow.Context, in GroupBatchInput) (*GroupBatchResult, er
 }
 
 // fansOut tells whether a plan's groups go to child workflows.
-func fansOut(ctx workflow.Context, p *plans.Plan) bool {
-	return len(p.VolumeGroups) > GroupsPerChild && version(ctx, changeFanOut, 1) == 1
+func fansOut(p *plans.Plan) bool {
+	return len(p.VolumeGroups) > GroupsPerChild
 }
 
 // batches cuts each priority's groups into batches of GroupsPerChild,
@@ -256,9 +230,6 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 	kind := strings.NewReplacer(" ", "-", ":", "").Replace(op.verb())
 	id := fmt.Sprintf("%s/%s-%s-%d", workflow.GetInfo(ctx).WorkflowExecution.ID, kind, op.Site, r.children)
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TypedSearchAttributes: childAttributes(ctx, "", "")})
-	if version(ctx, changeOpKinds, 1) == workflow.DefaultVersion {
-		op.Kind = OpKind(op.Kind.Text()) // what a child of an older worker reads
-	}
 	var res GroupBatchResult
 	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: r.subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
 		return nil, err
@@ -288,8 +259,8 @@ func batchFailure(op GroupOp, failed []GroupFailure, total int) error {
 // workflow. A batch that failed on some groups pauses like any step, and
 // its retry runs again only those groups.
 func forGroups(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) error {
-	if fansOut(ctx, p) {
-		if rpc, ok := batchRPC(op); ok && version(ctx, changeBatchCalls, 1) == 1 {
+	if fansOut(p) {
+		if rpc, ok := batchRPC(op); ok {
 			return inBatches(ctx, r, p, op, rpc)
 		}
 		bs := batches(p)

@@ -24,7 +24,10 @@ import (
 // made during the outage survives the trip back.
 //
 // It runs twice: with 8 groups, one step per group, and with 153, which
-// fan out to child workflows in batches.
+// fan out to child workflows in batches. After the first, Verify finds
+// the plan's record and its storage agree. With DROVER_RECORD_HISTORIES
+// set (make histories) it records the history of each workflow it runs
+// for TestReplay.
 func TestActionsOnDevServer(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	for _, c := range []struct {
@@ -115,6 +118,9 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 	var rp workflows.ReprotectResult
 	mustOK(t, run.Get(ctx, &rp))
 	record(t, ctx, srv.Client, run, "reprotect"+suffix)
+	if suffix != "" {
+		recordChild(t, ctx, srv.Client, run, "GroupBatch", "group-batch")
+	}
 	allDone(t, rp.Progress)
 
 	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
@@ -136,6 +142,22 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	mustOK(t, err)
 	mustOK(t, uh.Get(ctx, nil))
+	if suffix != "" {
+		return
+	}
+
+	// The record says what storage says: east primary, nothing fenced.
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	run, err = workflows.StartVerify(ctx, srv.Client, f.plan, rec, workflows.Origin{})
+	mustOK(t, err)
+	var vr workflows.VerifyResult
+	mustOK(t, run.Get(ctx, &vr))
+	record(t, ctx, srv.Client, run, "verify")
+	if len(vr.Drift) > 0 || len(vr.Checked) == 0 {
+		t.Errorf("verify after the failback: checked %q, drift %q; want checks and no drift", vr.Checked, vr.Drift)
+	}
+	recordRun(t, ctx, srv.Client, workflows.RecordID("shop"), "", "record")
 }
 
 // waitFor polls the progress query until the named step is in state.

@@ -34,23 +34,8 @@ const (
 	ProtectIDPrefix   = names.ProtectIDPrefix
 	// SignalRetarget moves a running Protect to a new primary.
 	SignalRetarget = names.SignalRetarget
-	// changeProtectAfter marks histories of Reprotect and Failback that
-	// end by protecting the plan from its new primary.
-	changeProtectAfter = "protect-after"
 	// surveyBatch is how many sources one SurveyReplication polls.
 	surveyBatch = 100
-	// changeSurvey marks histories whose polls are batched surveys.
-	changeSurvey = "survey-polls"
-	// changeStopWaits marks histories in which a stop with disable
-	// answers once replication is off (or names where it is not).
-	changeStopWaits = "stop-waits-for-disable"
-	// changeWatch marks histories in which a poll round that does not
-	// end is watched: the lag keeps growing and the primary is reported
-	// unreachable while its storage does not answer.
-	changeWatch = "protect-watch"
-	// changeProtectPromote marks histories in which protection promotes
-	// the primary's copies, without force, after enabling them.
-	changeProtectPromote = "protect-promote"
 )
 
 // ProtectID is the workflow id of a plan's Protect.
@@ -162,14 +147,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	}
 	var disabled *disableOutcome
 	if err := workflow.SetUpdateHandler(ctx, UpdateStopProtect, func(ctx workflow.Context, req StopProtect) (string, error) {
-		// Histories from before answered at once, even with disable.
-		waits := version(ctx, changeStopWaits, 1) == 1
 		stop = &req
 		if cancelRound != nil {
 			cancelRound() // a poll of a dead site can hang until its deadline
-		}
-		if !waits {
-			return "protection stops", nil
 		}
 		// Answer once protection has ended: replication off on every
 		// group when asked (or the groups it is not off on named), the
@@ -233,7 +213,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return s, err
 		}
 		s.Enabled = true
-		if in.Promote && version(ctx, changeProtectPromote, 1) == 1 {
+		if in.Promote {
 			s.Unpromoted = promoteForSyncs(ctx, r, p, in.Primary, nil)
 		}
 	} else if in.Promote && len(s.Unpromoted) > 0 {
@@ -261,10 +241,11 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		round, cancel := workflow.WithCancel(ctx)
 		cancelRound = cancel
 		ended := false
-		if version(ctx, changeWatch, 1) == 1 {
-			s.RPOTarget = p.Policy.RPOTarget.D()
-			workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
-		}
+		// A round that does not end is watched: the lag keeps growing and
+		// the primary is reported unreachable while its storage does not
+		// answer.
+		s.RPOTarget = p.Policy.RPOTarget.D()
+		workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
 		pollReplication(round, p, s)
 		pollClients(round, p, s)
 		ended = true
@@ -286,35 +267,23 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return s, err
 		}
 	}
-	if version(ctx, changeStopWaits, 1) == 1 {
-		out := &disableOutcome{message: "protection stopped; replication left enabled"}
-		if stop.Disable {
-			r, err := newRun(ctx, "unprotect", p)
-			if err != nil {
-				return s, err
-			}
-			out = disableAll(ctx, r, p, in.Primary)
-			s.Enabled = out.err != nil // some groups may still replicate
-		}
-		noteProtection(ctx, p.Metadata.Name, s, false)
-		disabled = out
-		// The stop's answer goes out with the end of the workflow.
-		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-			return s, err
-		}
-		return s, nil
-	}
+	// A stop with disable answers once replication is off (or names the
+	// groups it is not off on).
+	out := &disableOutcome{message: "protection stopped; replication left enabled"}
 	if stop.Disable {
 		r, err := newRun(ctx, "unprotect", p)
 		if err != nil {
 			return s, err
 		}
-		if err := forGroups(ctx, r, p, GroupOp{Kind: OpDisable, Site: in.Primary}); err != nil {
-			return s, err
-		}
-		s.Enabled = false
+		out = disableAll(ctx, r, p, in.Primary)
+		s.Enabled = out.err != nil // some groups may still replicate
 	}
 	noteProtection(ctx, p.Metadata.Name, s, false)
+	disabled = out
+	// The stop's answer goes out with the end of the workflow.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -367,7 +336,7 @@ func planOf(p *plans.Plan, keep func(group string) bool) *plans.Plan {
 // eachGroup runs op on every group, every group tried however many fail
 // (no pause), in GroupBatch children for a plan that fans out.
 func eachGroup(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp) (done int, failed []GroupFailure) {
-	if fansOut(ctx, p) {
+	if fansOut(p) {
 		for _, b := range batches(p) {
 			res, err := r.inChild(ctx, p, op, b)
 			if err != nil {
@@ -433,9 +402,6 @@ type Retarget struct {
 // the plan from its new primary. It starts Protect (as a child that
 // outlives the action) or, when one runs, signals it to retarget.
 func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) error {
-	if version(ctx, changeProtectAfter, 1) == workflow.DefaultVersion {
-		return nil
-	}
 	return r.step(ctx, protectStep(primary), false, func(ctx workflow.Context) (string, error) {
 		id := ProtectID(p.Metadata.Name)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
@@ -464,10 +430,6 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 // holds up the workflow task, so a stop or a query is answered at once
 // even while a dead primary lets every call run to its deadline.
 func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
-	if version(ctx, changeSurvey, 1) == workflow.DefaultVersion {
-		pollEach(ctx, p, s)
-		return
-	}
 	names := groupNames(p)
 	var (
 		calls []activities.ReplicationInput
@@ -620,13 +582,11 @@ func (s *ProtectState) report(ctx workflow.Context, plan string) {
 		out = 1
 	}
 	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(out)
-	if s.RPOTarget > 0 { // from changeWatch on
-		down := 0.0
-		if s.Unreachable != "" {
-			down = 1
-		}
-		m.WithTags(map[string]string{"plan": plan, "site": s.Primary}).Gauge(MetricPrimaryUnreachable).Update(down)
+	down := 0.0
+	if s.Unreachable != "" {
+		down = 1
 	}
+	m.WithTags(map[string]string{"plan": plan, "site": s.Primary}).Gauge(MetricPrimaryUnreachable).Update(down)
 }
 
 func groupNames(p *plans.Plan) []string {
@@ -636,41 +596,6 @@ func groupNames(p *plans.Plan) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// pollEach is the poll of histories from before the batched survey: one
-// call per source.
-func pollEach(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
-	names := groupNames(p)
-	next := make(map[string]GroupHealth, len(names))
-	byName := p.Groups()
-	_ = parallel(ctx, names, p.Policy.Parallelism, func(ctx workflow.Context, group string) error {
-		h := GroupHealth{Checked: workflow.Now(ctx)}
-		ins, err := activities.GroupInputs(p, s.Primary, byName[group], activities.RPCGetVolumeReplicationInfo, false)
-		if err == nil {
-			o := activities.CallOptions(p, s.Primary, activities.RPCGetVolumeReplicationInfo)
-			o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-			for _, in := range ins {
-				var info activities.ReplicationInfo
-				if info, err = rpcCall[activities.ReplicationInfo](ctx, o, st.GetVolumeReplicationInfo, in); err != nil {
-					break
-				}
-				if h.LastSync.IsZero() || info.LastSyncTime.Before(h.LastSync) {
-					h.LastSync, h.Lag, h.Status, h.Message = info.LastSyncTime, info.Lag, info.Status, info.StatusMessage
-				}
-			}
-		}
-		if err != nil {
-			h.Error = ErrorText(err)
-		}
-		next[group] = health(h, s.Groups[group], workflow.Now(ctx), p)
-		return nil
-	})
-	if ctx.Err() != nil {
-		return // cut short by a stop: keep the last complete round
-	}
-	s.record(next)
-	s.reachable(workflow.Now(ctx))
 }
 
 // pollClients refreshes the clients each site's storage reports, which a

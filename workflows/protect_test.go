@@ -318,34 +318,6 @@ func TestProtectNotesTheRecordEveryTenPolls(t *testing.T) {
 	}
 }
 
-// TestProtectPollsEachSourceInOldHistories: a Protect whose history is
-// from before the batched survey polls each group with its own calls,
-// and still records every group's last sync, and a group's failure on its
-// own.
-func TestProtectPollsEachSourceInOldHistories(t *testing.T) {
-	f := newFixture(t)
-	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INVALID_ARGUMENT", Count: 1000, Subject: "vg-2", Message: "injected"}}))
-	env, calls := f.testEnv(t)
-	// A run from before generations, which asks for each change.
-	env.OnGetVersion("generation", workflow.DefaultVersion, workflows.LatestGeneration).Return(workflow.DefaultVersion)
-	env.OnGetVersion("survey-polls", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	got := stateThenStop(t, env, 15*time.Second)
-	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
-	mustOK(t, env.GetWorkflowError())
-	seen := *got
-	if indexOf(*calls, "SurveyReplication", "", "") >= 0 || indexOf(*calls, "GetVolumeReplicationInfo", "east", "vg-1") < 0 {
-		t.Fatalf("the old poll's calls: %v", *calls)
-	}
-	if seen == nil || len(seen.Groups) != 3 || seen.Polls != 2 {
-		t.Fatalf("state at 15s: %+v", seen)
-	}
-	for g, h := range seen.Groups {
-		if failing := g == "logs"; failing != strings.Contains(h.Error, "injected") || !failing && (h.LastSync.IsZero() || h.OutOfRPO) {
-			t.Fatalf("group %s: %+v", g, h)
-		}
-	}
-}
-
 // stateAt reads Protect's state at d of workflow time, then runs then
 // (when not nil); the state read is *got once the workflow has ended.
 func stateAt(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.Duration, then func()) **workflows.ProtectState {

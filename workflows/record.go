@@ -27,26 +27,10 @@ import (
 // Reprotect and failback are aimed by it, and drctl status shows it and,
 // with --verify, compares it with what storage reports.
 
-// Names of the record's query and signal, and the marker of histories
-// whose actions send their changes to it.
+// Names of the record's query and signal.
 const (
 	QueryRecord  = names.QueryRecord
 	SignalRecord = names.SignalRecord
-	changeRecord = "plan-record"
-	// changeNotesAside: an action sends its changes to the record from
-	// goroutines of their own and goes on meanwhile; it waits for them
-	// all before it records its end (aside, settle).
-	changeNotesAside = "record-notes-aside"
-	// changeEndAside: an action's end goes aside too, after the changes
-	// before it, and the action waits once for them all.
-	changeEndAside = "record-end-aside"
-	// changeTogether: the changes sent aside go in order, those made in
-	// one stretch as one signal (aside.together); from version 2 the
-	// worker sends that signal, in a local activity (aside.local).
-	changeTogether = "record-changes-together"
-	// changeCancelledEnd: a cancelled action records its end, and what
-	// it sent aside, in a disconnected context.
-	changeCancelledEnd = "record-cancelled-end"
 	// togetherFor is how long a change sent aside may wait for the ones
 	// after it before it goes: the record lags the action by at most this
 	// and a turn through the server.
@@ -238,12 +222,6 @@ func endedAlready(last, a *ActionEntry) bool {
 		last.WorkflowID == a.WorkflowID && last.RunID == a.RunID
 }
 
-// recording tells whether this run sends its changes to the plan's
-// record (histories from before the record do not).
-func recording(ctx workflow.Context) bool {
-	return version(ctx, changeRecord, 1) == 1
-}
-
 // note sends a change to the plan's record, starting the record when the
 // plan has none yet. It waits until Temporal has taken the change.
 func note(ctx workflow.Context, plan string, c RecordChange) error {
@@ -319,70 +297,54 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 		_ = r.record(ctx, c)
 		return
 	}
-	if ctx.Err() != nil && version(ctx, changeCancelledEnd, 1) == 1 {
+	if ctx.Err() != nil {
 		// A cancelled action still tells its record how it ended, and
 		// the changes it made before; no step is left to pause on.
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		r.cancelled = true
 	}
-	if r.aside != nil && version(ctx, changeEndAside, 1) == 1 {
-		// The end goes aside after every other change, and the action
-		// waits once for them all: one turn through the server where
-		// settling, then sending the end, took two. Signals sent apart
-		// may arrive in any order; the record keeps a run's end over its
-		// start (endedAlready), and the other changes touch other parts.
-		_ = r.record(ctx, c)
-		if err := r.settle(ctx); err != nil {
-			workflow.GetLogger(ctx).Warn("the plan's record did not take every change", "error", err)
-		}
-		return
-	}
-	// The end goes last: after every change sent aside.
+	// The end goes aside after every other change, and the action waits
+	// once for them all: one turn through the server where settling,
+	// then sending the end, took two. Signals sent apart may arrive in
+	// any order; the record keeps a run's end over its start
+	// (endedAlready), and the other changes touch other parts.
+	_ = r.record(ctx, c)
 	if err := r.settle(ctx); err != nil {
 		workflow.GetLogger(ctx).Warn("the plan's record did not take every change", "error", err)
 	}
-	if err := note(ctx, r.plan.Metadata.Name, c); err != nil {
-		workflow.GetLogger(ctx).Warn("the plan's record did not take the action", "error", err)
-	}
 }
 
-// aside sends an action's changes to the plan's record from goroutines
-// of their own: each send waits for Temporal to take it, a turn through
-// the server (two when the record has yet to start) that the action's
-// next step need not wait for. The changes an action sends aside touch
+// aside sends an action's changes to the plan's record while the action
+// goes on: each send waits for Temporal to take it, a turn through the
+// server (two when the record has yet to start) that the action's next
+// step need not wait for. The changes an action sends aside touch
 // different parts of the record (its start, a fence, the primary), so
 // their order does not matter; no other action of the plan runs meanwhile
 // (one action per plan), and the action's end goes after them all
 // (settle).
+//
+// One goroutine sends the queued changes in order, those queued while it
+// waited (togetherFor, or until the action settles) as one signal: an
+// action whose steps run in one workflow task, as a small failover's do,
+// sends its changes as one signal at its end. The worker sends that
+// signal (RecordSender, a local activity), not the workflow: a signal
+// the workflow sends is a command, whose result comes back in a workflow
+// task of its own, a turn through the server at the end of every action,
+// where the worker's signal is taken when the call returns, inside the
+// task that runs the steps, so a small action runs in one task. When it
+// cannot (no record yet, a worker without the activity) the workflow
+// sends the change itself.
 type aside struct {
 	pending  int
 	failed   []RecordChange
 	starting bool // a change is starting the record
-
-	// together (histories of version 1 of changeTogether): one goroutine
-	// sends the queued changes in order, those queued while it waited
-	// (togetherFor, or until the action settles) as one signal. An
-	// action whose steps run in one workflow task, as a small failover's
-	// do, sends its changes as one signal at its end, where it sent one
-	// per change, each a delivery by the server.
-	together bool
 	queue    []RecordChange
 	sending  bool
 	flush    bool
-
-	// local (histories of version 2 of changeTogether): the worker sends
-	// the signal (RecordSender, a local activity) instead of the
-	// workflow. A signal the workflow sends is a command, whose result
-	// comes back in a workflow task of its own: a turn through the
-	// server at the end of every action. The worker's signal is taken
-	// when the call returns, inside the task that runs the steps, so a
-	// small action runs in one task. When it cannot (no record yet, a
-	// worker without the activity) the workflow sends the change itself.
-	local bool
 }
 
-// record sends a change to the plan's record: aside (histories of version
-// 1 of changeNotesAside), or waiting for Temporal to take it.
+// record sends a change to the plan's record aside (a run begun by an
+// action has its aside), or, without one, waits for Temporal to take it.
 func (r *run) record(ctx workflow.Context, c RecordChange) error {
 	a, plan := r.aside, r.plan.Metadata.Name
 	if a == nil {
@@ -390,23 +352,13 @@ func (r *run) record(ctx workflow.Context, c RecordChange) error {
 	}
 	c.At = workflow.Now(ctx)
 	a.pending++
-	if a.together {
-		a.queue = append(a.queue, c)
-		if !a.sending {
-			a.sending = true
-			// Disconnected: the record's bookkeeping outlives a cancel.
-			dctx, _ := workflow.NewDisconnectedContext(ctx)
-			workflow.Go(dctx, r.sendTogether)
-		}
-		return nil
+	a.queue = append(a.queue, c)
+	if !a.sending {
+		a.sending = true
+		// Disconnected: the record's bookkeeping outlives a cancel.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		workflow.Go(dctx, r.sendTogether)
 	}
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		if err := noteWith(ctx, plan, c, a); err != nil {
-			workflow.GetLogger(ctx).Warn("the plan's record did not take a change", "error", err)
-			a.failed = append(a.failed, c)
-		}
-		a.pending--
-	})
 	return nil
 }
 
@@ -436,20 +388,17 @@ func (r *run) sendTogether(ctx workflow.Context) {
 	a.sending = false
 }
 
-// sendAside sends changes that go together: by the worker, when the
-// history says so (aside.local) and it can, else as the workflow's own
-// signal (noteWith).
+// sendAside sends changes that go together: by the worker when it can,
+// else as the workflow's own signal (noteWith).
 func sendAside(ctx workflow.Context, plan string, c RecordChange, a *aside) error {
-	if a.local {
-		var rs *RecordSender
-		lctx := workflow.WithLocalActivityOptions(ctx, recordSendOptions)
-		err := workflow.ExecuteLocalActivity(lctx, rs.SendRecordChange, RecordSend{Plan: plan, Change: c}).Get(ctx, nil)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() == nil {
-			workflow.GetLogger(ctx).Debug("the worker did not send the record its changes: the workflow does", "error", err)
-		}
+	var rs *RecordSender
+	lctx := workflow.WithLocalActivityOptions(ctx, recordSendOptions)
+	err := workflow.ExecuteLocalActivity(lctx, rs.SendRecordChange, RecordSend{Plan: plan, Change: c}).Get(ctx, nil)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil {
+		workflow.GetLogger(ctx).Debug("the worker did not send the record its changes: the workflow does", "error", err)
 	}
 	return noteWith(ctx, plan, c, a)
 }
@@ -562,9 +511,6 @@ const protectNoteEvery = 10
 // what protection knew, without a signal per poll. Best effort: a failure
 // is logged, and the next poll tries again.
 func noteProtection(ctx workflow.Context, plan string, s *ProtectState, running bool) {
-	if !recording(ctx) {
-		return
-	}
 	e := &ProtectionEntry{Primary: s.Primary, Running: running, Enabled: s.Enabled, OutOfRPO: s.OutOfRPO, LastSync: s.LastSync(), Checked: workflow.Now(ctx)}
 	// A maximum over every group: the order of the map does not matter.
 	//workflowcheck:ignore

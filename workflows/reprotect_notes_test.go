@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/workflow"
-
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -15,9 +13,7 @@ import (
 // say what they did, from what the storage and the orchestrator answered:
 // the stop of each workload with what confirmed it, the sync each group
 // waited for, and the unfence of exactly the lost site's CIDRs through the
-// storage that listed them, which the plan's record then drops. A
-// reprotect of a history from before the record says what it unfenced
-// too.
+// storage that listed them, which the plan's record then drops.
 func TestReprotectStepsSayWhatTheyDid(t *testing.T) {
 	east := simtest.NodeA + "/32"
 	failedOver := func(t *testing.T) (*fixture, workflows.FailoverResult) {
@@ -72,25 +68,6 @@ func TestReprotectStepsSayWhatTheyDid(t *testing.T) {
 		}
 		if !unfenced {
 			t.Errorf("the record got no unfence of %s through west: %+v", east, f.record)
-		}
-	})
-
-	t.Run("before the record", func(t *testing.T) {
-		f, fo := failedOver(t)
-		env, _ := f.env(t)
-		// A run from before generations, which asks for each change.
-		env.OnGetVersion("generation", workflow.DefaultVersion, workflows.LatestGeneration).Return(workflow.DefaultVersion)
-		env.OnGetVersion("plan-record", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-		env.ExecuteWorkflow(workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: fo.Fenced})
-		mustOK(t, env.GetWorkflowError())
-		var rp workflows.ReprotectResult
-		mustOK(t, env.GetWorkflowResult(&rp))
-		allDone(t, rp.Progress)
-		if o := output(t, rp, "unfence/east"); o[0] != "unfenced "+east {
-			t.Errorf("unfence step says %q, want %q", o[0], "unfenced "+east)
-		}
-		if got := f.west.FencedCIDRs(); len(got) != 0 {
-			t.Errorf("west still lists %v as fenced", got)
 		}
 	})
 }

@@ -108,11 +108,11 @@ type run struct {
 	// name (see subPlan).
 	indexed *plans.Plan
 	groupAt map[string]int
-	// from and to are the action's sites; recording: it sends what it
-	// changes to the plan's record (histories from before it do not).
+	// from and to are the action's sites; recording: it is a plan's
+	// action (begin), which sends what it changes to the plan's record.
 	from, to  string
 	recording bool
-	aside     *aside // the sender of changes to the record, when it runs aside
+	aside     *aside // the sender of changes to the record
 	cancelled bool   // the action was cancelled: it records its end regardless
 }
 
@@ -131,11 +131,7 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 		return nil, err
 	}
 	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
-	r.from, r.to, r.recording = from, to, recording(ctx)
-	if r.recording && version(ctx, changeNotesAside, 1) == 1 {
-		v := version(ctx, changeTogether, 2)
-		r.aside = &aside{together: v >= 1, local: v == 2}
-	}
+	r.from, r.to, r.recording, r.aside = from, to, true, &aside{}
 	r.noteAction(ctx, StateRunning, "")
 	return r, nil
 }

@@ -89,16 +89,6 @@ type SiteFailoverInput struct {
 	Parallelism int `json:"parallelism,omitempty"`
 }
 
-// changeSiteBusyFence marks histories in which a site failover leaves
-// out of its fence the plans that run an action of their own
-// (generation 3).
-const changeSiteBusyFence = "site-busy-fence"
-
-// changeSiteFenceSkip marks histories in which a site fence the operator
-// skipped is not verified: runs before it verified it all the same
-// (generation 3).
-const changeSiteFenceSkip = "site-fence-skip"
-
 // DefaultSiteParallelism is how many plans of a tier fail over at once
 // unless the site action says otherwise.
 const DefaultSiteParallelism = 4
@@ -256,20 +246,16 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 	// action's retry once it has ended, fences them and records it).
 	fences := map[string]*SiteFence{}
 	if action == SiteFailoverAction {
-		fenced := trusted
-		if version(ctx, changeSiteBusyFence, 1) == 1 {
-			var busy []string
-			lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
-			var rr *RunReader
-			if err := workflow.ExecuteLocalActivity(lctx, rr.RunningActions, trusted).Get(ctx, &busy); err != nil {
-				// Not knowing which plans are busy, fence none on their
-				// behalf: each plan's own failover fences, verifies and
-				// records its clients.
-				workflow.GetLogger(ctx).Warn("could not ask which plans run an action; each plan fences its own clients", "error", err)
-				fenced = nil
-			} else {
-				fenced = slices.DeleteFunc(slices.Clone(trusted), func(n string) bool { return slices.Contains(busy, n) })
-			}
+		var fenced, busy []string
+		lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
+		var rr *RunReader
+		if err := workflow.ExecuteLocalActivity(lctx, rr.RunningActions, trusted).Get(ctx, &busy); err != nil {
+			// Not knowing which plans are busy, fence none on their
+			// behalf: each plan's own failover fences, verifies and
+			// records its clients.
+			workflow.GetLogger(ctx).Warn("could not ask which plans run an action; each plan fences its own clients", "error", err)
+		} else {
+			fenced = slices.DeleteFunc(slices.Clone(trusted), func(n string) bool { return slices.Contains(busy, n) })
 		}
 		if fences, err = siteFences(ctx, r, in, byName, fenced); err != nil {
 			return r.siteEnd(ctx, res, outcome, order, err)
@@ -434,14 +420,14 @@ func siteFences(ctx workflow.Context, r *run, in SiteFailoverInput, byName map[s
 		}); err != nil {
 			return nil, err
 		}
-		if r.find(fenceRef.id).State == StateSkipped && version(ctx, changeSiteFenceSkip, 1) == 1 {
+		if r.find(fenceRef.id).State == StateSkipped {
 			// Skipped with --override: nothing here to verify; each of
 			// this storage's plans fences and verifies its own clients.
 			continue
 		}
 		if err := r.step(ctx, verifyRef, true, func(ctx workflow.Context) (string, error) {
 			listed, err := listFence(ctx, s.plan, in.To)
-			if cannotList(ctx, err) {
+			if cannotList(err) {
 				return fmt.Sprintf("%d CIDRs fenced as FenceClusterNetwork acknowledged; not read back: the storage does not implement ListClusterFence", len(s.cidrs)), nil
 			}
 			if err != nil {

@@ -257,6 +257,7 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	var res workflows.SiteFailoverResult
 	mustOK(t, run.Get(ctx, &res))
 	record(t, ctx, srv.Client, run, "site-failover")
+	recordChild(t, ctx, srv.Client, run, "Failover", "failover-in-site")
 	// Started without an action, it is a failover, and its search
 	// attributes say so.
 	desc, err := srv.Client.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())

@@ -52,13 +52,7 @@ func preflight(ctx workflow.Context, p *plans.Plan, site string) (string, error)
 	capsCall := func(ctx workflow.Context) {
 		caps, cerr = rpcCall[activities.CapabilitiesResult](ctx, activities.CallOptions(p, site, activities.RPCGetCapabilities), st.GetCapabilities, activities.IdentityInput{Endpoint: ce})
 	}
-	if localCalls(ctx) {
-		together(ctx, probeCall, capsCall)
-	} else { // histories from before localCalls made the calls in turn
-		if probeCall(ctx); perr == nil && probe.Ready {
-			capsCall(ctx)
-		}
-	}
+	together(ctx, probeCall, capsCall)
 	if perr != nil {
 		return "", perr
 	}
@@ -104,18 +98,6 @@ func replicate(ctx workflow.Context, p *plans.Plan, site, group, rpc string, for
 	return fmt.Sprintf("%s%s: %d source(s)", rpc, how, len(ins)), nil
 }
 
-// changeHealthNotes marks histories in which a health wait returns to
-// the workflow with the reason it waits, for the step's note.
-const changeHealthNotes = "health-notes"
-
-// changeHealthLocal marks histories in which a health wait's first check
-// runs as a local activity.
-const changeHealthLocal = "health-first-local"
-
-// changeStartLocal marks histories in which a workload's start makes its
-// first attempt as a local activity, cut at localBudget.
-const changeStartLocal = "start-local-first"
-
 // startAll starts the site's workloads by priority and waits until each
 // is healthy; a priority's workloads start together.
 func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
@@ -128,17 +110,11 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 			return "", err
 		}
 		o := activities.WorkloadOptions(p, site, in.Workload)
-		var out activities.WorkloadOutput
-		if version(ctx, changeHandover, 1) == 1 {
-			// The first attempt is local (a start that answers at once, a
-			// Nomad job registered, costs no turn through the server); one
-			// that takes longer than localBudget is cut and goes on as a
-			// regular activity, which a start hook must bear like a retry.
-			local := version(ctx, changeStartLocal, 1) == 1 && o.TaskQueue == "" && localCalls(ctx)
-			out, err = retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, local)
-		} else {
-			out, err = call[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in)
-		}
+		// The first attempt is local (a start that answers at once, a Nomad
+		// job registered, costs no turn through the server); one that takes
+		// longer than localBudget is cut and goes on as a regular activity,
+		// which a start hook must bear like a retry.
+		out, err := retried[activities.WorkloadOutput](ctx, o, wl.StartWorkload, in, o.TaskQueue == "")
 		if err != nil {
 			return out.Output, err
 		}
@@ -148,11 +124,11 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 				timeout = w.HealthTimeout.D()
 			}
 		}
-		hin := activities.HealthInput{WorkloadInput: in, Timeout: timeout}
-		hin.Report = version(ctx, changeHealthNotes, 1) == 1
+		// Report: the wait returns with why it waits, for the step's note.
+		hin := activities.HealthInput{WorkloadInput: in, Timeout: timeout, Report: true}
 		var h activities.HealthOutcome
 		ho := activities.HealthOptions(p, site, in.Workload, timeout)
-		if hin.Report && ho.TaskQueue == "" && version(ctx, changeHealthLocal, 1) == 1 && localCalls(ctx) {
+		if ho.TaskQueue == "" {
 			// The first look is a local activity: with nothing known yet it
 			// returns at its first check, healthy or not, and a workload
 			// that is healthy at once costs no turn through the server.
@@ -186,11 +162,6 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 	})
 }
 
-// changeStopConfirmed marks histories in which a planned stop waits until
-// nothing of the workload runs (WaitStopped); older histories replay the
-// stop request alone.
-const changeStopConfirmed = "stop-confirmed"
-
 // stopAll stops the site's workloads before their volumes are demoted:
 // highest priority number first (the reverse of the start order), each
 // tier confirmed down before the next starts to stop. A workload's step
@@ -201,15 +172,14 @@ const changeStopConfirmed = "stop-confirmed"
 func stopAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
 	batches := byPriority(workloadsOn(p, site), func(w plans.Workload) int { return w.Priority }, func(w plans.Workload) string { return w.Name })
 	slices.Reverse(batches)
-	confirm := version(ctx, changeStopConfirmed, 1) == 1
 	name := func(w string) stepRef { return stopStep(site, w) }
-	return r.stepBatches(ctx, batches, name, confirm, func(ctx workflow.Context, name string) (string, error) {
+	return r.stepBatches(ctx, batches, name, true, func(ctx workflow.Context, name string) (string, error) {
 		in, err := activities.WorkloadInputFor(p, site, name, action)
 		if err != nil {
 			return "", err
 		}
 		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.StopWorkload, in)
-		if err != nil || !confirm {
+		if err != nil {
 			return out.Output, err
 		}
 		deadline := p.Policy.StopDeadline.D()
@@ -234,13 +204,10 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 				cidrs = append(cidrs, c)
 			}
 		}
-		if !r.recording {
-			return unfenceBefore(ctx, p, via, cidrs)
-		}
 		// Every outcome says what the storage of via lists, so that the
 		// step never reports an unfence it did not make.
 		listed, err := listFence(ctx, p, via)
-		unlisted := cannotList(ctx, err)
+		unlisted := cannotList(err)
 		if unlisted {
 			// Unfencing is idempotent: lift every CIDR the site may hold.
 			listed = cidrs
@@ -281,42 +248,6 @@ func unfence(ctx workflow.Context, r *run, p *plans.Plan, site, via string, extr
 	})
 }
 
-// unfenceBefore is the unfence of histories from before the record.
-func unfenceBefore(ctx workflow.Context, p *plans.Plan, via string, cidrs []string) (string, error) {
-	if len(cidrs) == 0 {
-		return "no fence CIDRs", nil
-	}
-	listed, err := listFence(ctx, p, via)
-	if cannotList(ctx, err) {
-		// Unfencing is idempotent: lift every CIDR the site may hold.
-		listed = cidrs
-	} else if err != nil {
-		return "", err
-	}
-	var fenced []string
-	for _, c := range cidrs {
-		if slices.Contains(listed, c) {
-			fenced = append(fenced, c)
-		}
-	}
-	if len(fenced) == 0 {
-		return "not fenced", nil
-	}
-	if err := fenceCIDRs(ctx, p, via, activities.RPCUnfenceClusterNetwork, fenced); err != nil {
-		return "", err
-	}
-	return "unfenced " + strings.Join(fenced, ", "), nil
-}
-
-// changeForceResync marks histories in which a reprotect's resync, refused
-// with FAILED_PRECONDITION, is sent again with force.
-const changeForceResync = "force-resync-diverged"
-
-// changeResyncShipped marks histories in which a reprotect resyncs with
-// force from its first call, and a resync is done once the copy is ready
-// or the primary has shipped it a sync begun after the resync did.
-const changeResyncShipped = "resync-shipped"
-
 // resync resynchronises every source of a group on op.Site.
 //
 // After a failover the returned site's copies were primary when their
@@ -341,9 +272,6 @@ const changeResyncShipped = "resync-shipped"
 // done once the copy accepts the resync and the primary reports a sync
 // to it begun after the resync did.
 func resync(ctx workflow.Context, p *plans.Plan, op GroupOp, group string) (string, error) {
-	if version(ctx, changeResyncShipped, 1) == workflow.DefaultVersion {
-		return resyncUntilReady(ctx, p, op.Site, group, op.Discard)
-	}
 	site := op.Site
 	force := op.Discard
 	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, force)
@@ -395,51 +323,6 @@ func resync(ctx workflow.Context, p *plans.Plan, op GroupOp, group string) (stri
 	}
 	if force {
 		note += fmt.Sprintf("; forced resync: %s's copies were replaced by %s's, and whatever %s wrote after the failover is discarded", site, op.Primary, site)
-	}
-	return note, nil
-}
-
-// resyncUntilReady is resync in histories from before changeResyncShipped:
-// without force until ready, and with force (discard) only after a
-// FAILED_PRECONDITION.
-func resyncUntilReady(ctx workflow.Context, p *plans.Plan, site, group string, discard bool) (string, error) {
-	ins, err := activities.ReplicationInputs(p, site, group, activities.RPCResyncVolume, false)
-	if err != nil {
-		return "", err
-	}
-	polls := 0
-	var forced []string
-	for _, in := range ins {
-		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
-			activities.ResyncInput{Call: in})
-		if typ, _, _ := activities.FailureOf(err); typ == activities.ErrFailedPrecondition {
-			if !discard {
-				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s on %s cannot resync without force, and a failback never forces: "+
-					"the copy may have diverged (split-brain) and forcing would discard its writes; find out which copy holds the writes to keep, "+
-					"then retry this step, or abort and move the plan with failover and reprotect instead; the storage said: %s",
-					in.Source, site, ErrorText(err)), activities.ErrFailedPrecondition, nil)
-			}
-			if version(ctx, changeForceResync, 1) == 1 {
-				refusal := ErrorText(err)
-				f := in
-				f.Force = true
-				if _, err := rpcCall[activities.ResyncResult](ctx, activities.CallOptions(p, site, activities.RPCResyncVolume), st.ResyncVolume, f); err != nil {
-					return "", fmt.Errorf("forced resync of %s on %s: %w", in.Source, site, err)
-				}
-				polls++
-				forced = append(forced, fmt.Sprintf("forced resync of %s discarded %s's divergent data (driver: %s)", in.Source, site, refusal))
-				out, err = call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady,
-					activities.ResyncInput{Call: in})
-			}
-		}
-		if err != nil {
-			return "", err
-		}
-		polls += out.Polls
-	}
-	note := fmt.Sprintf("ready after %d ResyncVolume call(s)", polls)
-	if len(forced) > 0 {
-		note += "; " + strings.Join(forced, "; ")
 	}
 	return note, nil
 }

@@ -540,19 +540,12 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 	return nil
 }
 
-// changeFindLost marks histories whose cleanup asks again, by name, for
-// what creates without an answer made (findLost).
-const changeFindLost = "test-find-lost"
-
 // findLost asks again, by name, for the snapshots and copies whose create
 // call was made but never answered, and records their ids in res for the
 // deletion; it returns how many it found. A create refused now made
 // nothing to delete: the storage holds no object of that name it could
 // return. Copies are asked for only from a snapshot found.
 func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryResult) int {
-	if version(ctx, changeFindLost, 1) == workflow.DefaultVersion {
-		return 0
-	}
 	found := 0
 	for i := range res.Copies {
 		c := &res.Copies[i]
@@ -630,11 +623,6 @@ func StartTestCleanup(ctx context.Context, c client.Client, in TestCleanupInput)
 	}
 	return run, err
 }
-
-// changeCleanupFromRun marks histories in which a TestCleanup takes the
-// copies to delete from the test recovery run itself, not from its
-// input (generation 3).
-const changeCleanupFromRun = "cleanup-from-run"
 
 // runReadOptions bound the worker's reading of a test recovery run.
 var runReadOptions = workflow.LocalActivityOptions{
@@ -780,20 +768,17 @@ func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult,
 		return nil, err
 	}
 	r.origin, r.progress.By, r.progress.Trust = in.Origin, in.By, note
-	copies := slices.Clone(in.Copies)
-	if version(ctx, changeCleanupFromRun, 1) == 1 {
-		var made TestRunCopies
-		lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
-		var rr *RunReader
-		if err := workflow.ExecuteLocalActivity(lctx, rr.TestRunCopies, TestRunRef{Plan: p.Metadata.Name, Run: in.Run, Endpoint: p.Site(in.At).Storage.Endpoint}).Get(ctx, &made); err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("cannot read what test recovery run %q of plan %q made: %v", in.Run, p.Metadata.Name, ErrorText(err)), ErrPreflight, nil)
-		}
-		if made.At != in.At {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("test recovery run %q of plan %q ran at %q, not %q", in.Run, p.Metadata.Name, made.At, in.At), ErrPreflight, nil)
-		}
-		copies = made.Copies
+	// What to delete comes from the run itself, never from this input.
+	var made TestRunCopies
+	lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
+	var rr *RunReader
+	if err := workflow.ExecuteLocalActivity(lctx, rr.TestRunCopies, TestRunRef{Plan: p.Metadata.Name, Run: in.Run, Endpoint: p.Site(in.At).Storage.Endpoint}).Get(ctx, &made); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("cannot read what test recovery run %q of plan %q made: %v", in.Run, p.Metadata.Name, ErrorText(err)), ErrPreflight, nil)
 	}
-	res := &TestRecoveryResult{At: in.At, Copies: copies}
+	if made.At != in.At {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("test recovery run %q of plan %q ran at %q, not %q", in.Run, p.Metadata.Name, made.At, in.At), ErrPreflight, nil)
+	}
+	res := &TestRecoveryResult{At: in.At, Copies: made.Copies}
 	err = cleanupTest(ctx, r, TestRecoveryInput{Origin: in.Origin, Plan: p, At: in.At}, res)
 	r.progress.End, r.progress.State = workflow.Now(ctx), StateCompleted
 	if err != nil {

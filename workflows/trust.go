@@ -36,10 +36,6 @@ func (o Origin) memo() map[string]any {
 // origin returns the Origin an action's input carries.
 func (o Origin) origin() Origin { return o }
 
-// changeTrustedPlan marks the histories that check their plan's
-// signature first; those recorded before it replay without the check.
-const changeTrustedPlan = "trusted-plan"
-
 // trust is the first thing every action and Protect do (invariant 9): the
 // worker checks the plan's signature against the keys it trusts, in the
 // VerifyPlan local activity, before any storage call or hook. A refusal
@@ -60,9 +56,6 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 }
 
 func verifyPlan(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
-	if version(ctx, changeTrustedPlan, 1) == workflow.DefaultVersion {
-		return "", nil
-	}
 	var t *activities.PlanTrust
 	var res activities.PlanTrustResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, activities.VerifyPlanOptions()), t.VerifyPlan,
@@ -82,9 +75,6 @@ func verifyPlan(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 // client cannot start a workflow as another's child, so a GroupBatch
 // started from outside (with a forged sub-plan) is refused.
 func trustParent(ctx workflow.Context) error {
-	if version(ctx, changeTrustedPlan, 1) == workflow.DefaultVersion {
-		return nil
-	}
 	if workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
 		return temporal.NewNonRetryableApplicationError(
 			"GroupBatch refused: it runs only as the child of a DR action or of Protect, which check the plan's signature; it was started on its own",

@@ -27,3 +27,32 @@ func TestEndpointOnLoopbackByDefault(t *testing.T) {
 		t.Fatalf("--metrics-ttl 0s: %v, want refused", err)
 	}
 }
+
+// TestVersioningFlags: the workflow worker is a version of deployment
+// drover by default, its build ID the module version and revision; a
+// deployment name or build ID Temporal would refuse is refused at start,
+// and a site worker, which runs activities only, stays unversioned.
+func TestVersioningFlags(t *testing.T) {
+	c, err := parse([]string{"--allow-unsigned-plans"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := deploymentOptions(c)
+	if !d.UseVersioning || d.Version.DeploymentName != "drover" || d.Version.BuildID == "" || c.makeCurrent != "if-unattended" {
+		t.Fatalf("default deployment options %+v (make current %s): want a version of drover with a build ID, current if unattended", d, c.makeCurrent)
+	}
+	for _, args := range [][]string{{"--deployment-name", "dr.over"}, {"--build-id", ""}, {"--build-id", "a/b"}, {"--make-current", "always"}, {"--unattended-after", "0s"}} {
+		if _, err := parse(append([]string{"--allow-unsigned-plans"}, args...), io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	for _, args := range [][]string{{"--site", "east"}, {"--allow-unsigned-plans", "--versioning=false"}} {
+		c, err := parse(args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if deploymentOptions(c).UseVersioning {
+			t.Errorf("%v: a versioned worker", args)
+		}
+	}
+}

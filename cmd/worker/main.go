@@ -30,6 +30,18 @@
 // changed or foreign one. --allow-unsigned-plans is for development, and
 // says so in the log at start and in every action's result.
 //
+// The workflow worker runs as a Worker Deployment Version: deployment
+// --deployment-name (drover), build --build-id (the module version and
+// VCS revision). Actions are pinned to the build they started on; Protect
+// and the plan's records auto-upgrade (workflows.Register says why).
+// Before it says "worker started" it waits until Temporal knows the
+// version, and at the first start (a deployment without a current
+// version) makes its build current; by default (--make-current
+// if-unattended) it also takes over when no worker of the current build
+// has polled for --unattended-after, as after a deployment that replaced
+// the workers instead of running the new build beside the old. A site
+// worker stays unversioned.
+//
 // Exit codes: 0 after a clean stop, 2 for bad flags, 3 when Temporal or
 // its namespace cannot be reached within --connect-timeout.
 package main
@@ -99,6 +111,16 @@ type config struct {
 	// webConfig is the Prometheus exporter web configuration file: TLS
 	// and basic auth for the HTTP endpoint.
 	webConfig string
+	// versioning runs the workflow worker as the Worker Deployment
+	// Version (deployment, buildID); makeCurrent says when it makes its
+	// build the current version (makeCurrentNever, makeCurrentIfUnset,
+	// makeCurrentIfUnattended: the current build has had no worker
+	// polling for unattendedAfter).
+	versioning      bool
+	deployment      string
+	buildID         string
+	makeCurrent     string
+	unattendedAfter time.Duration
 }
 
 // longestCall is the longest default deadline of one storage call, with
@@ -136,6 +158,12 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.Var(&c.planKeys, "trusted-plan-key", "PEM file of ed25519 public keys whose plan signatures this worker trusts (repeatable; also DROVER_TRUSTED_PLAN_KEYS, comma-separated)")
 	fs.BoolVar(&c.allowUnsigned, "allow-unsigned-plans", false, "development only: run plans without a signature (a signature that is there is still checked)")
+	fs.BoolVar(&c.versioning, "versioning", true, "run the workflow worker as a Worker Deployment Version (--deployment-name, --build-id): actions stay on the build they started on; false polls unversioned")
+	fs.StringVar(&c.deployment, "deployment-name", names.Deployment, "Worker Deployment the workflow worker belongs to")
+	fs.StringVar(&c.buildID, "build-id", version.BuildID(), "build ID of this worker's Worker Deployment Version; by default the module version and VCS revision (give one to a build from a modified tree)")
+	fs.StringVar(&c.makeCurrent, "make-current", makeCurrentIfUnattended, "when this build makes itself the deployment's current version: "+
+		"if-unset (the deployment has none: the first start), if-unattended (that, or no worker of the current build has polled for --unattended-after: its workers were replaced, not run beside), or never (the operator does)")
+	fs.DurationVar(&c.unattendedAfter, "unattended-after", 2*time.Minute, "with --make-current if-unattended, how long the current build may have no worker polling before this one takes over; keep it above a poll's 70 s")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: worker [flags]\n\nConnects with TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,\nTEMPORAL_TLS_* and TEMPORAL_PROFILE, like the temporal CLI.\n\n")
 		fs.PrintDefaults()
@@ -166,6 +194,19 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.stopAfter < 0 {
 		return c, fmt.Errorf("--stop-timeout %v: want zero or a positive duration", c.stopAfter)
+	}
+	if c.versioning && c.site == "" {
+		if err := checkVersionNames(c.deployment, c.buildID); err != nil {
+			return c, err
+		}
+	}
+	switch c.makeCurrent {
+	case makeCurrentNever, makeCurrentIfUnset, makeCurrentIfUnattended:
+	default:
+		return c, fmt.Errorf("--make-current %q: want if-unset, if-unattended or never", c.makeCurrent)
+	}
+	if c.unattendedAfter <= 0 {
+		return c, fmt.Errorf("--unattended-after %v: want a positive duration", c.unattendedAfter)
 	}
 	if err := web.Validate(c.webConfig); err != nil {
 		return c, fmt.Errorf("--web-config %s: %w", c.webConfig, err)
@@ -294,7 +335,8 @@ func run(args []string, stderr io.Writer) int {
 
 	// A site worker runs activities only: it does not poll for workflow
 	// tasks at all, which it could only fail.
-	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != ""})
+	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != "",
+		DeploymentOptions: deploymentOptions(c)})
 	if c.site == "" {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)
@@ -323,7 +365,25 @@ func run(args []string, stderr io.Writer) int {
 		logger.Error("worker did not start", "taskQueue", c.taskQueue, "error", err)
 		return 1
 	}
-	logger.Info("worker started", "taskQueue", c.taskQueue, "runs", what, "namespace", namespace(opts), "identity", opts.Identity)
+	versioned := []any{"versioning", false}
+	if dep := deploymentOptions(c); dep.UseVersioning {
+		versioned = []any{"deployment", c.deployment, "buildID", c.buildID}
+		// Before "worker started": whoever acts once it reads that line
+		// finds the version ready to be made current, and, at the first
+		// start, current.
+		mctx, mcancel := context.WithTimeout(context.Background(), c.connect)
+		if err := registerVersion(mctx, cl, c.deployment, c.buildID, c.taskQueue, c.makeCurrent != makeCurrentNever, logger); err != nil {
+			logger.Error("this build is not ready as the deployment's current version; while the deployment has none, new workflows wait: set it (temporal worker deployment set-current-version), or run with --versioning=false",
+				"deployment", c.deployment, "buildID", c.buildID, "error", err)
+		}
+		mcancel()
+		if c.makeCurrent == makeCurrentIfUnattended {
+			wctx, wcancel := context.WithCancel(context.Background())
+			defer wcancel()
+			go takeOverUnattended(wctx, cl, c.deployment, c.buildID, c.taskQueue, c.unattendedAfter, logger)
+		}
+	}
+	logger.Info("worker started", append([]any{"taskQueue", c.taskQueue, "runs", what, "namespace", namespace(opts), "identity", opts.Identity}, versioned...)...)
 	polled := make(chan struct{})
 	go func() {
 		if waitPolling(cl, c.taskQueue, c.site == "", opts.Identity, polled) {

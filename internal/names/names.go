@@ -13,6 +13,10 @@ const (
 	SiteTaskQueuePrefix = "drover-site-"
 )
 
+// Deployment is the Worker Deployment the workflow worker's builds belong
+// to: each build is one of its versions.
+const Deployment = "drover"
+
 // SiteTaskQueue is the default task queue of a site's own worker; a plan
 // routes a site's calls there with sites[].taskQueue.
 func SiteTaskQueue(site string) string { return SiteTaskQueuePrefix + site }

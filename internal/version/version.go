@@ -3,7 +3,11 @@
 package version
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"os"
 	"runtime/debug"
 )
 
@@ -50,4 +54,58 @@ func String() string {
 		out += ", modified"
 	}
 	return out + ", " + bi.GoVersion + ")"
+}
+
+// BuildID names this build as a Worker Deployment Version: the module
+// version and the VCS revision ("devel-0123456789ab" for a build from a
+// checkout), with "-modified" when the tree had local changes. A build
+// that recorded no revision (a container image built without .git) is
+// named by a digest of its own executable instead ("devel-x…"), so that
+// two builds of different code never share one. A build from a modified
+// tree should be given its own (the worker's --build-id).
+func BuildID() string {
+	v, rev, modified := "devel", Revision, false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if rev == "" {
+		rev = executableDigest()
+	}
+	id := v
+	if rev != "" {
+		id += "-" + rev[:min(len(rev), 12)]
+	}
+	if modified {
+		id += "-modified"
+	}
+	return id
+}
+
+// executableDigest is "x" and the SHA-256 of the running executable in
+// hex, or "" when it cannot be read.
+func executableDigest() string {
+	p, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return "x" + hex.EncodeToString(h.Sum(nil))
 }
