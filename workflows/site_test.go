@@ -275,6 +275,9 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 		if o.State != want {
 			t.Errorf("plan %s: %+v, want %s", o.Plan, o, want)
 		}
+		if n := strings.Count(o.Error, "type: "+activities.ErrUntrustedPlan); n > 1 {
+			t.Errorf("plan %s's refusal names its type %d times: %s", o.Plan, n, o.Error)
+		}
 	}
 	if slices.Contains(f.west.FencedCIDRs(), "127.0.0.10/32") {
 		t.Fatalf("the untrusted plan's CIDR was fenced: %v", f.west.FencedCIDRs())

@@ -63,7 +63,7 @@ func verifyPlan(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 	if err != nil {
 		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) && ae.Type() == activities.ErrUntrustedPlan {
-			return "", temporal.NewNonRetryableApplicationError(ae.Error(), activities.ErrUntrustedPlan, nil)
+			return "", temporal.NewNonRetryableApplicationError(ae.Message(), activities.ErrUntrustedPlan, nil)
 		}
 		return "", err
 	}
