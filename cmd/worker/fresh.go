@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/uber-go/tally/v4"
@@ -47,9 +48,21 @@ var freshHelp = map[string]string{
 	workflows.MetricPrimaryUnreachable: "1 while a protected plan's primary site's storage does not answer.",
 }
 
+// sanitizeOptions are tally's Prometheus rules for metric and label
+// names, with label values left as they are: Prometheus takes any value,
+// and replacing characters made distinct plans, sites or groups ("a-b"
+// and "a_b") one series.
+var sanitizeOptions = tally.SanitizeOptions{
+	NameCharacters:       sdktally.PrometheusSanitizeOptions.NameCharacters,
+	KeyCharacters:        sdktally.PrometheusSanitizeOptions.KeyCharacters,
+	ValueCharacters:      tally.ValidCharacters{Ranges: []tally.SanitizeRange{{0, utf8.MaxRune}}},
+	ReplacementCharacter: sdktally.PrometheusSanitizeOptions.ReplacementCharacter,
+}
+
 // sanitize makes names and labels what tally makes of the worker's other
-// metrics (a plan "site-east" is plan="site_east" on all of them).
-var sanitize = tally.NewSanitizer(sdktally.PrometheusSanitizeOptions)
+// metrics: label names as Prometheus takes them, label values unchanged
+// (a plan "site-east" is plan="site-east" on all of them).
+var sanitize = tally.NewSanitizer(sanitizeOptions)
 
 func newFreshGauges(ttl time.Duration) *freshGauges {
 	return &freshGauges{ttl: ttl, now: time.Now, vals: map[string]*freshValue{}}

@@ -288,7 +288,7 @@ func run(args []string, stderr io.Writer) int {
 		scope, closer := tally.NewRootScope(tally.ScopeOptions{
 			CachedReporter:  reporter,
 			Separator:       prometheus.DefaultSeparator,
-			SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+			SanitizeOptions: &sanitizeOptions,
 		}, time.Second)
 		defer closer.Close()
 		opts.MetricsHandler = fresh.wrap(sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)))
