@@ -12,7 +12,10 @@ import (
 	"github.com/uber-go/tally/v4"
 	"go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -136,3 +139,50 @@ type freshGauge struct {
 }
 
 func (g freshGauge) Update(v float64) { g.f.set(g.name, g.tags, v) }
+
+// forget drops the gauges of plan at once.
+func (f *freshGauges) forget(plan string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, e := range f.vals {
+		if i := slices.Index(e.names, "plan"); i >= 0 && e.labels[i] == sanitize.Value(plan) {
+			delete(f.vals, key)
+		}
+	}
+}
+
+// protectEnds forgets a plan's gauges when its Protect workflow ends on
+// this worker (failed, as when its plan's signature ended, or stopped)
+// other than by continuing as new: the ttl is for a protection that ends
+// where the worker cannot see it (terminated, or moved to another
+// worker), not for one it saw end.
+type protectEnds struct {
+	interceptor.WorkerInterceptorBase
+	f *freshGauges
+}
+
+func (p *protectEnds) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	i := &protectEndsInbound{f: p.f}
+	i.Next = next
+	return i
+}
+
+type protectEndsInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	f *freshGauges
+}
+
+func (i *protectEndsInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	res, err := i.Next.ExecuteWorkflow(ctx, in)
+	if workflow.GetInfo(ctx).WorkflowType.Name != names.Protect || workflow.IsContinueAsNewError(err) || workflow.IsReplaying(ctx) {
+		return res, err
+	}
+	plan := strings.TrimPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID, names.ProtectIDPrefix)
+	if len(in.Args) > 0 {
+		if pi, ok := in.Args[0].(workflows.ProtectInput); ok && pi.Plan != nil {
+			plan = pi.Plan.Metadata.Name
+		}
+	}
+	i.f.forget(plan)
+	return res, err
+}

@@ -8,7 +8,8 @@
 // TEMPORAL_CONFIG_FILE). It logs with log/slog and serves, on --metrics:
 // /metrics (Prometheus: the process's, the SDK's and Drover's own; a
 // protected plan's gauges only while its Protect workflow keeps setting
-// them, for up to --metrics-ttl after the last time), /healthz (the
+// them: until it ends on this worker, or up to --metrics-ttl after the
+// last time), /healthz (the
 // process answers), /readyz (Temporal lists it polling its task queues;
 // for Nomad service checks) and /codec/encode|decode, the SDK's payload
 // codec handler, so that the Temporal UI (its codec endpoint set to
@@ -74,6 +75,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	sdktally "go.temporal.io/sdk/contrib/tally"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
@@ -277,6 +279,7 @@ func run(args []string, stderr io.Writer) int {
 	// The HTTP endpoint: /metrics, /healthz, /readyz and /codec/.
 	var httpSrv *http.Server
 	var ready atomic.Bool
+	var interceptors []interceptor.WorkerInterceptor
 	if c.metrics != "" {
 		// A registry of the worker's own: the process and Go runtime, the
 		// SDK's and Drover's metrics through tally, and the Protect
@@ -292,6 +295,7 @@ func run(args []string, stderr io.Writer) int {
 		}, time.Second)
 		defer closer.Close()
 		opts.MetricsHandler = fresh.wrap(sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)))
+		interceptors = append(interceptors, &protectEnds{f: fresh})
 		lis, err := net.Listen("tcp", c.metrics)
 		if err != nil {
 			logger.Error("HTTP endpoint", "address", c.metrics, "error", err)
@@ -350,7 +354,7 @@ func run(args []string, stderr io.Writer) int {
 
 	// A site worker runs activities only: it does not poll for workflow
 	// tasks at all, which it could only fail.
-	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != ""})
+	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != "", Interceptors: interceptors})
 	if c.site == "" {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)
