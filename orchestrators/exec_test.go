@@ -83,6 +83,7 @@ func TestExecFailures(t *testing.T) {
 		{"failure exit code", plans.ExecHooks{Start: "echo 'unit pg.service not found' >&2; exit 3"}, false, "start hook exited 3", "unit pg.service not found"},
 		{"try-again exit code (default 75)", plans.ExecHooks{Start: "echo busy; exit 75"}, true, "start hook exited 75", "busy"},
 		{"the plan's try-again codes", plans.ExecHooks{Start: "exit 4", RetryExitCodes: []int{4, 5}}, true, "start hook exited 4", ""},
+		{"an empty list (retryExitCodes: []): no code tries again", plans.ExecHooks{Start: "exit 75", RetryExitCodes: plans.ExitCodes{}}, false, "start hook exited 75", ""},
 		{"75 is not special when the plan lists others", plans.ExecHooks{Start: "exit 75", RetryExitCodes: []int{4}}, false, "start hook exited 75", ""},
 		{"timeout ends the hook and its children", plans.ExecHooks{Start: "echo begun; sleep 30 & wait", Timeout: plans.Duration(200 * time.Millisecond)}, true, "start hook timed out after 200ms", "begun"},
 	} {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,5 +93,71 @@ func TestKeyFiles(t *testing.T) {
 	}
 	if _, err := ReadPublicKeys(filepath.Join(dir, "k")); err == nil {
 		t.Fatal("a private key read as a trusted public key")
+	}
+}
+
+// TestExplicitNoRetryExitCodesSurvive: `retryExitCodes: []` says no exit
+// code means "try again". It stays so through defaults, a workflow
+// input's JSON round trip (defaults applied again there) and the
+// effective plan's YAML; the signature covers it, so a plan signed with
+// it is not the same plan as one that takes the default [75].
+func TestExplicitNoRetryExitCodesSurvive(t *testing.T) {
+	plan := func(extra string) string {
+		p := strings.Replace(base, `nomad: {address: "http://127.0.0.1:4646"}`, `exec: {timeout: 30s}`, 1)
+		return strings.Replace(p, `east: {nomad: {job: pg}}`, `east: {exec: {start: "true", stop: "true"`+extra+`}}`, 1)
+	}
+	none, err := Parse("none.yaml", []byte(plan(", retryExitCodes: []")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dflt, err := Parse("default.yaml", []byte(plan("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := func(p *Plan) []int { return p.Workloads[0].Sites["east"].Exec.RetryExitCodes }
+	if got := codes(dflt); !slices.Equal(got, []int{DefaultRetryExitCode}) {
+		t.Fatalf("without retryExitCodes: %v, want the default", got)
+	}
+	if got := codes(none); got == nil || len(got) != 0 {
+		t.Fatalf("retryExitCodes: [] after loading: %#v, want an empty list", got)
+	}
+	b, err := json.Marshal(none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trip Plan
+	if err := json.Unmarshal(b, &trip); err != nil {
+		t.Fatal(err)
+	}
+	trip.ApplyDefaults()
+	if got := codes(&trip); got == nil || len(got) != 0 {
+		t.Fatalf("retryExitCodes: [] after a JSON round trip and defaults: %#v, want an empty list", got)
+	}
+	y, err := none.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(y), "retryExitCodes: []") {
+		t.Errorf("the effective plan's YAML drops retryExitCodes: []:\n%s", y)
+	}
+	cn, _ := CanonicalJSON(none)
+	cd, _ := CanonicalJSON(dflt)
+	if string(cn) == string(cd) {
+		t.Fatal("a plan with retryExitCodes: [] and one with the default have the same canonical JSON: one signature approves both")
+	}
+	pub, key, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sig, err := Sign(none, key, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(&trip, sig, []ed25519.PublicKey{pub}, now); err != nil {
+		t.Fatalf("the signed plan after the trip: %v", err)
+	}
+	if err := Verify(dflt, sig, []ed25519.PublicKey{pub}, now); !errors.Is(err, ErrTampered) {
+		t.Fatalf("the plan with the default codes under the signature of retryExitCodes: []: %v, want tampered", err)
 	}
 }

@@ -191,9 +191,22 @@ type ExecHooks struct {
 	// site's.
 	Env       map[string]string    `yaml:"env,omitempty" json:"env,omitempty" doc:"Environment of this workload's hooks, over the site's: literal values."`
 	SecretEnv map[string]SecretKey `yaml:"secretEnv,omitempty" json:"secretEnv,omitempty" doc:"Environment of this workload's hooks, over the site's: secret values, resolved on the worker when the hook runs."`
-	// RetryExitCodes are the exit codes that mean "not now, try again".
-	RetryExitCodes []int `yaml:"retryExitCodes,omitempty" json:"retryExitCodes,omitempty" doc:"Exit codes of start and stop that mean try again (default [75], EX_TEMPFAIL); any other non-zero code fails the step."`
+	// RetryExitCodes are the exit codes that mean "not now, try again";
+	// an empty list (not nil) says none does.
+	RetryExitCodes ExitCodes `yaml:"retryExitCodes,omitempty" json:"retryExitCodes,omitzero" doc:"Exit codes of start and stop that mean try again (default [75], EX_TEMPFAIL); any other non-zero code fails the step."`
 }
+
+// ExitCodes is a list of exit codes where an empty list is a value of
+// its own: `retryExitCodes: []` says no code means "try again", where a
+// missing list takes the default. Only nil is left out of JSON and YAML,
+// so the empty list survives a workflow input's round trip and the
+// canonical JSON a signature covers (omitempty dropped it, and the
+// default came back).
+type ExitCodes []int
+
+// IsZero is true for nil only: encoding/json's omitzero and yaml's
+// omitempty leave out a missing list, not an empty one.
+func (c ExitCodes) IsZero() bool { return c == nil }
 
 // Policy is how DR actions behave.
 type Policy struct {

@@ -472,6 +472,20 @@ policy:
 	if len(plansNow) != 2 || plansNow[0].Plan != "shop" {
 		t.Fatalf("status of all plans: %+v", plansNow)
 	}
+	// The worker's metrics show Drover's own after these actions, the
+	// protection's gauges while it runs (they leave when it stops).
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// Under the names deploy/prometheus/drover-rules.yaml alerts on.
+	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	declined(t, c, "protect", "stop", "shop", "--disable")
 	c.ok(nil, "protect", "stop", "shop")
 	c.want(2, "has ended; there is nothing to resolve", "resolve", "shop", "--retry", "--step", "nothing")
@@ -491,19 +505,6 @@ policy:
 		t.Fatalf("invariants: %v", r)
 	}
 
-	// The worker's metrics show Drover's own after these actions.
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	// Under the names deploy/prometheus/drover-rules.yaml alerts on.
-	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{"} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("metrics lack %s", want)
-		}
-	}
 }
 
 // recordOut is the record in drctl status -o json.

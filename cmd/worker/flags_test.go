@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +55,71 @@ func TestVersioningFlags(t *testing.T) {
 		}
 		if deploymentOptions(c).UseVersioning {
 			t.Errorf("%v: a versioned worker", args)
+		}
+	}
+}
+
+type addr string
+
+func (a addr) Network() string { return "tcp" }
+func (a addr) String() string  { return string(a) }
+
+// TestExposedEndpointWarns: an endpoint beyond the loopback with no
+// password and no client certificate gets a warning that names the fix;
+// one on the loopback, or that asks who calls, none.
+func TestExposedEndpointWarns(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		ws   webSettings
+		warn bool
+	}{
+		{"127.0.0.1:9464", webSettings{}, false},
+		{"[::1]:9464", webSettings{}, false},
+		{"0.0.0.0:9464", webSettings{}, true},
+		{"[::]:9464", webSettings{}, true},
+		{"10.1.2.3:9464", webSettings{tls: true}, true},
+		{"0.0.0.0:9464", webSettings{tls: true, basicAuth: true}, false},
+		{"0.0.0.0:9464", webSettings{tls: true, clientCert: true}, false},
+	} {
+		got := exposed(addr(c.addr), c.ws)
+		if (got != "") != c.warn || c.warn && !strings.Contains(got, "--web-config") {
+			t.Errorf("%s %+v: warning %q, want one: %v", c.addr, c.ws, got, c.warn)
+		}
+	}
+}
+
+// TestEndpointOnAllAddressesAnswersToTheMachines: listening on every
+// address, the endpoint answers to each of the machine's addresses (a
+// Nomad check or a scrape by address), still not to another name.
+func TestEndpointOnAllAddressesAnswersToTheMachines(t *testing.T) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skip(err)
+	}
+	var own string
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+			own = n.IP.String()
+		}
+	}
+	hosts := allowedHosts(addr("0.0.0.0:9464"), []string{"Worker.Example"})
+	h := checkHost(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), hosts)
+	for host, want := range map[string]int{"worker.example:9464": 200, "127.0.0.2:9464": 200, "0.0.0.0:9464": 421, "attacker.example": 421} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		req.Host = host
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Host %q: %d, want %d", host, rec.Code, want)
+		}
+	}
+	if own != "" {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		req.Host = net.JoinHostPort(own, "9464")
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Errorf("Host %q (the machine's own address): %d, want 200", req.Host, rec.Code)
 		}
 	}
 }

@@ -6,12 +6,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/uber-go/tally/v4"
 	"go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -47,9 +51,21 @@ var freshHelp = map[string]string{
 	workflows.MetricPrimaryUnreachable: "1 while a protected plan's primary site's storage does not answer.",
 }
 
+// sanitizeOptions are tally's Prometheus rules for metric and label
+// names, with label values left as they are: Prometheus takes any value,
+// and replacing characters made distinct plans, sites or groups ("a-b"
+// and "a_b") one series.
+var sanitizeOptions = tally.SanitizeOptions{
+	NameCharacters:       sdktally.PrometheusSanitizeOptions.NameCharacters,
+	KeyCharacters:        sdktally.PrometheusSanitizeOptions.KeyCharacters,
+	ValueCharacters:      tally.ValidCharacters{Ranges: []tally.SanitizeRange{{0, utf8.MaxRune}}},
+	ReplacementCharacter: sdktally.PrometheusSanitizeOptions.ReplacementCharacter,
+}
+
 // sanitize makes names and labels what tally makes of the worker's other
-// metrics (a plan "site-east" is plan="site_east" on all of them).
-var sanitize = tally.NewSanitizer(sdktally.PrometheusSanitizeOptions)
+// metrics: label names as Prometheus takes them, label values unchanged
+// (a plan "site-east" is plan="site-east" on all of them).
+var sanitize = tally.NewSanitizer(sanitizeOptions)
 
 func newFreshGauges(ttl time.Duration) *freshGauges {
 	return &freshGauges{ttl: ttl, now: time.Now, vals: map[string]*freshValue{}}
@@ -123,3 +139,50 @@ type freshGauge struct {
 }
 
 func (g freshGauge) Update(v float64) { g.f.set(g.name, g.tags, v) }
+
+// forget drops the gauges of plan at once.
+func (f *freshGauges) forget(plan string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, e := range f.vals {
+		if i := slices.Index(e.names, "plan"); i >= 0 && e.labels[i] == sanitize.Value(plan) {
+			delete(f.vals, key)
+		}
+	}
+}
+
+// protectEnds forgets a plan's gauges when its Protect workflow ends on
+// this worker (failed, as when its plan's signature ended, or stopped)
+// other than by continuing as new: the ttl is for a protection that ends
+// where the worker cannot see it (terminated, or moved to another
+// worker), not for one it saw end.
+type protectEnds struct {
+	interceptor.WorkerInterceptorBase
+	f *freshGauges
+}
+
+func (p *protectEnds) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	i := &protectEndsInbound{f: p.f}
+	i.Next = next
+	return i
+}
+
+type protectEndsInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	f *freshGauges
+}
+
+func (i *protectEndsInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	res, err := i.Next.ExecuteWorkflow(ctx, in)
+	if workflow.GetInfo(ctx).WorkflowType.Name != names.Protect || workflow.IsContinueAsNewError(err) || workflow.IsReplaying(ctx) {
+		return res, err
+	}
+	plan := strings.TrimPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID, names.ProtectIDPrefix)
+	if len(in.Args) > 0 {
+		if pi, ok := in.Args[0].(workflows.ProtectInput); ok && pi.Plan != nil {
+			plan = pi.Plan.Metadata.Name
+		}
+	}
+	i.f.forget(plan)
+	return res, err
+}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/uber-go/tally/v4"
+	"github.com/uber-go/tally/v4/prometheus"
 	"go.temporal.io/sdk/client"
+	sdktally "go.temporal.io/sdk/contrib/tally"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -26,7 +30,7 @@ func (h countingHandler) Gauge(string) client.MetricsGauge {
 }
 
 // TestFreshGauges: a Protect gauge set through the worker's metrics
-// handler is on /metrics with every tag (sanitized as tally sanitizes
+// handler is on /metrics with every tag (named as tally names
 // the others) until ttl has passed since it was last set, then gone,
 // and back once set again; other gauges go to tally as before.
 func TestFreshGauges(t *testing.T) {
@@ -49,10 +53,10 @@ func TestFreshGauges(t *testing.T) {
 	want := `
 # HELP drover_out_of_rpo 1 while a protected plan's replication is behind its RPO target.
 # TYPE drover_out_of_rpo gauge
-drover_out_of_rpo{namespace="default",plan="site_east",workflow_type="Protect"} 1
+drover_out_of_rpo{namespace="default",plan="site-east",workflow_type="Protect"} 1
 # HELP drover_replication_lag_seconds Seconds since a protected group's last completed sync, as the plan's Protect workflow last saw it.
 # TYPE drover_replication_lag_seconds gauge
-drover_replication_lag_seconds{group="db",namespace="default",plan="site_east",workflow_type="Protect"} 2.5
+drover_replication_lag_seconds{group="db",namespace="default",plan="site-east",workflow_type="Protect"} 2.5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -65,7 +69,7 @@ drover_replication_lag_seconds{group="db",namespace="default",plan="site_east",w
 	want = `
 # HELP drover_out_of_rpo 1 while a protected plan's replication is behind its RPO target.
 # TYPE drover_out_of_rpo gauge
-drover_out_of_rpo{namespace="default",plan="site_east",workflow_type="Protect"} 0
+drover_out_of_rpo{namespace="default",plan="site-east",workflow_type="Protect"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -80,5 +84,44 @@ drover_out_of_rpo{namespace="default",plan="site_east",workflow_type="Protect"} 
 	plan.Gauge(workflows.MetricOutOfRPO).Update(1)
 	if n, err := testutil.GatherAndCount(reg, workflows.MetricOutOfRPO); err != nil || n != 1 {
 		t.Fatalf("%d gauge(s) (%v) once set again, want 1", n, err)
+	}
+}
+
+// TestPlansWithSimilarNamesKeepTheirSeries: plans "a-b" and "a_b" are
+// two series on /metrics, on the Protect gauges as on the metrics tally
+// reports (drover_action_duration, drover_step_failures): a label value
+// is kept as it is, not made one by replacing its characters.
+func TestPlansWithSimilarNamesKeepTheirSeries(t *testing.T) {
+	f := newFreshGauges(time.Minute)
+	reg := prom.NewPedanticRegistry()
+	reg.MustRegister(f)
+	reporter := prometheus.NewReporter(prometheus.Options{Registerer: reg, Gatherer: reg})
+	scope, closer := tally.NewRootScope(tally.ScopeOptions{CachedReporter: reporter, Separator: prometheus.DefaultSeparator,
+		SanitizeOptions: &sanitizeOptions}, time.Second)
+	h := f.wrap(sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)))
+	for i, plan := range []string{"a-b", "a_b", "a.b"} {
+		p := h.WithTags(map[string]string{"plan": plan})
+		p.Gauge(workflows.MetricOutOfRPO).Update(float64(i))
+		p.Counter("drover_step_failures").Inc(1)
+	}
+	closer.Close() // reports what the scope holds
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := map[string][]string{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "plan" {
+					plans[mf.GetName()] = append(plans[mf.GetName()], l.GetValue())
+				}
+			}
+		}
+	}
+	for _, name := range []string{workflows.MetricOutOfRPO, "drover_step_failures_total"} {
+		if got := plans[name]; len(got) != 3 || !slices.Contains(got, "a-b") || !slices.Contains(got, "a_b") || !slices.Contains(got, "a.b") {
+			t.Errorf("%s: plans %q, want a-b, a_b and a.b apart", name, got)
+		}
 	}
 }

@@ -8,7 +8,8 @@
 // TEMPORAL_CONFIG_FILE). It logs with log/slog and serves, on --metrics:
 // /metrics (Prometheus: the process's, the SDK's and Drover's own; a
 // protected plan's gauges only while its Protect workflow keeps setting
-// them, for up to --metrics-ttl after the last time), /healthz (the
+// them: until it ends on this worker, or up to --metrics-ttl after the
+// last time), /healthz (the
 // process answers), /readyz (Temporal lists it polling its task queues;
 // for Nomad service checks) and /codec/encode|decode, the SDK's payload
 // codec handler, so that the Temporal UI (its codec endpoint set to
@@ -42,7 +43,17 @@
 // the workers instead of running the new build beside the old. A site
 // worker stays unversioned.
 //
-// Exit codes: 0 after a clean stop, 2 for bad flags, 3 when Temporal or
+// The HTTP endpoint answers only requests for localhost, the loopback
+// addresses, its own address and the names given with --allowed-host
+// (421 otherwise, as drctl ui answers), so that a web page cannot read
+// it through a rebound DNS name. Beyond the loopback without a password
+// or client certificate it warns at start; a web configuration with
+// basic auth and no TLS is refused; and when its listener fails the
+// worker stops: a worker whose health checks are gone must not go on
+// unseen.
+//
+// Exit codes: 0 after a clean stop, 1 when the HTTP endpoint failed or
+// the worker could not start polling, 2 for bad flags, 3 when Temporal or
 // its namespace cannot be reached within --connect-timeout.
 package main
 
@@ -76,6 +87,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	sdktally "go.temporal.io/sdk/contrib/tally"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
@@ -109,7 +121,7 @@ type config struct {
 	allowUnsigned bool
 	trust         *activities.PlanTrust
 	// webConfig is the Prometheus exporter web configuration file: TLS
-	// and basic auth for the HTTP endpoint.
+	// and basic auth for the HTTP endpoint; web is what it sets.
 	webConfig string
 	// versioning runs the workflow worker as the Worker Deployment
 	// Version (deployment, buildID); makeCurrent says when it makes its
@@ -121,6 +133,10 @@ type config struct {
 	buildID         string
 	makeCurrent     string
 	unattendedAfter time.Duration
+	web       webSettings
+	// allowedHosts are the host names the HTTP endpoint answers to
+	// besides the loopback's and its own address's.
+	allowedHosts multi
 }
 
 // longestCall is the longest default deadline of one storage call, with
@@ -149,6 +165,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.metrics, "metrics", "127.0.0.1:9464", "address of the Prometheus /metrics endpoint; empty turns it off")
 	fs.DurationVar(&c.metricsTTL, "metrics-ttl", 15*time.Minute, "how long a protected plan's gauges (drover_out_of_rpo, drover_replication_lag_seconds, drover_primary_unreachable) stay on /metrics after their Protect workflow last set them: more than twice the longest protection interval (a dead primary's round sets them once more at most an interval in)")
 	fs.StringVar(&c.webConfig, "web-config", "", "Prometheus web configuration file for the HTTP endpoint: TLS (tls_server_config) and basic auth (basic_auth_users), as Prometheus exporters take it")
+	fs.Var(&c.allowedHosts, "allowed-host", "a host name the HTTP endpoint answers to besides localhost, the loopback addresses and its own address, e.g. the name Prometheus scrapes it by (repeatable); a request for any other name gets 421, so that a web page cannot read it through a rebound DNS name")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.identity, "identity", "", "worker identity shown in Temporal (default pid@host)")
@@ -210,6 +227,19 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := web.Validate(c.webConfig); err != nil {
 		return c, fmt.Errorf("--web-config %s: %w", c.webConfig, err)
+	}
+	web, err := readWebConfig(c.webConfig)
+	if err != nil {
+		return c, fmt.Errorf("--web-config %s: %w", c.webConfig, err)
+	}
+	if web.basicAuth && !web.tls {
+		return c, fmt.Errorf("--web-config %s: basic_auth_users without tls_server_config would send the passwords in clear: add tls_server_config (cert_file, key_file) or remove basic_auth_users", c.webConfig)
+	}
+	c.web = web
+	for _, h := range c.allowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			return c, fmt.Errorf("--allowed-host %q: want a host name or address, without scheme, path or port", h)
+		}
 	}
 	if len(c.planKeys) == 0 {
 		for _, f := range strings.Split(os.Getenv("DROVER_TRUSTED_PLAN_KEYS"), ",") {
@@ -275,9 +305,22 @@ func run(args []string, stderr io.Writer) int {
 		opts.Identity = fmt.Sprintf("%d@%s", os.Getpid(), host)
 	}
 
+	// The worker ends on SIGINT or SIGTERM, or when its HTTP endpoint
+	// fails (a worker whose health checks and metrics are gone must not
+	// go on unseen): quit closes then, and why says which.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ends := make(chan ending, 2)
+	go func() { ends <- ending{sig: <-sigs} }()
+	quit := make(chan struct{})
+	var why ending
+	go func() { why = <-ends; close(quit) }()
+
 	// The HTTP endpoint: /metrics, /healthz, /readyz and /codec/.
 	var httpSrv *http.Server
 	var ready atomic.Bool
+	var interceptors []interceptor.WorkerInterceptor
 	if c.metrics != "" {
 		// A registry of the worker's own: the process and Go runtime, the
 		// SDK's and Drover's metrics through tally, and the Protect
@@ -289,32 +332,49 @@ func run(args []string, stderr io.Writer) int {
 		scope, closer := tally.NewRootScope(tally.ScopeOptions{
 			CachedReporter:  reporter,
 			Separator:       prometheus.DefaultSeparator,
-			SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+			SanitizeOptions: &sanitizeOptions,
 		}, time.Second)
 		defer closer.Close()
 		opts.MetricsHandler = fresh.wrap(sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)))
+		interceptors = append(interceptors, &protectEnds{f: fresh})
 		lis, err := net.Listen("tcp", c.metrics)
 		if err != nil {
 			logger.Error("HTTP endpoint", "address", c.metrics, "error", err)
 			return 2
 		}
-		httpSrv = &http.Server{Handler: endpoints(reporter.HTTPHandler(), &ready, c.cors), ReadHeaderTimeout: 5 * time.Second}
+		if warning := exposed(lis.Addr(), c.web); warning != "" {
+			logger.Warn(warning, "address", lis.Addr().String())
+			fmt.Fprintf(stderr, "worker: warning: %s\n", warning)
+		}
+		hosts := allowedHosts(lis.Addr(), c.allowedHosts)
+		httpSrv = &http.Server{Handler: checkHost(endpoints(reporter.HTTPHandler(), &ready, c.cors), hosts), ReadHeaderTimeout: 5 * time.Second}
 		// The exporter toolkit serves TLS and checks basic auth as the
 		// web configuration file says; without one, plain HTTP.
 		webLog := logger.With("component", "http")
-		go func() { _ = web.Serve(lis, httpSrv, &web.FlagConfig{WebConfigFile: &c.webConfig}, webLog) }()
+		go func() {
+			err := web.Serve(lis, httpSrv, &web.FlagConfig{WebConfigFile: &c.webConfig}, webLog)
+			if !errors.Is(err, http.ErrServerClosed) {
+				ends <- ending{err: err}
+			}
+		}()
 		scheme := "http"
-		if c.webConfig != "" {
-			scheme = "http(s)"
+		if c.web.tls {
+			scheme = "https"
 		}
 		base := scheme + "://" + lis.Addr().String()
-		logger.Info("HTTP endpoint", "metrics", base+"/metrics", "health", base+"/healthz", "codec", base+"/codec", "webConfig", c.webConfig)
+		logger.Info("HTTP endpoint", "metrics", base+"/metrics", "health", base+"/healthz", "codec", base+"/codec", "webConfig", c.webConfig, "hosts", hosts)
+	}
+	// httpFailed says the endpoint failed and how the worker ends.
+	httpFailed := func() int {
+		logger.Error("the HTTP endpoint failed: the worker stops (its metrics, health checks and codec are gone)", "address", c.metrics, "error", why.err)
+		return 1
 	}
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
-	cl, err := connect(opts, c.connect, stop, logger)
+	cl, err := connect(opts, c.connect, quit, logger)
 	if errors.Is(err, errInterrupted) {
+		if why.err != nil {
+			return httpFailed()
+		}
 		logger.Info("worker stopped before it started")
 		return 0
 	}
@@ -336,7 +396,7 @@ func run(args []string, stderr io.Writer) int {
 	// A site worker runs activities only: it does not poll for workflow
 	// tasks at all, which it could only fail.
 	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != "",
-		DeploymentOptions: deploymentOptions(c)})
+		DeploymentOptions: deploymentOptions(c), Interceptors: interceptors})
 	if c.site == "" {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)
@@ -393,10 +453,15 @@ func run(args []string, stderr io.Writer) int {
 			ready.Store(true)
 		}
 	}()
-	s := <-stop
+	<-quit
 	ready.Store(false)
 	close(polled)
-	logger.Info("stopping: letting running activities finish", "signal", s.String(), "upTo", c.stopAfter)
+	if why.err != nil {
+		code := httpFailed()
+		w.Stop()
+		return code
+	}
+	logger.Info("stopping: letting running activities finish", "signal", why.sig.String(), "upTo", c.stopAfter)
 	w.Stop()
 	if httpSrv != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -405,6 +470,12 @@ func run(args []string, stderr io.Writer) int {
 	}
 	logger.Info("worker stopped")
 	return 0
+}
+
+// ending is why the worker ends: a signal, or its HTTP endpoint's error.
+type ending struct {
+	sig os.Signal
+	err error
 }
 
 // waitPolling waits until Temporal lists identity among the pollers of
@@ -480,8 +551,8 @@ func namespace(opts client.Options) string {
 }
 
 // connect dials Temporal and waits until the worker's namespace answers,
-// retrying with back-off until timeout; a signal on stop ends the wait.
-func connect(opts client.Options, timeout time.Duration, stop <-chan os.Signal, logger *slog.Logger) (client.Client, error) {
+// retrying with back-off until timeout; quit closing ends the wait.
+func connect(opts client.Options, timeout time.Duration, quit <-chan struct{}, logger *slog.Logger) (client.Client, error) {
 	deadline := time.Now().Add(timeout)
 	wait := 100 * time.Millisecond
 	// answered is the last error of an attempt the deadline did not cut:
@@ -512,7 +583,7 @@ func connect(opts client.Options, timeout time.Duration, stop <-chan os.Signal, 
 		}
 		logger.Warn("Temporal is not ready; retrying", "attempt", attempt, "in", wait, "error", err)
 		select {
-		case <-stop:
+		case <-quit:
 			return nil, errInterrupted
 		case <-time.After(wait):
 		}

@@ -630,3 +630,53 @@ func TestMetricsWebConfig(t *testing.T) {
 		t.Fatal("the endpoint answered plain HTTP")
 	}
 }
+
+// TestGaugesLeaveWhenProtectionFails: a plan's signature that ends stops
+// its protection with UntrustedPlan at the next run's check (SECURITY.md)
+// and its gauges leave /metrics then, not --metrics-ttl later: a last
+// drover_out_of_rpo must not keep reporting for a plan no one protects.
+func TestGaugesLeaveWhenProtectionFails(t *testing.T) {
+	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
+	srv := devserver.Start(t, nil)
+	east, west := eastWest(t)
+	p, _, _, pubFile := signedShop(t, east, west)
+	key, err := plans.ReadPrivateKey(strings.TrimSuffix(pubFile, ".pub") + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := plans.Sign(p, key, time.Now(), 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := simtest.FreeAddr(t)
+	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
+		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "10m")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
+	scrape := func() string {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prot, err := workflows.StartProtect(ctx, srv.Client, p, "east", 20*time.Millisecond, workflows.Origin{Signature: sig, By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.Eventually(t, time.Minute, "the plan's out-of-RPO gauge", func() bool {
+		return strings.Contains(scrape(), `drover_out_of_rpo{`)
+	})
+	run := srv.Client.GetWorkflow(ctx, prot.GetID(), "")
+	if err := run.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), "UntrustedPlan") {
+		t.Fatalf("protection past its plan's signature: %v, want UntrustedPlan", err)
+	}
+	simtest.Eventually(t, 20*time.Second, "the gauges to leave /metrics with the failed protection", func() bool {
+		body := scrape()
+		return strings.Contains(body, "temporal_") && !strings.Contains(body, "drover_out_of_rpo{") &&
+			!strings.Contains(body, "drover_replication_lag_seconds{") && !strings.Contains(body, "drover_primary_unreachable{")
+	})
+}
