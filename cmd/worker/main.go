@@ -133,7 +133,7 @@ type config struct {
 	buildID         string
 	makeCurrent     string
 	unattendedAfter time.Duration
-	web       webSettings
+	web             webSettings
 	// allowedHosts are the host names the HTTP endpoint answers to
 	// besides the loopback's and its own address's.
 	allowedHosts multi
