@@ -644,14 +644,16 @@ func TestGaugesLeaveWhenProtectionFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig, err := plans.Sign(p, key, time.Now(), 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	metrics := simtest.FreeAddr(t)
 	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
 		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "10m")
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
+	// Signed once the worker runs, so that the first run's check passes
+	// however long the worker took to start; a later run's fails.
+	sig, err := plans.Sign(p, key, time.Now(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	scrape := func() string {
 		resp, err := http.Get("http://" + metrics + "/metrics")
 		if err != nil {
