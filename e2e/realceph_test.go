@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -176,9 +177,11 @@ func TestRealCeph(t *testing.T) {
 `, site, e.site(site, "CSIADDONS_ENDPOINT"), e.site(site, "CSI_ENDPOINT"), secretFile, e["DROVER_CEPH_CLUSTER_ID"], e["DROVER_CEPH_POOL"], e.site(site, "FENCE_CIDR"))
 	}
 	b.WriteString("volumeGroups:\n")
-	for i, name := range []string{"db", "web"} {
-		fmt.Fprintf(&b, "  - name: %s\n    priority: %d\n    sites: {east: {volumes: [%s]}, west: {volumes: [%s]}}\n    parameters: {mirroringMode: snapshot, schedulingInterval: 1m}\n",
-			name, i, vols[name], vols[name])
+	for _, name := range []string{"db", "web"} {
+		// One priority: the groups' forced resyncs, each a full copy,
+		// run side by side.
+		fmt.Fprintf(&b, "  - name: %s\n    sites: {east: {volumes: [%s]}, west: {volumes: [%s]}}\n    parameters: {mirroringMode: snapshot, schedulingInterval: 1m}\n",
+			name, vols[name], vols[name])
 	}
 	b.WriteString("workloads:\n  - name: app\n    volumeGroups: [db, web]\n    healthTimeout: 90s\n    sites:\n")
 	base := map[string]int{"east": 0, "west": 8192}
@@ -294,7 +297,7 @@ func TestRealCeph(t *testing.T) {
 	e.freeze(t, "east", syscall.SIGSTOP)
 	lost := time.Now()
 	t.Logf("ceph: east cut off at %s, %s after its last sync", lost.UTC().Format("15:04:05"), lost.Sub(lastSync).Round(time.Second))
-	h.must("failover", h.plan, "--to", "west", "--yes", "--wait")
+	cephAction(t, h, "failover", h.plan, "--to", "west", "--yes", "--wait")
 	took := time.Since(lost)
 	var fo workflows.FailoverResult
 	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &fo); err != nil {
@@ -337,12 +340,15 @@ func TestRealCeph(t *testing.T) {
 	// primary: a split brain. Reprotect discards east's side.
 	e.freeze(t, "east", syscall.SIGCONT)
 	splitOff := "67104768" // the images' last block, outside the writers'
-	if out, err := hook(e.appCmd(app, "east", e.site("east", "CONF"), "mark", images["db"], splitOff, "split-brain-on-east")); err != nil {
-		t.Fatalf("east, back, cannot be written as primary: %v\n%s", err, out)
-	}
+	// A cluster resumed after a stop needs a few seconds before it
+	// answers again (its monitor's lease, its OSD's heartbeats).
+	simtest.Eventually(t, 2*time.Minute, "east, back, to take a write as primary", func() bool {
+		_, err := hook(e.appCmd(app, "east", e.site("east", "CONF"), "mark", images["db"], splitOff, "split-brain-on-east"))
+		return err == nil
+	})
 	t.Log("ceph: split brain: east's db written as primary after the failover")
 	rs := time.Now()
-	out := h.must("reprotect", h.plan, "--yes", "--wait")
+	out := cephAction(t, h, "reprotect", h.plan, "--yes", "--wait")
 	t.Logf("ceph: reprotect took %s", time.Since(rs).Round(time.Second))
 	var rp workflows.ReprotectResult
 	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &rp); err != nil {
@@ -368,8 +374,8 @@ func TestRealCeph(t *testing.T) {
 		t.Fatalf("reprotect left east's clients fenced on west:\n%s", bl)
 	}
 	simtest.Eventually(t, 3*time.Minute, "east's db to hold west's copy, not its own split-brain write", func() bool {
-		blk := exportBlock(t, e, "east", images["db"], 67104768)
-		return !bytes.HasPrefix(blk, []byte("split-brain-on-east")) && bytes.HasPrefix(blk, []byte("west-after-failover"))
+		b := export(t, e, "east", images["db"])
+		return !bytes.HasPrefix(b[67104768:], []byte("split-brain-on-east")) && bytes.HasPrefix(b[67100672:], []byte("west-after-failover"))
 	})
 	t.Log("ceph: east's split-brain write is gone from east's copy; it holds west's")
 
@@ -380,7 +386,7 @@ func TestRealCeph(t *testing.T) {
 		return err == nil && ps.Primary == "west" && ps.LastSync().After(rs)
 	})
 	fb := time.Now()
-	h.must("failback", h.plan, "--to", "east", "--yes", "--wait")
+	cephAction(t, h, "failback", h.plan, "--to", "east", "--yes", "--wait")
 	t.Logf("ceph: failback to east took %s", time.Since(fb).Round(time.Second))
 	westAcks, _ := cephAcks(t, filepath.Join(dir, "west.acks"))
 	checkAcks(t, e, "east", "west", images, westAcks, time.Time{})
@@ -438,15 +444,24 @@ func grepLine(s, sub string) string {
 	return ""
 }
 
+// mirrorState is the peer's state in rbd mirror image status: its
+// state and the time of the last snapshot it holds.
 func mirrorState(status string) string {
 	var parts []string
 	for _, l := range strings.Split(status, "\n") {
 		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "state:") || strings.HasPrefix(l, "description:") {
-			parts = append(parts, l)
+		switch {
+		case strings.HasPrefix(l, "state:"):
+			parts = append(parts, strings.Join(strings.Fields(l), " "))
+		case strings.Contains(l, "local_snapshot_timestamp"):
+			if _, v, ok := strings.Cut(l, `"local_snapshot_timestamp":`); ok {
+				if sec, err := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64); err == nil {
+					parts = append(parts, "peer snapshot "+time.Unix(sec, 0).UTC().Format("15:04:05"))
+				}
+			}
 		}
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(parts, ", ")
 }
 
 // waitAcks waits for n more acknowledged writes in a writer's log.
@@ -469,15 +484,6 @@ func export(t *testing.T, e cephEnv, site, image string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-func exportBlock(t *testing.T, e cephEnv, site, image string, off int64) []byte {
-	t.Helper()
-	b := export(t, e, site, image)
-	if int64(len(b)) < off+cephBlockSize {
-		t.Fatalf("%s on %s: %d bytes, no block at %d", image, site, len(b), off)
-	}
-	return b[off : off+cephBlockSize]
 }
 
 func exportSum(t *testing.T, e cephEnv, site, image string) (string, int64) {
@@ -577,26 +583,7 @@ func cephTestRecovery(t *testing.T, h *harness, e cephEnv, dir string) {
 	id := workflows.TestRecoveryID("e2e")
 	before := listing("west")
 	h.must("test-recovery", h.plan, "--at", "west")
-	var paused string
-	simtest.Eventually(t, 2*time.Minute, "the test recovery at west to pause at its snapshot", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		v, err := h.c.QueryWorkflow(ctx, id, "", "progress")
-		if err != nil {
-			return false
-		}
-		var p workflows.Progress
-		if v.Get(&p) != nil {
-			return false
-		}
-		for _, s := range p.Steps {
-			if s.State == workflows.StatePaused {
-				paused = s.Name + ": " + s.LastError
-				return true
-			}
-		}
-		return false
-	})
+	_, paused := settled(t, h, id, 2*time.Minute, "the test recovery at west to pause at its snapshot")
 	if !strings.Contains(paused, "ceph-csi/snapshot-replica-read-only") {
 		t.Fatalf("the test recovery at west paused on %q, want the recorded deviation", paused)
 	}
@@ -611,30 +598,8 @@ func cephTestRecovery(t *testing.T, h *harness, e cephEnv, dir string) {
 	start := time.Now()
 	h.must("test-recovery", h.plan, "--at", "east")
 	result := filepath.Join(dir, "test-recovery.result")
-	var failed string
-	simtest.Eventually(t, 5*time.Minute, "the test workloads to run on the copies", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		v, err := h.c.QueryWorkflow(ctx, id, "", "progress")
-		if err != nil {
-			return false
-		}
-		var p workflows.Progress
-		if v.Get(&p) != nil {
-			return false
-		}
-		for _, s := range p.Steps {
-			switch s.State {
-			case workflows.StateWaiting:
-				return true
-			case workflows.StatePaused, workflows.StateFailed:
-				failed = s.Name + ": " + s.LastError
-				return true
-			}
-		}
-		return false
-	})
-	if failed != "" {
+	state, failed := settled(t, h, id, 5*time.Minute, "the test workloads to run on the copies")
+	if state != workflows.StateWaiting {
 		res, _ := os.ReadFile(result)
 		errs, _ := os.ReadFile(filepath.Join(dir, "check.err"))
 		t.Fatalf("the test recovery at east stopped at %s\n%s%s", failed, res, errs)
@@ -671,4 +636,50 @@ func allDone(t *testing.T, p workflows.Progress) {
 			t.Fatalf("%s: step %q is %s (%s)", p.Action, s.Name, s.State, s.LastError)
 		}
 	}
+}
+
+// cephAction runs drctl for an action on real Ceph, which may take
+// minutes (a forced resync re-copies the image), and fails the test
+// unless it exits 0.
+func cephAction(t *testing.T, h *harness, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "drctl"), args...)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+h.st.Layout.Temporal, "TEMPORAL_NAMESPACE=default")
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ drctl %s\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("drctl %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// settled waits until a step of run id waits for the operator's word
+// (its gate), pauses or fails: that step's state and its name and error.
+func settled(t *testing.T, h *harness, id string, limit time.Duration, what string) (string, string) {
+	t.Helper()
+	var state string
+	var detail string
+	simtest.Eventually(t, limit, what, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		v, err := h.c.QueryWorkflow(ctx, id, "", "progress")
+		if err != nil {
+			return false
+		}
+		var p workflows.Progress
+		if v.Get(&p) != nil {
+			return false
+		}
+		for _, s := range p.Steps {
+			switch s.State {
+			case workflows.StateWaiting, workflows.StatePaused, workflows.StateFailed:
+				state, detail = s.State, s.Name+": "+s.LastError
+				return true
+			}
+		}
+		return false
+	})
+	return state, detail
 }
