@@ -73,7 +73,11 @@ func (l *liveTable) show(p *workflows.Progress, id string) {
 		}
 		note := stepNote(s)
 		if s.State == workflows.StatePaused {
-			note += fmt.Sprintf(" — decide with: drctl resolve %s --retry|--skip|--abort", id)
+			skip := "--skip"
+			if s.Guard {
+				skip = "--skip --override"
+			}
+			note += fmt.Sprintf(" — decide with: drctl resolve %s --retry|%s|--abort", runArg(id), skip)
 		}
 		if s.State == workflows.StateWaiting {
 			note += fmt.Sprintf(" — open it with: drctl approve %s", id)
@@ -117,14 +121,15 @@ func stepTime(s *workflows.Step) time.Time {
 	return time.Now()
 }
 
-// noteWidth bounds a note in the step table.
-const noteWidth = 100
+// noteWidth is where the step table wraps a note: a long note (an
+// error's whole text) goes on in the NOTE column on the lines below.
+const noteWidth = 60
 
 // stepNote is what a step's line says: the last error of a step that is
 // failing (running again, paused, failed, aborted), else its note (what
-// a running step is doing), else its output, on
-// one line and cut at a word. A step that ended well shows its output:
-// an error an earlier attempt met is history, not its note.
+// a running step is doing), else its output, whole, on one line. A step
+// that ended well shows its output: an error an earlier attempt met is
+// history, not its note.
 func stepNote(s *workflows.Step) string {
 	note := s.Output
 	switch s.State {
@@ -140,23 +145,32 @@ func stepNote(s *workflows.Step) string {
 			note = fmt.Sprintf("retrying (%d failed): %s", s.Retries, s.LastError)
 		}
 	}
-	return clip(strings.Join(strings.Fields(note), " "), noteWidth)
+	return oneLine(note)
 }
 
-// clip shortens text to at most n bytes, at a word boundary, marking the
-// cut with an ellipsis.
-func clip(text string, n int) string {
-	if len(text) <= n {
-		return text
-	}
-	cut := strings.LastIndexByte(text[:n-1], ' ')
-	if cut < n/2 {
-		cut = n - 1
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
+// tries is how many times a step's work was tried: each run of the step
+// (the first, and each operator's retry) is one try, and each failed
+// call the step tried again within a run is one more.
+func tries(s *workflows.Step) int { return s.Attempts + s.Retries }
+
+// wrap cuts text into lines of at most n characters, at spaces where it
+// can, in the middle of a word longer than a line.
+func wrap(text string, n int) []string {
+	var lines []string
+	for utf8.RuneCountInString(text) > n {
+		r := []rune(text)
+		cut := strings.LastIndexByte(string(r[:n+1]), ' ')
+		rest := ""
+		if cut <= 0 {
+			cut = len(string(r[:n]))
+			rest = text[cut:]
+		} else {
+			rest = text[cut+1:]
 		}
+		lines = append(lines, strings.TrimRight(text[:cut], " "))
+		text = strings.TrimLeft(rest, " ")
 	}
-	return strings.TrimRight(text[:cut], " ,;:") + "…"
+	return append(lines, text)
 }
 
 // renderSteps writes the step table of an action.
@@ -186,7 +200,11 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		if s.By != "" {
 			note = strings.TrimSpace(note + " (by " + s.By + ")")
 		}
-		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(s.Attempts), took, note)
+		lines := wrap(note, noteWidth)
+		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(tries(s)), took, lines[0])
+		for _, more := range lines[1:] {
+			t.row("", "", "", "", more)
+		}
 	}
 	t.flush()
 	plan := runArg(id)
@@ -194,12 +212,13 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		if s.State != workflows.StatePaused {
 			continue
 		}
-		fmt.Fprintf(w, "paused for the operator: step %q after %d %s\n  error: %s\n", s.Name, s.Attempts, plural(s.Attempts, "try", "tries"), strings.Join(strings.Fields(s.LastError), " "))
+		n := tries(s)
+		fmt.Fprintf(w, "paused for the operator: step %q after %d %s\n  error: %s\n", s.Name, n, plural(n, "try", "tries"), oneLine(s.LastError))
 		step := ""
 		if len(stepsIn(p, workflows.StatePaused)) > 1 {
 			step = " --step " + s.Key()
 		}
-		fmt.Fprintf(w, "  next: drctl resolve %s%s --retry (run it again), --skip (go on without it) or --abort (end the action)\n", plan, step)
+		fmt.Fprintf(w, "  next: drctl resolve %s%s --retry (run it again), %s or --abort (end the action)\n", plan, step, skipHint(s))
 	}
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
 		names := make([]string, len(waiting))
@@ -208,6 +227,16 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		}
 		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", names, plan)
 	}
+}
+
+// skipHint is how the operator goes on without a paused step: a step
+// later steps rely on (a fence) is skipped only with --override, which
+// says so.
+func skipHint(s *workflows.Step) string {
+	if s.Guard {
+		return "--skip --override (go on without it, although later steps rely on it)"
+	}
+	return "--skip (go on without it)"
 }
 
 func orUnknown(s string) string {

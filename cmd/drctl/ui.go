@@ -36,7 +36,7 @@ import (
 var uiHTML string
 
 var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
-	"stamp": stamp, "dur": dur, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
+	"stamp": stamp, "dur": dur, "tries": tries, "note": stepNote, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
 	"esc": url.PathEscape,
 }).Parse(uiHTML))
 
