@@ -178,6 +178,11 @@ func (l *liveTable) show(p *workflows.Progress, id string) {
 		l.drawn = n
 		return
 	}
+	l.log(p, id)
+}
+
+// log prints a line for each step that changed since the last look.
+func (l *liveTable) log(p *workflows.Progress, id string) {
 	for _, s := range p.Steps {
 		// A retry the operator asked for (drctl resolve) can pause the
 		// step again between two looks: its tries tell the change.
@@ -216,6 +221,9 @@ func (l *liveTable) final(p *workflows.Progress, id string) {
 	if l.tty {
 		l.clear()
 	} else if len(l.seen) > 0 {
+		// What changed since the last look (the steps that ran as the
+		// action ended) is logged too, then the whole table.
+		l.log(p, id)
 		fmt.Fprintln(l.w)
 	}
 	renderSteps(l.w, p, id)

@@ -232,8 +232,9 @@ func TestRowsCountWrappedLines(t *testing.T) {
 
 // TestStreamedLogAfterAResolve: piped, every change of a step is logged:
 // a paused step the operator retries (drctl resolve) that pauses again
-// between two looks is logged again with its tries, and the steps after
-// it as they run.
+// between two looks is logged again with its tries, the steps after it
+// as they run, and those that ran as the action ended before its closing
+// table.
 func TestStreamedLogAfterAResolve(t *testing.T) {
 	var b bytes.Buffer
 	l := newLiveTable(&b, true)
@@ -249,6 +250,11 @@ func TestStreamedLogAfterAResolve(t *testing.T) {
 	l.show(p, workflows.ActionID("shop"))
 	promote.State, promote.End, promote.Output = workflows.StateDone, t0.Add(2*time.Minute), "promoted"
 	l.show(p, workflows.ActionID("shop"))
+	// Steps that ran between the last look and the action's end are
+	// logged before the closing table.
+	start := &workflows.Step{ID: "start/west/web", Name: "start web on west", State: workflows.StateDone, Attempts: 1, Start: t0, End: t0.Add(3 * time.Minute), Output: "healthy"}
+	p.Steps = append(p.Steps, start)
+	l.final(p, workflows.ActionID("shop"))
 	out := b.String()
 	t.Logf("\n%s", out)
 	for _, want := range []string{
@@ -257,6 +263,7 @@ func TestStreamedLogAfterAResolve(t *testing.T) {
 		"skipped   fence east",
 		"running   promote db on west",
 		"done      promote db on west  promoted",
+		"done      start web on west  healthy\n\nfailover of plan",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q", want)
