@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/term"
+	"golang.org/x/text/width"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -71,11 +72,26 @@ func isTerminal(w io.Writer) bool {
 // rows is how many rows of a terminal width columns wide a line without
 // its newline takes: at least one, one more for each width it passes.
 func rows(line string, width int) int {
-	n := utf8.RuneCountInString(line)
+	n := columns(line)
 	if width <= 0 || n <= width {
 		return 1
 	}
 	return (n + width - 1) / width
+}
+
+// columns is how many terminal columns text takes: two for a wide East
+// Asian character, one for any other.
+func columns(text string) int {
+	n := 0
+	for _, r := range text {
+		switch width.LookupRune(r).Kind() {
+		case width.EastAsianWide, width.EastAsianFullwidth:
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // fit cuts a step table to at most height-1 rows of the terminal (the

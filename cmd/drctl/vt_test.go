@@ -211,7 +211,8 @@ func (t *teeWriter) Write(p []byte) (int, error) {
 }
 
 // TestRowsCountWrappedLines: a line takes a row per terminal width it
-// spans; one exactly as wide as the terminal takes one.
+// spans, a wide East Asian character two columns; one exactly as wide
+// as the terminal takes one.
 func TestRowsCountWrappedLines(t *testing.T) {
 	for _, tc := range []struct {
 		line  string
@@ -223,6 +224,8 @@ func TestRowsCountWrappedLines(t *testing.T) {
 		{strings.Repeat("x", 81), 80, 2},
 		{strings.Repeat("é", 160), 80, 2},
 		{strings.Repeat("x", 161), 80, 3},
+		{strings.Repeat("表", 40), 80, 1},
+		{strings.Repeat("表", 41), 80, 2},
 	} {
 		if got := rows(tc.line, tc.width); got != tc.want {
 			t.Errorf("rows(%d characters, %d) = %d, want %d", len([]rune(tc.line)), tc.width, got, tc.want)
