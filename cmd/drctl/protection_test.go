@@ -60,3 +60,26 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordLineAgesTheLag: the record keeps protection's lag as of its
+// last change (528 ms, within the target); while protection runs,
+// status shows now minus the last sync recorded (41 s), out of a 30 s
+// target, as the protection's own lines do.
+func TestRecordLineAgesTheLag(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	r := &workflows.PlanRecord{Plan: "shop", Primary: "east", Protection: &workflows.ProtectionEntry{
+		Primary: "east", Running: true, Enabled: true, LastSync: now.Add(-41 * time.Second), Lag: 528 * time.Millisecond, Checked: now.Add(-40 * time.Second)}}
+	var b strings.Builder
+	renderRecord(&b, r, 30*time.Second, now)
+	out := b.String()
+	t.Log("\n" + out)
+	if !strings.Contains(out, "lag 41s, OUT OF RPO (last sync ") {
+		t.Errorf("the record's protection line does not age the lag:\n%s", out)
+	}
+	r.Protection.Running = false
+	b.Reset()
+	renderRecord(&b, r, 30*time.Second, now)
+	if !strings.Contains(b.String(), "lag 528ms, within the RPO target (as of ") {
+		t.Errorf("a stopped protection's line is not the record's:\n%s", b.String())
+	}
+}
