@@ -35,6 +35,25 @@ func unreachableText(ps *workflows.ProtectState, now time.Time) string {
 	return why
 }
 
+// protectionAt is a copy of a protection's state as the text status
+// tells it at now, for status -o json: each group's lag is now minus its
+// last sync (groupLag) and out of RPO past the target, and the reason
+// the primary is unreachable counts from UnreachableSince.
+func protectionAt(ps *workflows.ProtectState, now time.Time) *workflows.ProtectState {
+	c := *ps
+	c.Groups = make(map[string]workflows.GroupHealth, len(ps.Groups))
+	for g, h := range ps.Groups {
+		h.Lag = groupLag(h, now)
+		h.OutOfRPO = h.OutOfRPO || (ps.RPOTarget > 0 && h.Lag > ps.RPOTarget)
+		c.OutOfRPO = c.OutOfRPO || h.OutOfRPO
+		c.Groups[g] = h
+	}
+	if c.Unreachable != "" {
+		c.Unreachable = unreachableText(ps, now)
+	}
+	return &c
+}
+
 // renderProtection writes what a plan's protection knows at now. The lag
 // grows from the last sync known (groupLag), whether or not the primary
 // answers, and a group past the plan's RPO target is out of RPO by it;

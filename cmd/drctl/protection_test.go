@@ -38,6 +38,15 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 	if strings.Contains(out, "for 5s") {
 		t.Error("the time without an answer counts from the hung round, not from UnreachableSince")
 	}
+	// status -o json tells the same.
+	js := protectionAt(ps, now)
+	if js.Groups["db"].Lag != 25*time.Second || !js.Groups["db"].OutOfRPO || !js.OutOfRPO ||
+		js.Unreachable != "the storage of east has not answered a poll for 25s" {
+		t.Errorf("status -o json's protection: %+v", js)
+	}
+	if ps.Groups["db"].Lag != 24*time.Second {
+		t.Error("protectionAt changed the state it was given")
+	}
 	// Ten seconds later, the lag has grown by ten seconds.
 	b.Reset()
 	if err := renderProtection(&b, ps, now.Add(10*time.Second)); err != nil {

@@ -746,6 +746,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	}
 	drift := st.Verify != nil && len(st.Verify.Drift) > 0
 	if a.json() {
+		if st.Protection != nil {
+			st.Protection = protectionAt(st.Protection, time.Now())
+		}
 		writeJSON(a.stdout, st)
 		if drift {
 			return silent(exitFailed)
