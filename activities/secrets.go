@@ -124,8 +124,16 @@ var secretWord = map[string]bool{"key": true, "token": true, "secret": true, "pa
 var notSecretWord = map[string]bool{"dir": true, "file": true, "path": true, "name": true, "id": true, "url": true, "endpoint": true,
 	"keys": true, "enabled": true, "disabled": true, "type": true, "size": true, "format": true}
 
+// notSecretName is a variable whose name has a secret word and holds no
+// secret: the shell's working directories (PWD, OLDPWD), where "pwd" is
+// no password, as it is in MYSQL_PWD.
+var notSecretName = map[string]bool{"PWD": true, "OLDPWD": true}
+
 // holdsSecret tells whether a variable's name says it holds a secret.
 func holdsSecret(name string) bool {
+	if notSecretName[name] {
+		return false
+	}
 	var words []string
 	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
 		start := 0

@@ -200,19 +200,24 @@ func TestSecretsStayOnTheWorker(t *testing.T) {
 
 // TestRememberEnvSecrets: the values of the worker's variables whose
 // names say they hold a secret are redacted from the start; other
-// values, short ones, and those of variables that name a secret (a
-// directory, a file, an id) or say something of it are not.
+// values, short ones, those of variables that name a secret (a
+// directory, a file, an id) or say something of it, and the working
+// directories (PWD, OLDPWD: "pwd" is a password only in a name like
+// MYSQL_PWD) are not.
 func TestRememberEnvSecrets(t *testing.T) {
 	key, token, userKey, auth, pass := "k3y-"+t.Name(), "t0ken-"+t.Name(), "AQD-"+t.Name(), "user:pw-"+t.Name(), "luks-"+t.Name()
 	activities.RememberEnvSecrets([]string{"TEMPORAL_API_KEY=" + key, "DROVER_E2E_API_TOKEN=" + token, "DROVER_EAST_CSI_userKey=" + userKey,
 		"NOMAD_HTTP_AUTH=" + auth, "DROVER_EAST_CSI_encryptionPassphrase=" + pass,
 		"TEMPORAL_NAMESPACE=orders-prod", "TEMPORAL_TLS_CLIENT_KEY_PATH=/etc/drover/client.key", "DROVER_TRUSTED_PLAN_KEYS=/etc/drover/plans.pub",
 		"NOMAD_SECRETS_DIR=/secrets", "SIGNING_KEY_ID=ops-2026-key", "VAULT_SECRET_NAME=orders-db-creds", "FEATURE_KEY_ENABLED=disabled-for-now",
-		"MONKEY_BUSINESS=no-secret-here", "SHORT_TOKEN=abc1234", "NOEQUALS"})
+		"MONKEY_BUSINESS=no-secret-here", "SHORT_TOKEN=abc1234", "NOEQUALS",
+		"PWD=/srv/drover/worker", "OLDPWD=/home/drover", "MYSQL_PWD=" + pass + "-db"})
 	in := fmt.Sprintf("api %s token %s ceph %s auth %s luks %s ns orders-prod key at /etc/drover/client.key plans /etc/drover/plans.pub "+
-		"in /secrets/worker.env id ops-2026-key name orders-db-creds flag disabled-for-now no-secret-here abc1234", key, token, userKey, auth, pass)
+		"in /secrets/worker.env id ops-2026-key name orders-db-creds flag disabled-for-now no-secret-here abc1234 "+
+		"cwd /srv/drover/worker/hooks was /home/drover mysql %s-db", key, token, userKey, auth, pass, pass)
 	want := "api [redacted] token [redacted] ceph [redacted] auth [redacted] luks [redacted] ns orders-prod key at /etc/drover/client.key plans /etc/drover/plans.pub " +
-		"in /secrets/worker.env id ops-2026-key name orders-db-creds flag disabled-for-now no-secret-here abc1234"
+		"in /secrets/worker.env id ops-2026-key name orders-db-creds flag disabled-for-now no-secret-here abc1234 " +
+		"cwd /srv/drover/worker/hooks was /home/drover mysql [redacted]"
 	if got := activities.RedactResolved(in); got != want {
 		t.Fatalf("redacted:\n%s\nwant:\n%s", got, want)
 	}

@@ -415,6 +415,14 @@ policy:
 		}
 	}
 	c.want(2, `refused: no step "nothing" in this action`, "resolve", "shop", "--skip", "--step", "nothing", "--yes")
+	// Followed through a pipe, the action is logged to its end, also
+	// after the resolve.
+	piped := make(chan string, 1)
+	go func() {
+		code, out, errs := c.run("watch", "shop")
+		piped <- fmt.Sprintf("exit %d\n%s%s", code, out, errs)
+	}()
+	time.Sleep(time.Second) // the watch's first look: the paused step
 	var resolved map[string]string
 	c.ok(&resolved, "resolve", "shop", "--retry")
 	if resolved["step"] != "demote/east/db" { // the step's ID
@@ -423,6 +431,13 @@ policy:
 	c.ok(&o, "watch", "shop")
 	if o.Status != "completed" {
 		t.Fatalf("reprotect: %+v", o)
+	}
+	log := <-piped
+	paused := strings.Index(log, "paused    demote db on east")
+	done := strings.Index(log, "done      demote db on east")
+	resync := strings.LastIndex(log, "done      resync db on east")
+	if paused < 0 || done < paused || resync < done {
+		t.Errorf("the piped watch did not log the reprotect after the resolve:\n%s", log)
 	}
 
 	// Failback moves everything home with nothing lost.

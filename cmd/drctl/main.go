@@ -135,12 +135,24 @@ func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		code = exitInterrupted
 	}
 	if !errors.Is(err, errSilent) {
+		if app.output == "json" {
+			// A refusal is output too: a script reading stdout gets it
+			// as JSON; stderr keeps the line for whoever watches.
+			writeJSON(stdout, refusal{Error: err.Error(), ExitCode: code})
+		}
 		fmt.Fprintf(stderr, "drctl: %v\n", err)
 		if code == exitBadInput && xe == nil {
 			fmt.Fprintln(stderr, "see drctl --help")
 		}
 	}
 	return code
+}
+
+// refusal is what -o json prints when drctl refuses or fails without
+// other output: the message and the exit code.
+type refusal struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exitCode"`
 }
 
 // app is one invocation: its streams, flags and Temporal client.

@@ -156,3 +156,28 @@ func TestPlanValidateRefusesWhatCannotStart(t *testing.T) {
 		t.Fatalf("failover on a plan past the limit: exit %d\n%s", code, errs)
 	}
 }
+
+// TestJSONRefusals: with -o json, a refusal is JSON on stdout (its
+// message and exit code), whatever refused: a flag, a missing file, a
+// contradictory decision, an unreachable Temporal. stderr keeps the line.
+func TestJSONRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-o", "json", "list", "--nosuch"}, 2, "unknown flag: --nosuch"},
+		{[]string{"-o", "json", "plan", "show", "nosuch.yaml"}, 2, "nosuch.yaml"},
+		{[]string{"-o", "json", "--address", "127.0.0.1:1", "resolve", "shop", "--retry", "--skip"}, 2, "give exactly one of --retry, --skip or --abort"},
+		{[]string{"-o", "json", "--address", "127.0.0.1:1", "list"}, 3, "cannot reach Temporal"},
+	} {
+		code, out, errs := drctl(tc.args...)
+		var r struct {
+			Error    string
+			ExitCode int
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != tc.code || r.ExitCode != code || !strings.Contains(r.Error, tc.want) || !strings.Contains(errs, tc.want) {
+			t.Errorf("drctl %v: exit %d, stdout %q (%v), stderr %q; want exit %d and %q as JSON", tc.args, code, out, err, errs, tc.code, tc.want)
+		}
+	}
+}

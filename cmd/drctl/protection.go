@@ -10,18 +10,57 @@ import (
 	"github.com/drover-dr/drover/workflows"
 )
 
-// renderProtection writes what a plan's protection knows at now. The lag
-// grows from Protect's last look on (now minus the last sync known),
-// whether or not the primary answers, and a group past the plan's RPO
-// target is out of RPO by it; an unreachable primary gets a line of its
-// own, and a group the storage reports unhealthy shows why.
-func renderProtection(w io.Writer, ps *workflows.ProtectState, now time.Time) error {
-	lag := func(h workflows.GroupHealth) time.Duration {
-		if h.LastSync.IsZero() || h.Checked.IsZero() {
-			return h.Lag
-		}
-		return h.Lag + max(now.Sub(h.Checked), 0)
+// groupLag is a group's replication lag at now: now minus the last sync
+// known, whether or not the primary answers, so that it grows by the
+// wall clock while a site is down. Protect's Lag is the same difference
+// taken at its own last look (a poll, or a tick of its watch while a
+// poll round hangs, which leaves Checked at the last finished round): it
+// is used only while no sync is known.
+func groupLag(h workflows.GroupHealth, now time.Time) time.Duration {
+	if h.LastSync.IsZero() {
+		return h.Lag
 	}
+	return max(now.Sub(h.LastSync), 0)
+}
+
+// unreachableText says why the primary is taken as unreachable. Protect's
+// watch words it "has not answered a poll for" the time since the hung
+// round began, which restarts with every round: the time is counted here
+// from UnreachableSince, when the primary stopped answering.
+func unreachableText(ps *workflows.ProtectState, now time.Time) string {
+	why := oneLine(ps.Unreachable)
+	if strings.Contains(why, "has not answered a poll for") && !ps.UnreachableSince.IsZero() {
+		why = fmt.Sprintf("the storage of %s has not answered a poll for %v", ps.Primary, now.Sub(ps.UnreachableSince).Round(time.Second))
+	}
+	return why
+}
+
+// protectionAt is a copy of a protection's state as the text status
+// tells it at now, for status -o json: each group's lag is now minus its
+// last sync (groupLag) and out of RPO past the target, and the reason
+// the primary is unreachable counts from UnreachableSince.
+func protectionAt(ps *workflows.ProtectState, now time.Time) *workflows.ProtectState {
+	c := *ps
+	c.Groups = make(map[string]workflows.GroupHealth, len(ps.Groups))
+	for g, h := range ps.Groups {
+		h.Lag = groupLag(h, now)
+		h.OutOfRPO = h.OutOfRPO || (ps.RPOTarget > 0 && h.Lag > ps.RPOTarget)
+		c.OutOfRPO = c.OutOfRPO || h.OutOfRPO
+		c.Groups[g] = h
+	}
+	if c.Unreachable != "" {
+		c.Unreachable = unreachableText(ps, now)
+	}
+	return &c
+}
+
+// renderProtection writes what a plan's protection knows at now. The lag
+// grows from the last sync known (groupLag), whether or not the primary
+// answers, and a group past the plan's RPO target is out of RPO by it;
+// an unreachable primary gets a line of its own, and a group the storage
+// reports unhealthy shows why.
+func renderProtection(w io.Writer, ps *workflows.ProtectState, now time.Time) error {
+	lag := func(h workflows.GroupHealth) time.Duration { return groupLag(h, now) }
 	past := func(h workflows.GroupHealth) bool {
 		return h.OutOfRPO || (ps.RPOTarget > 0 && lag(h) > ps.RPOTarget)
 	}
@@ -42,7 +81,7 @@ func renderProtection(w io.Writer, ps *workflows.ProtectState, now time.Time) er
 		if !ps.UnreachableSince.IsZero() {
 			since = fmt.Sprintf(" since %s (%v)", ps.UnreachableSince.Local().Format(time.TimeOnly), now.Sub(ps.UnreachableSince).Round(time.Second))
 		}
-		fmt.Fprintf(w, "  PRIMARY %s UNREACHABLE%s: %s; the lag counts from the last sync known\n", ps.Primary, since, oneLine(ps.Unreachable))
+		fmt.Fprintf(w, "  PRIMARY %s UNREACHABLE%s: %s; the lag counts from the last sync known\n", ps.Primary, since, unreachableText(ps, now))
 	}
 	names := make([]string, 0, len(ps.Groups))
 	for g := range ps.Groups {

@@ -9,17 +9,19 @@ import (
 )
 
 // TestRenderProtectionDeadPrimary: a protection whose primary stopped
-// answering 25 s ago, against a 10 s target, with a last look 20 s old
-// that still saw a 5 s lag, reads as out of RPO with a 25 s lag, says
-// the primary is unreachable and since when, and a group in ERROR shows
-// the storage's reason.
+// answering 25 s ago (its last sync), against a 10 s target, as Protect's
+// watch leaves it while a poll round hangs: Lag aged to 24 s at its last
+// tick a second ago, Checked at the last finished round 20 s ago, and a
+// reason counting only the hung round (5 s). It reads as out of RPO with
+// a 25 s lag (not 24 + 20), says the primary has not answered for 25 s
+// and since when, and a group in ERROR shows the storage's reason.
 func TestRenderProtectionDeadPrimary(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 7, RPOTarget: 10 * time.Second,
 		Unreachable:      "the storage of east has not answered a poll for 5s",
 		UnreachableSince: now.Add(-25 * time.Second),
 		Groups: map[string]workflows.GroupHealth{
-			"db":   {LastSync: now.Add(-25 * time.Second), Checked: now.Add(-20 * time.Second), Lag: 5 * time.Second},
+			"db":   {LastSync: now.Add(-25 * time.Second), Checked: now.Add(-20 * time.Second), Lag: 24 * time.Second},
 			"logs": {LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second), Lag: time.Second, Status: "ERROR", Message: "image split-brain detected"},
 		}}
 	var b strings.Builder
@@ -28,10 +30,30 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 	}
 	out := b.String()
 	t.Log("\n" + out)
-	for _, want := range []string{"OUT OF RPO", "PRIMARY east UNREACHABLE since", "(25s)", "has not answered a poll"} {
+	for _, want := range []string{"OUT OF RPO", "PRIMARY east UNREACHABLE since", "(25s)", "the storage of east has not answered a poll for 25s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q", want)
 		}
+	}
+	if strings.Contains(out, "for 5s") {
+		t.Error("the time without an answer counts from the hung round, not from UnreachableSince")
+	}
+	// status -o json tells the same.
+	js := protectionAt(ps, now)
+	if js.Groups["db"].Lag != 25*time.Second || !js.Groups["db"].OutOfRPO || !js.OutOfRPO ||
+		js.Unreachable != "the storage of east has not answered a poll for 25s" {
+		t.Errorf("status -o json's protection: %+v", js)
+	}
+	if ps.Groups["db"].Lag != 24*time.Second {
+		t.Error("protectionAt changed the state it was given")
+	}
+	// Ten seconds later, the lag has grown by ten seconds.
+	b.Reset()
+	if err := renderProtection(&b, ps, now.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "  db     ") || !strings.Contains(b.String(), " 35s ") || !strings.Contains(b.String(), "for 35s") {
+		t.Errorf("ten seconds later:\n%s", b.String())
 	}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
@@ -45,5 +67,28 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 				t.Errorf("logs: %q; want ERROR and why", line)
 			}
 		}
+	}
+}
+
+// TestRecordLineAgesTheLag: the record keeps protection's lag as of its
+// last change (528 ms, within the target); while protection runs,
+// status shows now minus the last sync recorded (41 s), out of a 30 s
+// target, as the protection's own lines do.
+func TestRecordLineAgesTheLag(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	r := &workflows.PlanRecord{Plan: "shop", Primary: "east", Protection: &workflows.ProtectionEntry{
+		Primary: "east", Running: true, Enabled: true, LastSync: now.Add(-41 * time.Second), Lag: 528 * time.Millisecond, Checked: now.Add(-40 * time.Second)}}
+	var b strings.Builder
+	renderRecord(&b, r, 30*time.Second, now)
+	out := b.String()
+	t.Log("\n" + out)
+	if !strings.Contains(out, "lag 41s, OUT OF RPO (last sync ") {
+		t.Errorf("the record's protection line does not age the lag:\n%s", out)
+	}
+	r.Protection.Running = false
+	b.Reset()
+	renderRecord(&b, r, 30*time.Second, now)
+	if !strings.Contains(b.String(), "lag 528ms, within the RPO target (as of ") {
+		t.Errorf("a stopped protection's line is not the record's:\n%s", b.String())
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	"golang.org/x/term"
+	"golang.org/x/text/width"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -29,17 +31,36 @@ func (t *table) flush() error        { return t.tw.Flush() }
 
 // liveTable shows an action's steps as they change: on a terminal it
 // redraws the whole table in place; elsewhere (a log, a pipe) it prints
-// one line per step that changed state, so the output reads as a log.
+// one line per step that changed, so the output reads as a log.
+//
+// In place means: move the cursor up over the rows the last redraw
+// took and erase down. A line longer than the terminal is wide wraps
+// onto more rows than its one newline says, so the rows are counted at
+// the terminal's width; and rows that scrolled off the top of the screen
+// cannot be reached again, so a table taller than the screen is cut to
+// fit, with a line that says so.
 type liveTable struct {
-	w      io.Writer
-	on     bool // text output at all
-	tty    bool
-	drawn  int // lines of the last redraw
-	states map[string]string
+	w     io.Writer
+	on    bool // text output at all
+	tty   bool
+	drawn int // rows of the last redraw
+	// size is the terminal's width and height (a test sets it).
+	size func() (width, height int)
+	// seen is what the log last said of each step: its state and tries.
+	seen map[string]string
 }
 
 func newLiveTable(w io.Writer, on bool) *liveTable {
-	return &liveTable{w: w, on: on, tty: isTerminal(w), states: map[string]string{}}
+	l := &liveTable{w: w, on: on, tty: isTerminal(w), seen: map[string]string{}}
+	l.size = func() (int, int) {
+		if f, ok := w.(*os.File); ok {
+			if width, height, err := term.GetSize(int(f.Fd())); err == nil {
+				return width, height
+			}
+		}
+		return 80, 24
+	}
+	return l
 }
 
 // isTerminal: w is a terminal, so the live table redraws in place.
@@ -48,35 +69,160 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// rows is how many rows of a terminal width columns wide a line without
+// its newline takes: at least one, one more for each width it passes.
+func rows(line string, width int) int {
+	n := columns(line)
+	if width <= 0 || n <= width {
+		return 1
+	}
+	return (n + width - 1) / width
+}
+
+// columns is how many terminal columns text takes: two for a wide East
+// Asian character, one for any other.
+func columns(text string) int {
+	n := 0
+	for _, r := range text {
+		switch width.LookupRune(r).Kind() {
+		case width.EastAsianWide, width.EastAsianFullwidth:
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// fit cuts a step table to at most height-1 rows of the terminal (the
+// cursor's row stays free, so a redraw can reach every row it drew) and
+// returns its text with the rows it takes. What it leaves out are whole
+// steps: the header and the hints below the table (how to resolve a
+// paused step) stay, and the steps shown start at the first one not
+// done yet, then go back to earlier ones while there is room. A line
+// says how many steps were left out.
+func fit(t stepsText, width, height int) (string, int) {
+	count := func(ls []string) int {
+		n := 0
+		for _, ln := range ls {
+			n += rows(ln, width)
+		}
+		return n
+	}
+	text := t.String()
+	total := count(strings.Split(strings.TrimSuffix(text, "\n"), "\n"))
+	limit := height - 1
+	if height <= 2 || total <= limit {
+		return text, total
+	}
+	budget := limit - count(t.head) - count(t.tail) - 1
+	from := slices.IndexFunc(t.steps, func(s stepRows) bool {
+		return s.state != workflows.StateDone && s.state != workflows.StateSkipped
+	})
+	from = max(from, 0)
+	to, used := from, 0
+	steps := slices.Clone(t.steps)
+	if from < len(steps) && count(steps[from].lines) > budget {
+		// The first step not done yet comes first: what of its note fits
+		// (a paused step's error is whole in the hints below).
+		s := steps[from]
+		s.lines = s.lines[:1]
+		for _, ln := range t.steps[from].lines[1:] {
+			if count(s.lines)+rows(ln, width) > budget {
+				break
+			}
+			s.lines = append(s.lines, ln)
+		}
+		steps[from] = s
+	}
+	for to < len(steps) && used+count(steps[to].lines) <= budget {
+		used += count(t.steps[to].lines)
+		to++
+	}
+	for from > 0 && used+count(steps[from-1].lines) <= budget {
+		from--
+		used += count(steps[from].lines)
+	}
+	cut := stepsText{head: t.head, steps: slices.Clone(steps[from:to]), tail: t.tail}
+	cut.steps = append(cut.steps, stepRows{lines: []string{cutMark(len(t.steps)-(to-from), width)}})
+	if budget < 0 {
+		// Not even the header and the hints fit: the first rows that do.
+		var out []string
+		used := 0
+		for _, ln := range strings.Split(strings.TrimSuffix(cut.String(), "\n"), "\n") {
+			if used+rows(ln, width) > limit-1 {
+				break
+			}
+			out = append(out, ln)
+			used += rows(ln, width)
+		}
+		out = append(out, cutMark(len(t.steps), width))
+		return strings.Join(out, "\n") + "\n", used + 1
+	}
+	text = cut.String()
+	return text, count(strings.Split(strings.TrimSuffix(text, "\n"), "\n"))
+}
+
+// cutMark says that n steps of the table were left out, within width.
+func cutMark(n int, width int) string {
+	mark := fmt.Sprintf("  … %d more %s: a taller terminal, or drctl status, shows them all", n, plural(n, "step", "steps"))
+	if r := []rune(mark); width > 0 && len(r) > width {
+		mark = string(r[:width])
+	}
+	return mark
+}
+
+// clear erases the last redraw: the cursor goes to the start of its
+// first row, and everything from there down is erased.
+func (l *liveTable) clear() {
+	if l.drawn > 0 {
+		fmt.Fprintf(l.w, "\r\x1b[%dA\x1b[J", l.drawn)
+		l.drawn = 0
+	}
+}
+
 // show renders the latest progress.
 func (l *liveTable) show(p *workflows.Progress, id string) {
 	if !l.on || p == nil {
 		return
 	}
 	if l.tty {
-		var b bytes.Buffer
-		renderSteps(&b, p, id)
-		if l.drawn > 0 {
-			fmt.Fprintf(l.w, "\x1b[%dA\x1b[J", l.drawn)
-		}
-		l.drawn = bytes.Count(b.Bytes(), []byte("\n"))
-		l.w.Write(b.Bytes())
+		width, height := l.size()
+		text, n := fit(stepTable(p, id, width), width, height)
+		l.clear()
+		io.WriteString(l.w, text)
+		l.drawn = n
 		return
 	}
+	l.log(p, id)
+}
+
+// log prints a line for each step that changed since the last look.
+func (l *liveTable) log(p *workflows.Progress, id string) {
 	for _, s := range p.Steps {
-		if l.states[s.Name] == s.State {
+		// A retry the operator asked for (drctl resolve) can pause the
+		// step again between two looks: its tries tell the change.
+		now := fmt.Sprintf("%s %d %s", s.State, tries(s), s.By)
+		if l.seen[s.Key()] == now {
 			continue
 		}
-		l.states[s.Name] = s.State
+		l.seen[s.Key()] = now
 		if s.State == workflows.StatePending {
 			continue
 		}
 		note := stepNote(s)
+		if s.By != "" {
+			note = strings.TrimSpace(note + " (by " + s.By + ")")
+		}
 		if s.State == workflows.StatePaused {
-			note += fmt.Sprintf(" — decide with: drctl resolve %s --retry|--skip|--abort", id)
+			skip := "--skip"
+			if s.Guard {
+				skip += " --override"
+			}
+			note += fmt.Sprintf(" — decide with: drctl resolve %s --retry|%s|--abort", runArg(id), skip)
 		}
 		if s.State == workflows.StateWaiting {
-			note += fmt.Sprintf(" — open it with: drctl approve %s", id)
+			note += fmt.Sprintf(" — open it with: drctl approve %s", runArg(id))
 		}
 		fmt.Fprintf(l.w, "%s  %-8s  %s  %s\n", stepTime(s).Local().Format("15:04:05.000"), shortState(s.State), s.Name, note)
 	}
@@ -88,10 +234,12 @@ func (l *liveTable) final(p *workflows.Progress, id string) {
 	if !l.on || p == nil {
 		return
 	}
-	if l.tty && l.drawn > 0 {
-		fmt.Fprintf(l.w, "\x1b[%dA\x1b[J", l.drawn)
-		l.drawn = 0
-	} else if len(l.states) > 0 {
+	if l.tty {
+		l.clear()
+	} else if len(l.seen) > 0 {
+		// What changed since the last look (the steps that ran as the
+		// action ended) is logged too, then the whole table.
+		l.log(p, id)
 		fmt.Fprintln(l.w)
 	}
 	renderSteps(l.w, p, id)
@@ -117,14 +265,15 @@ func stepTime(s *workflows.Step) time.Time {
 	return time.Now()
 }
 
-// noteWidth bounds a note in the step table.
-const noteWidth = 100
+// noteWidth is where the step table wraps a note: a long note (an
+// error's whole text) goes on in the NOTE column on the lines below.
+const noteWidth = 60
 
 // stepNote is what a step's line says: the last error of a step that is
 // failing (running again, paused, failed, aborted), else its note (what
-// a running step is doing), else its output, on
-// one line and cut at a word. A step that ended well shows its output:
-// an error an earlier attempt met is history, not its note.
+// a running step is doing), else its output, whole, on one line. A step
+// that ended well shows its output: an error an earlier attempt met is
+// history, not its note.
 func stepNote(s *workflows.Step) string {
 	note := s.Output
 	switch s.State {
@@ -140,27 +289,78 @@ func stepNote(s *workflows.Step) string {
 			note = fmt.Sprintf("retrying (%d failed): %s", s.Retries, s.LastError)
 		}
 	}
-	return clip(strings.Join(strings.Fields(note), " "), noteWidth)
+	return oneLine(note)
 }
 
-// clip shortens text to at most n bytes, at a word boundary, marking the
-// cut with an ellipsis.
-func clip(text string, n int) string {
-	if len(text) <= n {
-		return text
-	}
-	cut := strings.LastIndexByte(text[:n-1], ' ')
-	if cut < n/2 {
-		cut = n - 1
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
+// tries is how many times a step's work was tried: each run of the step
+// (the first, and each operator's retry) is one try, and each failed
+// call the step tried again within a run is one more.
+func tries(s *workflows.Step) int { return s.Attempts + s.Retries }
+
+// wrap cuts text into lines of at most n characters, at spaces where it
+// can, in the middle of a word longer than a line.
+func wrap(text string, n int) []string {
+	var lines []string
+	for utf8.RuneCountInString(text) > n {
+		r := []rune(text)
+		cut := strings.LastIndexByte(string(r[:n+1]), ' ')
+		rest := ""
+		if cut <= 0 {
+			cut = len(string(r[:n]))
+			rest = text[cut:]
+		} else {
+			rest = text[cut+1:]
 		}
+		lines = append(lines, strings.TrimRight(text[:cut], " "))
+		text = strings.TrimLeft(rest, " ")
 	}
-	return strings.TrimRight(text[:cut], " ,;:") + "…"
+	return append(lines, text)
 }
 
 // renderSteps writes the step table of an action.
 func renderSteps(w io.Writer, p *workflows.Progress, id string) {
+	io.WriteString(w, stepTable(p, id, 0).String())
+}
+
+// stepsText is a step table in lines: the header, each step's rows (its
+// line and the lines its note wraps onto), and the hints below.
+type stepsText struct {
+	head  []string
+	steps []stepRows
+	tail  []string
+}
+
+type stepRows struct {
+	state string
+	lines []string
+}
+
+func (t stepsText) String() string {
+	var b strings.Builder
+	for _, ln := range t.head {
+		b.WriteString(ln + "\n")
+	}
+	for _, s := range t.steps {
+		for _, ln := range s.lines {
+			b.WriteString(ln + "\n")
+		}
+	}
+	for _, ln := range t.tail {
+		b.WriteString(ln + "\n")
+	}
+	return b.String()
+}
+
+// noteIndent starts the note lines of a narrow table.
+const noteIndent = "        "
+
+// stepTable lays out the step table for a terminal width columns wide
+// (0: not known). Notes wrap at noteWidth in the NOTE column; when the
+// columns before it leave too little of the width for that, each note
+// goes on the lines below its step instead, wrapped at the width, so a
+// line wraps only where the table wraps it.
+func stepTable(p *workflows.Progress, id string, width int) stepsText {
+	var t stepsText
 	counts := map[string]int{}
 	for _, s := range p.Steps {
 		counts[s.State]++
@@ -169,11 +369,12 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 	if workflows.IsSiteAction(p.Action) {
 		of = "site " + strings.TrimPrefix(p.Plan, "site-")
 	}
-	fmt.Fprintf(w, "%s of %s: %s — %d/%d steps done\n", p.Action, of, p.State, counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps))
+	t.head = append(t.head, fmt.Sprintf("%s of %s: %s — %d/%d steps done", p.Action, of, p.State, counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps)))
 	if p.By != "" || p.Trust != "" {
-		fmt.Fprintf(w, "  started by %s; %s\n", orUnknown(p.By), orUnknown(p.Trust))
+		t.head = append(t.head, fmt.Sprintf("  started by %s; %s", orUnknown(p.By), orUnknown(p.Trust)))
 	}
-	t := newTable(w, "  STATE", "STEP", "TRIES", "TOOK", "NOTE")
+	type row struct{ cells, note []string }
+	var rs []row
 	for _, s := range p.Steps {
 		took := ""
 		switch {
@@ -186,28 +387,99 @@ func renderSteps(w io.Writer, p *workflows.Progress, id string) {
 		if s.By != "" {
 			note = strings.TrimSpace(note + " (by " + s.By + ")")
 		}
-		t.row("  "+shortState(s.State), s.Name, fmt.Sprint(s.Attempts), took, note)
+		rs = append(rs, row{cells: []string{"  " + shortState(s.State), s.Name, fmt.Sprint(tries(s)), took}, note: []string{note}})
 	}
-	t.flush()
+	// The columns before NOTE do not depend on the notes: lay them out
+	// once to learn where NOTE begins.
+	lay := func(notes bool) []string {
+		var b bytes.Buffer
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		title := "  STATE\tSTEP\tTRIES\tTOOK"
+		if notes {
+			title += "\tNOTE"
+		}
+		fmt.Fprintln(tw, title)
+		for _, r := range rs {
+			if !notes {
+				fmt.Fprintln(tw, strings.Join(r.cells, "\t"))
+				continue
+			}
+			fmt.Fprintln(tw, strings.Join(r.cells, "\t")+"\t"+r.note[0])
+			for _, more := range r.note[1:] {
+				fmt.Fprintln(tw, "\t\t\t\t"+more)
+			}
+		}
+		tw.Flush()
+		return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	}
+	first := lay(true)
+	col := utf8.RuneCountInString(first[0][:strings.Index(first[0], "NOTE")])
+	narrow := width > 0 && width-col < 40
+	at := noteWidth
+	switch {
+	case narrow:
+		at = max(width-len(noteIndent), 20)
+	case width > 0:
+		at = min(width-col, noteWidth)
+	}
+	for i := range rs {
+		rs[i].note = wrap(rs[i].note[0], at)
+	}
+	var lines []string
+	if narrow {
+		lines = lay(false)
+	} else {
+		lines = lay(true)
+	}
+	t.head = append(t.head, lines[0])
+	lines = lines[1:]
+	for i, s := range p.Steps {
+		sr := stepRows{state: s.State}
+		if narrow {
+			sr.lines = append(sr.lines, lines[0])
+			lines = lines[1:]
+			for _, n := range rs[i].note {
+				if n != "" {
+					sr.lines = append(sr.lines, noteIndent+n)
+				}
+			}
+		} else {
+			sr.lines, lines = lines[:len(rs[i].note)], lines[len(rs[i].note):]
+		}
+		t.steps = append(t.steps, sr)
+	}
 	plan := runArg(id)
 	for _, s := range p.Steps {
 		if s.State != workflows.StatePaused {
 			continue
 		}
-		fmt.Fprintf(w, "paused for the operator: step %q after %d %s\n  error: %s\n", s.Name, s.Attempts, plural(s.Attempts, "try", "tries"), strings.Join(strings.Fields(s.LastError), " "))
+		n := tries(s)
+		t.tail = append(t.tail, fmt.Sprintf("paused for the operator: step %q after %d %s", s.Name, n, plural(n, "try", "tries")),
+			"  error: "+oneLine(s.LastError))
 		step := ""
 		if len(stepsIn(p, workflows.StatePaused)) > 1 {
 			step = " --step " + s.Key()
 		}
-		fmt.Fprintf(w, "  next: drctl resolve %s%s --retry (run it again), --skip (go on without it) or --abort (end the action)\n", plan, step)
+		t.tail = append(t.tail, fmt.Sprintf("  next: drctl resolve %s%s --retry (run it again), %s or --abort (end the action)", plan, step, skipHint(s)))
 	}
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
 		names := make([]string, len(waiting))
 		for i, s := range waiting {
 			names[i] = s.Name
 		}
-		fmt.Fprintf(w, "waiting for approval: %q — open it with drctl approve %s\n", names, plan)
+		t.tail = append(t.tail, fmt.Sprintf("waiting for approval: %q — open it with drctl approve %s", names, plan))
 	}
+	return t
+}
+
+// skipHint is how the operator goes on without a paused step: a step
+// later steps rely on (a fence) is skipped only with --override, which
+// says so.
+func skipHint(s *workflows.Step) string {
+	if s.Guard {
+		return "--skip --override (go on without it, although later steps rely on it)"
+	}
+	return "--skip (go on without it)"
 }
 
 func orUnknown(s string) string {

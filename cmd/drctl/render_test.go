@@ -88,7 +88,7 @@ func TestHintsNameTheRun(t *testing.T) {
 }
 
 // TestStepNote: a done step's note is its output, never an earlier
-// attempt's error; a long note is cut at a word, not in one.
+// attempt's error; a long note is kept whole.
 func TestStepNote(t *testing.T) {
 	done := &workflows.Step{State: workflows.StateDone, LastError: "old error", Output: "promoted"}
 	if got := stepNote(done); got != "promoted" {
@@ -98,10 +98,86 @@ func TestStepNote(t *testing.T) {
 	if got := stepNote(retrying); got != "UNAVAILABLE" {
 		t.Errorf("running step note %q, want its last error", got)
 	}
-	long := &workflows.Step{State: workflows.StatePaused, LastError: strings.Repeat("abcdefghi ", 20)}
-	got := stepNote(long)
-	if len(got) > noteWidth+len("…") || !strings.HasSuffix(got, "abcdefghi…") {
+	long := &workflows.Step{State: workflows.StatePaused, LastError: strings.Repeat("abcdefghi ", 20) + "the end"}
+	if got := stepNote(long); got != strings.Repeat("abcdefghi ", 20)+"the end" {
 		t.Errorf("long note cut as %q", got)
+	}
+}
+
+// longError is a storage error longer than any column: its end says
+// what the operator needs.
+const longError = "PromoteVolume of vg-1 on west: UNAVAILABLE: connection error: desc = " +
+	"transport: error while dialing: dial tcp 10.0.0.7:9070: connect: connection refused; " +
+	"the storage of west did not answer within 5s: check that its CSI-Addons sidecar runs (the-last-words)"
+
+// TestStepTableShowsTriesAndTheWholeError: a step whose call failed six
+// times and runs again shows 7 tries, in the table and in the pause
+// line, and its last error whole, wrapped in the NOTE column, not cut.
+func TestStepTableShowsTriesAndTheWholeError(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	p := &workflows.Progress{Action: "failover", Plan: "shop", State: workflows.StateRunning, Start: t0, Steps: []*workflows.Step{
+		{ID: "promote/west/db", Name: "promote db on west", State: workflows.StateRunning, Attempts: 1, Retries: 6, Start: t0, LastError: longError},
+		{ID: "fence/east", Name: "fence east", State: workflows.StatePaused, Attempts: 2, Retries: 3, Start: t0, LastError: longError, Guard: true},
+	}}
+	var b bytes.Buffer
+	renderSteps(&b, p, workflows.ActionID("shop"))
+	out := b.String()
+	t.Logf("\n%s", out)
+	var notes []string
+	tries := map[string]string{}
+	col := -1
+	for _, line := range strings.Split(out, "\n") {
+		if i := strings.Index(line, "NOTE"); col < 0 && i >= 0 {
+			col = i
+			continue
+		}
+		if col < 0 || len(line) <= col {
+			continue
+		}
+		if strings.HasPrefix(line, "paused for") {
+			break
+		}
+		if f := strings.Fields(line[:col]); len(f) > 4 {
+			tries[strings.Join(f[1:len(f)-2], " ")] = f[len(f)-2]
+		}
+		notes = append(notes, line[col:])
+	}
+	if tries["promote db on west"] != "7" || tries["fence east"] != "5" {
+		t.Errorf("tries %v, want 7 for the running promotion and 5 for the paused fence", tries)
+	}
+	if got := strings.Join(strings.Fields(strings.Join(notes, " ")), " "); !strings.Contains(got, "retrying (6 failed): "+longError) {
+		t.Errorf("the NOTE column does not hold the whole error:\n%s", got)
+	}
+	for _, n := range notes {
+		if len(n) > noteWidth+len("…") || strings.Contains(n, "…") {
+			t.Errorf("a note line of %d characters, or cut: %q", len(n), n)
+		}
+	}
+	for _, want := range []string{
+		`paused for the operator: step "fence east" after 5 tries`,
+		"error: " + longError,
+		"next: drctl resolve shop --retry (run it again), --skip --override",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the step table lacks %q", want)
+		}
+	}
+}
+
+// TestStreamedPauseOffersWhatResolveTakes: piped, a paused guard step
+// (a fence) offers --skip --override, which resolve needs to skip it.
+func TestStreamedPauseOffersWhatResolveTakes(t *testing.T) {
+	var b bytes.Buffer
+	l := newLiveTable(&b, true)
+	p := &workflows.Progress{Action: "failover", Plan: "shop", State: workflows.StateRunning, Steps: []*workflows.Step{
+		{ID: "fence/east", Name: "fence east", State: workflows.StatePaused, Attempts: 1, LastError: "INVALID_ARGUMENT", Guard: true},
+		{ID: "stop/east", Name: "stop on east", State: workflows.StatePaused, Attempts: 1, LastError: "exit 1"},
+	}}
+	l.show(p, workflows.ActionID("shop"))
+	out := b.String()
+	if !strings.Contains(out, "fence east  INVALID_ARGUMENT — decide with: drctl resolve shop --retry|--skip --override|--abort") ||
+		!strings.Contains(out, "stop on east  exit 1 — decide with: drctl resolve shop --retry|--skip|--abort") {
+		t.Errorf("the pause hints:\n%s", out)
 	}
 }
 

@@ -746,6 +746,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	}
 	drift := st.Verify != nil && len(st.Verify.Drift) > 0
 	if a.json() {
+		if st.Protection != nil {
+			st.Protection = protectionAt(st.Protection, time.Now())
+		}
 		writeJSON(a.stdout, st)
 		if drift {
 			return silent(exitFailed)
@@ -754,7 +757,11 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	}
 	fmt.Fprintf(a.stdout, "plan %s\n", name)
 	if r := st.Record; r != nil {
-		renderRecord(a.stdout, r)
+		var target time.Duration
+		if st.Protection != nil {
+			target = st.Protection.RPOTarget
+		}
+		renderRecord(a.stdout, r, target, time.Now())
 	}
 	if v := st.Verify; v != nil {
 		fmt.Fprintf(a.stdout, "\nverified against storage: %s\n", strings.Join(v.Checked, "; "))
@@ -785,8 +792,12 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	return nil
 }
 
-// renderRecord writes what the plan's record holds.
-func renderRecord(w io.Writer, r *workflows.PlanRecord) {
+// renderRecord writes what the plan's record holds. The record keeps
+// protection's lag as of its last change; while protection runs, the lag
+// shown is now minus the last sync recorded, judged against the plan's
+// RPO target when it is known (0: not known), as the protection's own
+// lines count it.
+func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, now time.Time) {
 	primary := r.Primary
 	if primary == "" {
 		primary = "not known yet"
@@ -813,12 +824,17 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord) {
 		if pr.Running {
 			state = "running"
 		}
+		lag, asOf := pr.Lag, fmt.Sprintf("as of %s", pr.Checked.Local().Format(time.DateTime))
+		if pr.Running && !pr.LastSync.IsZero() {
+			lag = max(now.Sub(pr.LastSync), 0)
+			asOf = fmt.Sprintf("last sync %s", pr.LastSync.Local().Format(time.DateTime))
+		}
 		rpo := "within the RPO target"
-		if pr.OutOfRPO {
+		if pr.OutOfRPO || (pr.Running && target > 0 && lag > target) {
 			rpo = "OUT OF RPO"
 		}
-		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %v, %s (as of %s)\n", state, pr.Primary, pr.Enabled,
-			pr.Lag.Round(time.Millisecond), rpo, pr.Checked.Local().Format(time.DateTime))
+		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %v, %s (%s)\n", state, pr.Primary, pr.Enabled,
+			lag.Round(time.Millisecond), rpo, asOf)
 	}
 }
 

@@ -36,7 +36,7 @@ import (
 var uiHTML string
 
 var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
-	"stamp": stamp, "dur": dur, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
+	"stamp": stamp, "dur": dur, "tries": tries, "note": stepNote, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
 	"esc": url.PathEscape,
 }).Parse(uiHTML))
 
@@ -197,23 +197,23 @@ func (d *dashboard) protections(ctx context.Context) ([]planView, error) {
 			continue
 		}
 		pv.Primary, pv.RPO = ps.Primary, ps.RPOTarget
-		if ps.Unreachable != "" {
-			pv.Note = "primary unreachable: " + ps.Unreachable
-		}
 		now := time.Now()
+		if ps.Unreachable != "" {
+			pv.Note = "primary unreachable: " + unreachableText(ps, now)
+		}
 		d.mu.Lock()
 		for _, g := range slices.Sorted(mapKeys(ps.Groups)) {
 			h := ps.Groups[g]
 			k := x.Plan + "/" + g
 			pts := d.lag[k]
 			if n := len(pts); n == 0 || now.Sub(pts[n-1].At) >= d.every/2 {
-				pts = append(pts, lagPoint{At: now, Lag: h.Lag})
+				pts = append(pts, lagPoint{At: now, Lag: groupLag(h, now)})
 			}
 			if len(pts) > lagHistory {
 				pts = pts[len(pts)-lagHistory:]
 			}
 			d.lag[k] = pts
-			pv.Groups = append(pv.Groups, groupView{Name: g, Lag: h.Lag, OutOfRPO: h.OutOfRPO, LastSync: h.LastSync, Chart: lagChart(pts, ps.RPOTarget)})
+			pv.Groups = append(pv.Groups, groupView{Name: g, Lag: groupLag(h, now), OutOfRPO: h.OutOfRPO || (ps.RPOTarget > 0 && groupLag(h, now) > ps.RPOTarget), LastSync: h.LastSync, Chart: lagChart(pts, ps.RPOTarget)})
 		}
 		d.mu.Unlock()
 		out = append(out, pv)

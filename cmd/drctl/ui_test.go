@@ -16,6 +16,7 @@ import (
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/freeport"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -91,11 +92,26 @@ func stateOf(id string) string {
 	return fmt.Sprintf(`(function(){var c=document.querySelector('tr[data-step="%s"] td.state');return c?c.textContent:"";})()`, id)
 }
 
+// noteOf and triesOf are the note and tries cells of a step on the page.
+func noteOf(id string) string {
+	return fmt.Sprintf(`(function(){var c=document.querySelector('tr[data-step="%s"] td.note');return c?c.textContent:"";})()`, id)
+}
+
+func triesOf(id string) string {
+	return fmt.Sprintf(`(function(){var c=document.querySelector('tr[data-step="%s"] td.tries');return c?c.textContent:"";})()`, id)
+}
+
+// dashboardError is a storage error longer than the 100 characters the
+// step table once cut notes at, its cause at the end.
+const dashboardError = "the replication daemon of west is restarting after an upgrade and refuses promotions until it has " +
+	"reloaded its peers; retry in a few seconds (cause: rbd-mirror restart)"
+
 // TestDashboard: drctl ui in a real browser. The overview shows the plan
 // protected from east with its group's lag and a lag chart; during a
 // failover that waits for approval, the action's page shows the gate
 // waiting, and once drctl approve opens it the same page, without a
-// reload, shows the promotion done and the action completed. The
+// reload, shows the promotion retrying with its whole error, then done
+// after 16 tries, and the action completed. The
 // overview then lists the action with a report that renders. Requests
 // for another host name, and writes, are refused.
 func TestDashboard(t *testing.T) {
@@ -139,12 +155,26 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("the promotion's state on the page before the approval: %q", s)
 	}
 	screenshot(t, ctx, "dashboard-action.png")
+	// The promotion fails 15 times with an error longer than a line (3 s
+	// of retries at the plan's 50-200 ms back-off, more than the page's
+	// refresh), then goes through: while it retries the page shows the
+	// error whole, and its tries count every call (16), not the step's
+	// one run.
+	if err := st.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Count: 15, Message: dashboardError}}); err != nil {
+		t.Fatal(err)
+	}
 	c.ok(nil, "--by", "auditor@example", "approve", "shop", "--yes")
 	// The page updates itself: no navigation from here.
+	simtest.Eventually(t, 30*time.Second, "the page to show the promotion retrying with its whole error", func() bool {
+		return strings.Contains(text(t, ctx, noteOf("promote/west/data")), dashboardError)
+	})
 	simtest.Eventually(t, 30*time.Second, "the page to show the promotion done", func() bool {
 		return text(t, ctx, stateOf("promote/west/data")) == workflows.StateDone &&
 			text(t, ctx, `document.getElementById("steps").dataset.status`) == "completed"
 	})
+	if n := text(t, ctx, triesOf("promote/west/data")); n != "16" {
+		t.Errorf("the promotion's tries on the page: %q, want 16 (15 failed calls and the one that went through)", n)
+	}
 	if s := text(t, ctx, `document.getElementById("live").textContent`); !strings.Contains(s, "ended") {
 		t.Fatalf("the page still says %q", s)
 	}

@@ -23,10 +23,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/drover-dr/drover/internal/stack"
+	"github.com/drover-dr/drover/plans"
 )
 
 const usage = `usage: drover-stack demo|up|down|write [flags]   (drover-stack CMD -h for flags)
@@ -84,10 +86,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.Layout, err = stack.Free()
 		if err == nil {
 			_ = os.RemoveAll(abs) // a demo starts from nothing
-			_, err = stack.Demo(ctx, o, filepath.Join(*bin, "drctl"))
+			var res *stack.DemoResult
+			if res, err = stack.Demo(ctx, o, filepath.Join(*bin, "drctl")); err == nil {
+				fmt.Fprintf(stdout, "\ndemo: SUCCESS — failover, reprotect and failback of plan %q completed, no write lost in the failback, invariants hold, nothing left running\n", res.Plan)
+			}
 		}
 		if err == nil {
-			fmt.Fprintln(stdout, "\ndemo: SUCCESS — failover, reprotect and failback of plan \"demo\" completed, no write lost in the failback, invariants hold, nothing left running")
 			return 0
 		}
 	case "up":
@@ -145,20 +149,73 @@ func up(ctx context.Context, o stack.Options, exe string, freePorts bool) error 
 			return err
 		}
 	}
-	fmt.Fprintf(o.Out, `
-The stack is up; make down stops it. Logs and state are in %s.
+	return upNotes(o.Out, o, st.PlanFile, exe)
+}
+
+// upNotes says how to use the stack up started: how to stop it (make
+// down stops only the default run directory), where it is, and the
+// commands to try with its plan, by the plan's name and site names.
+func upNotes(out io.Writer, o stack.Options, planFile, exe string) error {
+	p, err := plans.Load(planFile)
+	if err != nil {
+		return fmt.Errorf("the stack's plan: %w", err)
+	}
+	// The plan's site for each of the stack's: the one naming its
+	// endpoint; the first site is the primary.
+	site := make([]string, len(o.Layout.Sites))
+	for i, l := range o.Layout.Sites {
+		site[i] = l.Name
+		for _, s := range p.Sites {
+			if s.Storage.Endpoint == l.GRPC {
+				site[i] = s.Name
+			}
+		}
+	}
+	// make down stops the stack of the default directory, from where
+	// the Makefile is.
+	stop := shortPath(exe) + " down -dir " + shortPath(o.Dir)
+	if _, err := os.Stat("Makefile"); err == nil && o.Dir == absOr(".run/stack") {
+		stop = "make down"
+	}
+	drctl := shortPath(filepath.Join(o.Bin, "drctl"))
+	plan := shortPath(planFile)
+	_, err = fmt.Fprintf(out, `
+The stack is up; %s stops it. Logs and state are in %s.
   Temporal UI   http://%s
   metrics       http://%s/metrics
-  the plan      %s (the same sites as plans/examples/demo.yaml)
+  the plan      %s (%s with this stack's endpoints)
 Try:
-  export TEMPORAL_ADDRESS=%[6]s
-  bin/drctl protect start %[4]s
-  bin/drctl status demo
-  bin/drctl drill %[4]s --to west --wait
-  curl -X POST http://%[5]s/v1/down      # lose east
-  bin/drctl failover %[4]s --to west --wait
-`, o.Dir, o.Layout.UI, o.Layout.Metrics, st.PlanFile, o.Layout.Sites[0].Control, o.Layout.Temporal)
-	return nil
+  export TEMPORAL_ADDRESS=%[7]s
+  %[8]s protect start %[5]s
+  %[8]s status %[9]s
+  %[8]s drill %[5]s --to %[10]s --wait
+  curl -X POST http://%[11]s/v1/down      # lose %[12]s
+  %[8]s failover %[5]s --to %[10]s --wait
+`, stop, shortPath(o.Dir), o.Layout.UI, o.Layout.Metrics, plan, shortPath(o.Plan), o.Layout.Temporal,
+		drctl, p.Metadata.Name, site[1], o.Layout.Sites[0].Control, site[0])
+	return err
+}
+
+// absOr is path made absolute, or path when it cannot be.
+func absOr(path string) string {
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
+}
+
+// shortPath is path relative to the working directory when it lies
+// under it, else as it is.
+func shortPath(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, absOr(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return path
+	}
+	return rel
 }
 
 // write runs one site's application until interrupted, reporting its

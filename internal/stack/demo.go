@@ -14,12 +14,15 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
 
 // DemoResult is what a demo achieved.
 type DemoResult struct {
+	// Plan is the name of the plan the demo ran.
+	Plan     string
 	RTO      time.Duration
 	RPO      time.Duration
 	RPOKnown bool
@@ -71,6 +74,11 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	plan := st.PlanFile
+	p, err := plans.Load(plan)
+	if err != nil {
+		return nil, fmt.Errorf("the demo plan: %w", err)
+	}
+	name := p.Metadata.Name
 	run := func(args ...string) error {
 		fmt.Fprintf(out, "\n$ drctl %s\n", strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, drctl, args...)
@@ -107,12 +115,12 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	if err := st.waitFor(ctx, time.Minute, "protection to record a sync of every group", func() bool {
-		ps, err := workflows.ReadProtect(ctx, c, "demo")
+		ps, err := workflows.ReadProtect(ctx, c, name)
 		return err == nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero() && writers[east.Name].Counts().Acked >= 20
 	}); err != nil {
 		return nil, err
 	}
-	if err := run("status", "demo"); err != nil {
+	if err := run("status", name); err != nil {
 		return nil, err
 	}
 	section("rehearse first: a drill checks everything and changes nothing")
@@ -121,7 +129,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	}
 
 	section("a test recovery at %s: the workloads on copies of its replicas, while replication carries on", west.Name)
-	test, err := demoTestRecovery(ctx, st, c, run, west)
+	test, err := demoTestRecovery(ctx, st, c, run, name, west)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +143,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return nil, err
 	}
 	var fo workflows.FailoverResult
-	if err := c.GetWorkflow(ctx, workflows.ActionID("demo"), "").Get(ctx, &fo); err != nil {
+	if err := c.GetWorkflow(ctx, workflows.ActionID(name), "").Get(ctx, &fo); err != nil {
 		return nil, err
 	}
 	before := writers[west.Name].Counts().Acked
@@ -165,7 +173,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	stopWriters()
 	wg.Wait()
 
-	res = &DemoResult{RTO: fo.RTO, RPO: fo.RPO, RPOKnown: fo.RPOKnown, Writers: map[string]WriteCounts{}, Test: *test}
+	res = &DemoResult{Plan: name, RTO: fo.RTO, RPO: fo.RPO, RPOKnown: fo.RPOKnown, Writers: map[string]WriteCounts{}, Test: *test}
 	for name, w := range writers {
 		res.Writers[name] = w.Counts()
 	}
@@ -233,8 +241,8 @@ const testWrite = "written during the test recovery"
 // its workload runs on the copies, it writes on db-data's copy from the
 // site's node, shows the replica without that write, ends the test with
 // drctl approve, and checks that the copies are gone.
-func demoTestRecovery(ctx context.Context, st *Stack, c client.Client, run func(...string) error, site SiteLayout) (*TestOutcome, error) {
-	id := workflows.TestRecoveryID("demo")
+func demoTestRecovery(ctx context.Context, st *Stack, c client.Client, run func(...string) error, plan string, site SiteLayout) (*TestOutcome, error) {
+	id := workflows.TestRecoveryID(plan)
 	if err := run("test-recovery", st.PlanFile, "--at", site.Name); err != nil {
 		return nil, err
 	}
