@@ -49,6 +49,9 @@ func startSimPairAt(t *testing.T, bins, driver, eastGRPC, westGRPC string, extra
 		if primary {
 			args = append(args, "--primary")
 		}
+		if driver == sim.DriverCephCSI {
+			args = append(args, "--schedule-minute", cephMinute.String())
+		}
 		args = append(args, extra...)
 		bintest.Start(t, nil, filepath.Join(bins, "drover-sim"), args...)
 	}
@@ -71,11 +74,17 @@ func startSimPairAt(t *testing.T, bins, driver, eastGRPC, westGRPC string, extra
 }
 
 // cephParams are values a real ceph-csi accepts: a clusterID for its fence
-// calls and snapshot mirroring. No schedulingInterval: ceph-csi's shortest
-// (1m) would make every wait of the suite a minute long; the sites ship on
-// their own interval, and the profile's reading of schedules has unit
-// tests in sim.
-var cephParams = []string{"--param", "clusterID=rook-ceph", "--param", "mirroringMode=snapshot"}
+// calls, and snapshot mirroring on ceph-csi's shortest schedule, as the
+// suite's run against real ceph-csi asks. The ceph-csi profile, as
+// ceph-csi, ships a primary's changes only on the schedule PromoteVolume
+// adds (besides the snapshots enable, promote and a resync take): without
+// one, no sync newer than the last comes, and a resync of a copy that a
+// forced resync already re-created never shows it follows.
+var cephParams = []string{"--param", "clusterID=rook-ceph", "--param", "mirroringMode=snapshot", "--param", "schedulingInterval=1m"}
+
+// cephMinute is how long a minute of schedule lasts on the ceph-csi sites
+// of these tests: their "1m" takes a mirror snapshot every second.
+const cephMinute = time.Second
 
 type conformanceRun struct {
 	code   int
