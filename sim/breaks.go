@@ -26,7 +26,10 @@ import (
 //	                       FAILED_PRECONDITION (the change is applied anyway)
 //	wrongcode:RPC:CODE     every final refusal of RPC carries CODE instead
 //	                       (ABORTED, UNAVAILABLE and DEADLINE_EXCEEDED,
-//	                       which tell the caller to retry, stay as they are)
+//	                       which tell the caller to retry, stay as they are;
+//	                       so does the ceph-csi profile's ResyncVolume
+//	                       INTERNAL "no snapshot details", its way of
+//	                       saying the copy is not there yet)
 //	ignoreforce:RPC        PromoteVolume, DemoteVolume or ResyncVolume acts
 //	                       as if force were false
 //	keepfence              UnfenceClusterNetwork answers success and leaves
@@ -48,6 +51,15 @@ const (
 // transient codes are not rewritten by wrongcode: they are no row of a
 // spec's error table but the driver asking to be called again.
 var transient = []codes.Code{codes.OK, codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted}
+
+// callAgain tells whether an answer, though no transient code, asks the
+// caller to call again rather than refuses: the ceph-csi profile's
+// ResyncVolume answers INTERNAL "no snapshot details" while the copy waits
+// for its snapshot (errNoSnapshotDetails), which callers of ceph-csi retry.
+// A wrong code for it would break another rule than the refusal's.
+func callAgain(method string, st *status.Status) bool {
+	return method == "ResyncVolume" && st.Code() == codes.Internal && st.Message() == status.Convert(errNoSnapshotDetails()).Message()
+}
 
 var forceRPCs = []string{"PromoteVolume", "DemoteVolume", "ResyncVolume"}
 
@@ -141,7 +153,7 @@ func (b *breaks) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	resp, err := handler(ctx, req)
 	if wc := b.find(BreakWrongCode, method); wc != nil && err != nil {
-		if st, ok := status.FromError(err); ok && !slices.Contains(transient, st.Code()) {
+		if st, ok := status.FromError(err); ok && !slices.Contains(transient, st.Code()) && !callAgain(method, st) {
 			return nil, status.Error(wc.Code, st.Message())
 		}
 	}

@@ -101,6 +101,8 @@ type ruleBreaker struct {
 	fc   fence.FenceControllerClient
 	rc   replication.ControllerClient
 	rule string
+	// known: the pair's scratch sources.
+	known []string
 }
 
 // The rules the breakers break.
@@ -119,15 +121,15 @@ const (
 )
 
 // serveBreaker serves a breaker of rule in front of the site at target
-// (unix://path) and returns its endpoint.
-func serveBreaker(t *testing.T, target, rule string) string {
+// (unix://path), whose scratch sources are known, and returns its endpoint.
+func serveBreaker(t *testing.T, target, rule string, known ...string) string {
 	t.Helper()
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule}
+	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule, known: known}
 	sock := filepath.Join(simtest.SockDir(t), "breaker.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -142,10 +144,25 @@ func serveBreaker(t *testing.T, target, rule string) string {
 	return "unix://" + sock
 }
 
-// unknownID rewrites the site's "not found" for an ID it does not know.
-func (b *ruleBreaker) unknownID(err error) error {
-	if b.rule == breakUnknownIDCode && status.Code(err) == codes.NotFound && strings.HasSuffix(status.Convert(err).Message(), " not found") {
-		return status.Error(codes.Internal, "lookup failed: "+status.Convert(err).Message())
+// sourced is a replication request: it names its volume or group.
+type sourced interface {
+	GetVolumeId() string
+	GetReplicationSource() *replication.ReplicationSource
+}
+
+// unknownID rewrites the site's NOT_FOUND for an ID it does not know: one
+// that is not a scratch source. A NOT_FOUND about a scratch source (no
+// sync yet; a copy being re-created by a resync) is no unknown ID and
+// passes through.
+func (b *ruleBreaker) unknownID(r sourced, err error) error {
+	if b.rule != breakUnknownIDCode || status.Code(err) != codes.NotFound {
+		return err
+	}
+	src := r.GetReplicationSource()
+	for _, id := range []string{r.GetVolumeId(), src.GetVolume().GetVolumeId(), src.GetVolumegroup().GetVolumeGroupId()} {
+		if id != "" && !slices.Contains(b.known, id) {
+			return status.Error(codes.Internal, "lookup failed: "+status.Convert(err).Message())
+		}
 	}
 	return err
 }
@@ -184,7 +201,7 @@ func (b *ruleBreaker) EnableVolumeReplication(ctx context.Context, r *replicatio
 
 func (b *ruleBreaker) DisableVolumeReplication(ctx context.Context, r *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
 	resp, err := b.rc.DisableVolumeReplication(ctx, r)
-	return resp, b.unknownID(err)
+	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteVolumeRequest) (*replication.PromoteVolumeResponse, error) {
@@ -193,12 +210,12 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 		r.Force = true
 		return b.rc.PromoteVolume(ctx, r)
 	}
-	return resp, b.unknownID(err)
+	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
 	resp, err := b.rc.DemoteVolume(ctx, r)
-	return resp, b.unknownID(err)
+	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) ResyncVolume(ctx context.Context, r *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
@@ -206,7 +223,7 @@ func (b *ruleBreaker) ResyncVolume(ctx context.Context, r *replication.ResyncVol
 		r.Force = true
 	}
 	resp, err := b.rc.ResyncVolume(ctx, r)
-	return resp, b.unknownID(err)
+	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
@@ -214,7 +231,7 @@ func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replicati
 	if err == nil && b.rule == breakFutureSync && resp.GetLastSyncTime() != nil {
 		resp.LastSyncTime = timestamppb.New(resp.GetLastSyncTime().AsTime().Add(time.Hour))
 	}
-	return resp, b.unknownID(err)
+	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) GetReplicationDestinationInfo(ctx context.Context, r *replication.GetReplicationDestinationInfoRequest) (*replication.GetReplicationDestinationInfoResponse, error) {
@@ -271,8 +288,12 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 				}
 				p := startSimPair(t, bins, driver, extra...)
 				broken := p
-				broken.east = serveBreaker(t, p.east, c.rule)
-				broken.west = serveBreaker(t, p.west, c.rule)
+				known := []string{"vol-1", "vg-0001"}
+				if driver == sim.DriverCephCSI {
+					known = append(known, cephVolume)
+				}
+				broken.east = serveBreaker(t, p.east, c.rule, known...)
+				broken.west = serveBreaker(t, p.west, c.rule, known...)
 				r := runConformance(t, bins, broken, append(slices.Clone(params), simHooks(t, p)...)...)
 				if r.code != 1 {
 					t.Fatalf("exit %d, want 1 (a check failed)\n%s", r.code, r.stderr)
