@@ -201,7 +201,13 @@ func (h *harness) dumpLogs() {
 // code.
 func (h *harness) drctl(args ...string) (string, int) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	return h.drctlWithin(5*time.Minute, args...)
+}
+
+// drctlWithin is drctl for a command that may take up to limit.
+func (h *harness) drctlWithin(limit time.Duration, args ...string) (string, int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "drctl"), args...)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+h.st.Layout.Temporal, "TEMPORAL_NAMESPACE=default")

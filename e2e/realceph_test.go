@@ -643,16 +643,11 @@ func allDone(t *testing.T, p workflows.Progress) {
 // unless it exits 0.
 func cephAction(t *testing.T, h *harness, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "drctl"), args...)
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+h.st.Layout.Temporal, "TEMPORAL_NAMESPACE=default")
-	out, err := cmd.CombinedOutput()
-	t.Logf("$ drctl %s\n%s", strings.Join(args, " "), out)
-	if err != nil {
-		t.Fatalf("drctl %s: %v", strings.Join(args, " "), err)
+	out, code := h.drctlWithin(10*time.Minute, args...)
+	if code != 0 {
+		t.Fatalf("drctl %s exited %d:\n%s", strings.Join(args, " "), code, out)
 	}
-	return string(out)
+	return out
 }
 
 // settled waits until a step of run id waits for the operator's word

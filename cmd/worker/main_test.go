@@ -284,19 +284,7 @@ func TestProtectionGaugesLeaveWithProtection(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	east, west := eastWest(t)
 	p, origin, _, pubFile := signedShop(t, east, west)
-	metrics := simtest.FreeAddr(t)
-	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
-		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "5s")
-	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
-	scrape := func() string {
-		resp, err := http.Get("http://" + metrics + "/metrics")
-		if err != nil {
-			return ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
+	scrape := startScraped(t, bin, srv, pubFile, "5s")
 	gauges := []string{"drover_out_of_rpo{", "drover_replication_lag_seconds{", "drover_primary_unreachable{"}
 	has := func(body string) (n int) {
 		for _, g := range gauges {
@@ -644,24 +632,12 @@ func TestGaugesLeaveWhenProtectionFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics := simtest.FreeAddr(t)
-	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
-		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", "10m")
-	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
+	scrape := startScraped(t, bin, srv, pubFile, "10m")
 	// Signed once the worker runs, so that the first run's check passes
 	// however long the worker took to start; a later run's fails.
 	sig, err := plans.Sign(p, key, time.Now(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
-	}
-	scrape := func() string {
-		resp, err := http.Get("http://" + metrics + "/metrics")
-		if err != nil {
-			return ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -681,4 +657,24 @@ func TestGaugesLeaveWhenProtectionFails(t *testing.T) {
 		return strings.Contains(body, "temporal_") && !strings.Contains(body, "drover_out_of_rpo{") &&
 			!strings.Contains(body, "drover_replication_lag_seconds{") && !strings.Contains(body, "drover_primary_unreachable{")
 	})
+}
+
+// startScraped starts the worker with its metrics on a free loopback
+// port, trusting pubFile, with --metrics-ttl ttl, and waits until it has
+// started: a scrape of its /metrics ("" while it does not answer).
+func startScraped(t *testing.T, bin string, srv *devserver.Server, pubFile, ttl string) func() string {
+	t.Helper()
+	metrics := simtest.FreeAddr(t)
+	w := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}, bin,
+		"--metrics", metrics, "--trusted-plan-key", pubFile, "--metrics-ttl", ttl)
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
+	return func() string {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
 }
