@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"strings"
 	"testing"
 	"time"
@@ -434,4 +435,20 @@ func TestCephCSILagWithoutSchedule(t *testing.T) {
 	if _, err := w.Write(context.Background(), "v1", 0, []byte("late")); !errors.Is(err, sim.ErrReadOnly) {
 		t.Fatalf("write on a demoted copy: %v", err)
 	}
+}
+
+// TestCephCSICannotSnapshotAReplica: ceph-csi cuts a snapshot with rbd
+// snap create on the source image, which a mirrored non-primary image
+// refuses (INTERNAL, "Read-only file system"); the primary's copy can be
+// cut. The spec profile cuts both (TestCSISnapshotsArePointInTime).
+func TestCephCSICannotSnapshotAReplica(t *testing.T) {
+	a, b := cephPairWith(t, 100*time.Millisecond)
+	src := group("vg-1")
+	enable(t, a, src)
+	waitSynced(t, a, "vg/vg-1")
+	ctx := ctxT(t)
+	_, err := csi.NewControllerClient(b.conn).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "test-v1", SourceVolumeId: "v1"})
+	wantMessage(t, err, codes.Internal, "rbd: ret=-30, Read-only file system")
+	_, err = csi.NewControllerClient(a.conn).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "test-v1", SourceVolumeId: "v1"})
+	mustOK(t, err)
 }

@@ -169,6 +169,16 @@ func (s *Site) cut(vols []string) ([]SnapshotState, error) {
 			return nil, status.Errorf(codes.NotFound, "volume %q not found on site %s", v, s.cfg.Name)
 		}
 		units[u.st.Key()] = u
+		// ceph-csi snapshots with rbd snap create on the source image,
+		// which a mirrored non-primary image refuses (EROFS), and answers
+		// INTERNAL (createSnapshot in internal/rbd/snapshot.go). Measured
+		// by make e2e-ceph: a test recovery at the replicas' site.
+		u.mu.Lock()
+		replica := u.st.Enabled && u.st.Role != RolePrimary
+		u.mu.Unlock()
+		if s.profile.mirror && replica {
+			return nil, status.Error(codes.Internal, "rbd: ret=-30, Read-only file system")
+		}
 	}
 	keys := make([]string, 0, len(units))
 	for k := range units {
