@@ -130,6 +130,14 @@ type Options struct {
 	// Secrets, when set, are required by both sites' fence and
 	// replication calls (drover-sim's secrets).
 	Secrets map[string]string
+	// Worker is the workflow worker's binary (Bin's worker when empty),
+	// and WorkerArgs are flags added to those the stack gives it: e.g. a
+	// previous build and its --build-id, for an upgrade run.
+	Worker     string
+	WorkerArgs []string
+	// TemporalArgs are flags added to the dev server's (not the SQL
+	// server's), e.g. dynamic config a test needs.
+	TemporalArgs []string
 	// Out receives progress lines.
 	Out io.Writer
 }
@@ -157,6 +165,9 @@ type proc struct {
 	cred *syscall.Credential
 	cmd  *exec.Cmd
 	done chan struct{}
+	// listen are the addresses it listens on, for a process that is not
+	// one of the stack's own (a further worker).
+	listen []string
 	// started is when this process was spawned; killed, that the stack
 	// ended it on purpose (Kill, Restart, Stop).
 	started time.Time
@@ -221,6 +232,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		for _, name := range SearchAttributes {
 			args = append(args, "--search-attribute", name+"=Keyword")
 		}
+		args = append(args, o.TemporalArgs...)
 		if err := s.Spawn("temporal", filepath.Join(o.Bin, "temporal"), nil, args...); err != nil {
 			return s, err
 		}
@@ -246,16 +258,50 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := s.waitReady(ctx, "temporal"); err != nil {
 		return s, err
 	}
-	pub, err := s.signPlans()
-	if err != nil {
+	if _, err := s.signPlans(); err != nil {
 		return s, err
 	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
-	if err := s.Spawn("worker", filepath.Join(o.Bin, "worker"), []string{"TEMPORAL_ADDRESS=" + o.Layout.Temporal, "TEMPORAL_NAMESPACE=default"},
-		"--metrics", o.Layout.Metrics, "--identity", s.workerIdentity(), "--trusted-plan-key", pub); err != nil {
+	worker := o.Worker
+	if worker == "" {
+		worker = filepath.Join(o.Bin, "worker")
+	}
+	if err := s.spawnWorker("worker", worker, o.Layout.Metrics, o.WorkerArgs); err != nil {
 		return s, err
 	}
 	return s, s.waitReady(ctx, "worker")
+}
+
+// spawnWorker starts a workflow worker of the stack: its Temporal, its
+// identity, the stack's plan key, metrics on metrics, then args.
+func (s *Stack) spawnWorker(name, bin, metrics string, args []string) error {
+	all := append([]string{"--metrics", metrics, "--identity", s.WorkerIdentity(name), "--trusted-plan-key", s.PublicKey()}, args...)
+	return s.Spawn(name, bin, []string{"TEMPORAL_ADDRESS=" + s.Layout.Temporal, "TEMPORAL_NAMESPACE=default"}, all...)
+}
+
+// StartWorker starts a further workflow worker beside the stack's, as
+// its worker is started (metrics on a free port of its own), from bin
+// with args added (e.g. another build and its --build-id, for an
+// upgrade), and waits until it polls. name must start with "worker-";
+// Kill, Restart and Stop know it by that name.
+func (s *Stack) StartWorker(ctx context.Context, name, bin string, args ...string) error {
+	if !strings.HasPrefix(name, "worker-") {
+		return fmt.Errorf("a further worker's name must start with \"worker-\", not %q", name)
+	}
+	metrics, err := freeport.Addr("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	s.say("starting %s from %s (metrics on http://%s/metrics)", name, bin, metrics)
+	if err := s.spawnWorker(name, bin, metrics, args); err != nil {
+		return err
+	}
+	p, err := s.proc(name)
+	if err != nil {
+		return err
+	}
+	p.listen = []string{metrics}
+	return s.waitReady(ctx, name)
 }
 
 func (s *Stack) say(format string, a ...any) {
@@ -288,6 +334,17 @@ func dials(addr string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// ready reports whether url answers 200.
+func ready(url string) bool {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func answers(url string) bool {
@@ -550,6 +607,20 @@ func (s *Stack) Kill(name string) error {
 	}
 }
 
+// Terminate stops one of the stack's processes as an operator would:
+// SIGTERM, then SIGKILL if it has not ended within 20 seconds. Restart
+// starts it again.
+func (s *Stack) Terminate(name string) error {
+	p, err := s.proc(name)
+	if err != nil {
+		return err
+	}
+	if !p.running() {
+		return fmt.Errorf("%s (pid %d) is not running", name, p.PID)
+	}
+	return stopAll([]*proc{p}, s.Out)
+}
+
 // Restart starts a process of the stack again with the arguments it
 // first had, stopping it first (SIGTERM) if it still runs, and waits
 // until it answers.
@@ -574,8 +645,12 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 			}
 		}
 	}
+	listen := p.listen
 	if err := s.spawn(name, p.Bin, p.cred, p.env, p.args...); err != nil {
 		return err
+	}
+	if q, err := s.proc(name); err == nil {
+		q.listen = listen
 	}
 	return s.waitReady(ctx, name)
 }
@@ -590,6 +665,9 @@ func (s *Stack) listens(name string) []string {
 		}
 	case "worker":
 		return []string{l.Metrics}
+	}
+	if p, err := s.proc(name); err == nil && p.listen != nil {
+		return p.listen
 	}
 	for _, site := range l.Sites {
 		if "sim-"+site.Name == name {
@@ -609,8 +687,8 @@ func (s *Stack) waitReady(ctx context.Context, name string) error {
 		err = s.waitFor(ctx, 2*time.Minute, "the Temporal server", func() bool { return s.serverAnswers(ctx) })
 	case name == "temporal":
 		err = s.waitFor(ctx, 2*time.Minute, "the Temporal dev server", func() bool { return dials(l.Temporal) && answers("http://"+l.UI) })
-	case name == "worker":
-		err = s.waitFor(ctx, time.Minute, "the worker to poll its task queue", func() bool { return s.workerPolls(ctx) })
+	case name == "worker" || strings.HasPrefix(name, "worker-"):
+		err = s.waitFor(ctx, time.Minute, name+" to poll its task queue", func() bool { return s.workerPolls(ctx, name) })
 	case strings.HasPrefix(name, "sim-"):
 		for _, site := range l.Sites {
 			if "sim-"+site.Name == name {
@@ -624,8 +702,10 @@ func (s *Stack) waitReady(ctx context.Context, name string) error {
 	return nil
 }
 
-// workerIdentity is the identity the stack's worker polls with.
-func (s *Stack) workerIdentity() string { return "drover-stack-worker@" + s.Dir }
+// WorkerIdentity is the identity the stack's worker of that name
+// ("worker", or a further one's) polls with, and so completes its
+// workflow and activity tasks with.
+func (s *Stack) WorkerIdentity(name string) string { return "drover-stack-" + name + "@" + s.Dir }
 
 // Client is the stack's Temporal client, with Drover's payload codec and
 // a silent logger, dialled once; Stop closes it.
@@ -644,12 +724,18 @@ func (s *Stack) Client(ctx context.Context) (client.Client, error) {
 	return s.temporal, nil
 }
 
-// workerPolls reports whether the worker spawned last has polled its
-// task queue: the worker's metrics answer before it has reached
-// Temporal, and a worker that cannot start ends after that.
-func (s *Stack) workerPolls(ctx context.Context) bool {
-	p, err := s.proc("worker")
+// workerPolls reports whether the named worker, as spawned last, has
+// polled its task queue and says it is ready (/readyz): the worker's
+// metrics answer before it has reached Temporal, and a worker that
+// cannot start ends after that; a versioned worker turns ready once its
+// build is registered with the deployment (and made current when the
+// deployment had none).
+func (s *Stack) workerPolls(ctx context.Context, name string) bool {
+	p, err := s.proc(name)
 	if err != nil {
+		return false
+	}
+	if addrs := s.listens(name); len(addrs) == 0 || !ready("http://"+addrs[0]+"/readyz") {
 		return false
 	}
 	c, err := s.Client(ctx)
@@ -665,7 +751,7 @@ func (s *Stack) workerPolls(ctx context.Context) bool {
 	for _, poller := range resp.GetPollers() {
 		// A second's slack: the server stamps the poll with its clock,
 		// truncated.
-		if poller.GetIdentity() == s.workerIdentity() && !poller.GetLastAccessTime().AsTime().Before(p.started.Add(-time.Second)) {
+		if poller.GetIdentity() == s.WorkerIdentity(name) && !poller.GetLastAccessTime().AsTime().Before(p.started.Add(-time.Second)) {
 			return true
 		}
 	}
