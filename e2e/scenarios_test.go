@@ -118,6 +118,12 @@ func TestScenarios(t *testing.T) {
 			t.Fatalf("failover result: RTO %v, RPO known %v", res.RTO, res.RPOKnown)
 		}
 		t.Logf("RTO %v, RPO estimate %v", res.RTO, res.RPO)
+		// The worker runs with Worker Versioning, as in production.
+		build, err := stack.PinnedBuild(context.Background(), h.c, workflows.ActionID("e2e"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the failover ran pinned to build %s", build)
 		h.waitWrites("west", "acknowledged", acked, 40)
 		if !h.runningOn("west") {
 			t.Fatal("the application does not run on west")

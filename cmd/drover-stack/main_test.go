@@ -87,7 +87,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"demo: SUCCESS", "failover RTO:", "RPO estimate:", "failback:       0 write(s) lost", "invariants ok", "0 violations", "stack: stopped temporal"} {
+	for _, want := range []string{"demo: SUCCESS", "failover RTO:", "RPO estimate:", "failback:       0 write(s) lost", "invariants ok", "0 violations", "the failover ran pinned to build", "stack: stopped temporal"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the demo's output lacks %q", want)
 		}

@@ -12,7 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/internal/names"
 
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -33,6 +36,9 @@ type DemoResult struct {
 	Report                         *sim.Report
 	// Test is what the test recovery at west did.
 	Test TestOutcome
+	// Build is the worker build (Worker Deployment Version) the failover
+	// was pinned to.
+	Build string
 }
 
 // TestOutcome is the demo's test recovery: the copies it made and deleted,
@@ -146,6 +152,10 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	if err := c.GetWorkflow(ctx, workflows.ActionID(name), "").Get(ctx, &fo); err != nil {
 		return nil, err
 	}
+	build, err := PinnedBuild(ctx, c, workflows.ActionID(name))
+	if err != nil {
+		return nil, err
+	}
 	before := writers[west.Name].Counts().Acked
 	if err := st.waitFor(ctx, 30*time.Second, "west's application to write", func() bool { return writers[west.Name].Counts().Acked >= before+20 }); err != nil {
 		return nil, err
@@ -173,7 +183,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	stopWriters()
 	wg.Wait()
 
-	res = &DemoResult{Plan: name, RTO: fo.RTO, RPO: fo.RPO, RPOKnown: fo.RPOKnown, Writers: map[string]WriteCounts{}, Test: *test}
+	res = &DemoResult{Plan: name, RTO: fo.RTO, RPO: fo.RPO, RPOKnown: fo.RPOKnown, Writers: map[string]WriteCounts{}, Test: *test, Build: build}
 	for name, w := range writers {
 		res.Writers[name] = w.Counts()
 	}
@@ -202,6 +212,7 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 	for _, site := range o.Layout.Sites {
 		fmt.Fprintf(out, "writes on %-5s %v\n", site.Name+":", res.Writers[site.Name])
 	}
+	fmt.Fprintf(out, "versioning:     the failover ran pinned to build %s of Worker Deployment %s\n", build, names.Deployment)
 	fmt.Fprintf(out, "invariants:     %v\n", strings.TrimSpace(res.Report.String()))
 	if err := checkMetrics(o.Layout.Metrics); err != nil {
 		return res, err
@@ -214,6 +225,23 @@ func Demo(ctx context.Context, o Options, drctl string) (res *DemoResult, err er
 		return res, fmt.Errorf("the storage invariants do not hold:\n%v", res.Report)
 	}
 	return res, nil
+}
+
+// PinnedBuild is the build of Worker Deployment drover the workflow's
+// latest run is pinned to; an error when it runs unversioned or is not
+// pinned (the worker runs with Worker Versioning, as in production).
+func PinnedBuild(ctx context.Context, c client.Client, id string) (string, error) {
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return "", err
+	}
+	vi := d.GetWorkflowExecutionInfo().GetVersioningInfo()
+	v := vi.GetDeploymentVersion()
+	if vi.GetBehavior() != enums.VERSIONING_BEHAVIOR_PINNED || v.GetDeploymentName() != names.Deployment || v.GetBuildId() == "" {
+		return "", fmt.Errorf("%s did not run pinned to a build of Worker Deployment %s (behaviour %v, version %q:%q): the worker runs without Worker Versioning",
+			id, names.Deployment, vi.GetBehavior(), v.GetDeploymentName(), v.GetBuildId())
+	}
+	return v.GetBuildId(), nil
 }
 
 func checkMetrics(addr string) error {
