@@ -12,10 +12,10 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph e2e-upgrade temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build every command into bin/
 	@mkdir -p $(BIN)
@@ -52,6 +52,19 @@ e2e-sql: $(BIN)/temporal $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## the 
 # Every daemon it starts is stopped at the end; the log is .run/e2e-ceph.log.
 e2e-ceph: $(BIN)/temporal ## the DR cycle on real Ceph and ceph-csi (CEPH_CSI or CEPH_CSI_SRC; log in .run/e2e-ceph.log)
 	@bash scripts/ceph/e2e.sh
+
+# An upgrade and a rollback while a failover waits at an approval gate:
+# the worker and drctl of E2E_UPGRADE_FROM, built from that commit's
+# files (kept in .run/upgrade/), run a protected plan; this checkout's
+# worker starts beside them and is made current; the failover ends on the
+# build it started on, Protect and the record move, and each build's
+# worker stops once nothing runs on it. Then back again. The commit is
+# the merge that brought Worker Versioning, the earliest build that can
+# take part; move it to the last release once there are releases. It
+# needs the clone's history (not a shallow clone). Log: .run/e2e-upgrade.log.
+E2E_UPGRADE_FROM ?= f920b4a06ddd3ebe0f0c7b07a9b7e7ae733e01da
+e2e-upgrade: $(BIN)/temporal ## upgrade from E2E_UPGRADE_FROM's build to this one and back, a failover at its gate (log in .run/e2e-upgrade.log)
+	@E2E_UPGRADE_FROM=$(E2E_UPGRADE_FROM) GO=$(GO) CI=$${CI:-true} bash scripts/e2e-upgrade.sh
 
 temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
 
