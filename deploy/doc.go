@@ -5,7 +5,8 @@
 // (deploy/temporal); the Nomad jobs of deploy/nomad (the central worker,
 // and a site's own worker, as service jobs with their settings and
 // secrets from Nomad Variables and health checks on /healthz and
-// /readyz); and the Prometheus alert rules of deploy/prometheus.
+// /readyz; the central worker one group per build it runs, two side by
+// side during an upgrade); and the Prometheus alert rules of deploy/prometheus.
 //
 // Its tests validate docker-compose.yaml with a small strict loader
 // (gopkg.in/yaml.v3 into the Compose keys the file uses, with Compose's
@@ -19,5 +20,7 @@
 // a nomad binary on PATH they parse the Nomad jobs with a real `nomad
 // agent -dev` (the parser the Nomad adapter uses) and run them there
 // against the Temporal dev server, until every worker passes its checks
-// and polls its task queue.
+// and polls its task queue, and run the central worker through an
+// upgrade: a second build added beside the first leaves its workers
+// untouched, and dropping the first stops its workers alone.
 package deploy

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +138,185 @@ func TestNomadJobSpecs(t *testing.T) {
 	}
 }
 
+// TestNomadWorkerBuilds parses the central worker's job with two builds,
+// as during an upgrade (README, "Upgrading"): one group per build, named
+// by it, each running its own binary as that build (--build-id), and
+// otherwise the same group as without builds.
+func TestNomadWorkerBuilds(t *testing.T) {
+	c := nomadClient(t)
+	j := nomadJobs[0]
+	one := parseJob(t, c, j, "")
+	two := parseJob(t, c, j, `builds = {"1.4.0" = "/opt/drover/1.4.0/worker", "1.5.0" = "/opt/drover/1.5.0/worker"}`+"\n")
+	if len(two.TaskGroups) != 2 {
+		t.Fatalf("%d groups with two builds, want 2", len(two.TaskGroups))
+	}
+	base := one.TaskGroups[0]
+	for i, build := range []string{"1.4.0", "1.5.0"} {
+		g := two.TaskGroups[i]
+		if *g.Name != "worker-"+build {
+			t.Errorf("group %d is %q, want worker-%s", i, *g.Name, build)
+		}
+		task := g.Tasks[0]
+		args, _ := task.Config["args"].([]any)
+		if task.Config["command"] != "/opt/drover/"+build+"/worker" || fmt.Sprint(args[len(args)-2:]) != "[--build-id "+build+"]" {
+			t.Errorf("group %s runs %v %v, want its build's binary with --build-id %s", *g.Name, task.Config["command"], args, build)
+		}
+		// The rest is the one group's: same checks, update, variable.
+		g.Name, task.Config = base.Name, base.Tasks[0].Config
+		if !reflect.DeepEqual(g, base) {
+			t.Errorf("group of build %s differs from the one group beyond its name, binary and build ID:\n%+v\n%+v", build, g, base)
+		}
+	}
+}
+
+// TestNomadRainbow runs the central worker's job on a real `nomad agent
+// -dev` through an upgrade as the README says: one build, then the new
+// build added beside it, then the old one dropped. Adding the new build
+// must leave the old build's workers as they are (same allocations, no
+// restart), and both must poll Temporal as their build; dropping the old
+// build stops its workers alone.
+func TestNomadRainbow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Nomad agent and the Temporal dev server")
+	}
+	c := nomadClient(t)
+	bins := bintest.Build(t, "worker")
+	srv := devserver.Start(t, nil)
+	j := nomadJobs[0]
+	pub, _, err := plans.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := plans.EncodePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Variables().Create(&api.Variable{Path: "nomad/jobs/" + j.id,
+		Items: api.VariableItems{"TEMPORAL_ADDRESS": srv.Address(), "TEMPORAL_NAMESPACE": "default", "plan_keys": string(pem)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	worker := filepath.Join(bins, "worker")
+	run := func(builds ...string) {
+		t.Helper()
+		var m []string
+		for _, b := range builds {
+			m = append(m, fmt.Sprintf("%q = %q", b, worker))
+		}
+		job := parseJob(t, c, j, fmt.Sprintf("driver = \"raw_exec\"\ncount = 1\nbuilds = {%s}\n", strings.Join(m, ", ")))
+		for _, g := range job.TaskGroups {
+			g.Spreads = nil // one node
+		}
+		if _, _, err := c.Jobs().Register(job, nil); err != nil {
+			t.Fatalf("run the job with builds %v: %v", builds, err)
+		}
+	}
+	stopJobAtEnd(t, c, j.id)
+
+	run("one")
+	first := waitGroups(t, c, j.id, "worker-one")
+	waitPolling(t, srv, "one")
+	run("one", "two")
+	both := waitGroups(t, c, j.id, "worker-one", "worker-two")
+	waitPolling(t, srv, "two")
+	if both["worker-one"].ID != first["worker-one"].ID || both["worker-one"].TaskStates["worker"].Restarts != 0 {
+		t.Fatalf("adding build two replaced or restarted build one's worker: allocation %s (restarts %d), was %s",
+			both["worker-one"].ID, both["worker-one"].TaskStates["worker"].Restarts, first["worker-one"].ID)
+	}
+	run("two")
+	last := waitGroups(t, c, j.id, "worker-two")
+	if last["worker-two"].ID != both["worker-two"].ID || last["worker-two"].TaskStates["worker"].Restarts != 0 {
+		t.Fatalf("dropping build one replaced or restarted build two's worker")
+	}
+	t.Logf("build one's worker ran on through the addition of build two (allocation %s), build two's through the removal of build one (allocation %s)",
+		first["worker-one"].ID[:8], last["worker-two"].ID[:8])
+}
+
+// waitGroups waits until the job's running allocations are one per group
+// named, each with its checks passing, and none of another group runs;
+// it returns them by group.
+func waitGroups(t *testing.T, c *api.Client, job string, groups ...string) map[string]*api.Allocation {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var seen []string
+	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		allocs, _, err := c.Jobs().Allocations(job, false, nil)
+		if err != nil {
+			continue
+		}
+		out := map[string]*api.Allocation{}
+		seen = seen[:0]
+		ok := true
+		for _, stub := range allocs {
+			if stub.ClientStatus == "complete" || stub.ClientStatus == "failed" || stub.ClientStatus == "lost" {
+				continue
+			}
+			seen = append(seen, stub.TaskGroup+" "+stub.ClientStatus)
+			if !slices.Contains(groups, stub.TaskGroup) || stub.ClientStatus != "running" || out[stub.TaskGroup] != nil {
+				ok = false
+				continue
+			}
+			a, _, err := c.Allocations().Info(stub.ID, nil)
+			checks, cerr := c.Allocations().Checks(stub.ID, nil)
+			if err != nil || cerr != nil || len(checks) != 2 {
+				ok = false
+				continue
+			}
+			for _, ch := range checks {
+				ok = ok && ch.Status == "success"
+			}
+			out[stub.TaskGroup] = a
+		}
+		if ok && len(out) == len(groups) {
+			return out
+		}
+	}
+	t.Fatalf("job %s: want one running allocation with passing checks of each of %v and no other within 2 minutes; last saw %v", job, groups, seen)
+	return nil
+}
+
+// waitPolling waits until Temporal lists a worker of the job polling the
+// workflow task queue as build.
+func waitPolling(t *testing.T, srv *devserver.Server, build string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		resp, err := srv.Client.DescribeTaskQueue(t.Context(), "drover", enums.TASK_QUEUE_TYPE_WORKFLOW)
+		if err == nil && slices.ContainsFunc(resp.GetPollers(), func(p *taskqueuepb.PollerInfo) bool {
+			return strings.HasPrefix(p.GetIdentity(), "drover-worker/") && p.GetDeploymentOptions().GetBuildId() == build
+		}) {
+			return
+		}
+	}
+	t.Fatalf("Temporal lists no worker of build %s polling", build)
+}
+
+// stopJobAtEnd stops the job before the agent stops (a dev agent that
+// stops leaves its raw_exec tasks running) and waits until its tasks
+// have ended.
+func stopJobAtEnd(t *testing.T, c *api.Client, id string) {
+	t.Cleanup(func() {
+		if _, _, err := c.Jobs().Deregister(id, false, nil); err != nil {
+			t.Errorf("stop job %s: %v", id, err)
+			return
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+			allocs, _, err := c.Jobs().Allocations(id, true, nil)
+			live := err != nil
+			for _, a := range allocs {
+				live = live || a.ClientStatus == "running" || a.ClientStatus == "pending"
+			}
+			if !live {
+				c.Jobs().Deregister(id, true, nil)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the workers of job %s still run a minute after it was stopped", id)
+				return
+			}
+		}
+	})
+}
+
 // TestNomadJobsRun runs both job files on a real `nomad agent -dev`
 // against the Temporal dev server, their settings in Nomad Variables as
 // the README says: each worker comes up, its /healthz and /readyz checks
@@ -175,30 +355,7 @@ func TestNomadJobsRun(t *testing.T) {
 		if _, _, err := c.Jobs().Register(job, nil); err != nil {
 			t.Fatalf("register %s: %v", j.id, err)
 		}
-		id := j.id
-		// Before the agent stops: a dev agent that stops leaves its
-		// raw_exec tasks running, so stop them and wait until they end.
-		t.Cleanup(func() {
-			if _, _, err := c.Jobs().Deregister(id, false, nil); err != nil {
-				t.Errorf("stop job %s: %v", id, err)
-				return
-			}
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
-				allocs, _, err := c.Jobs().Allocations(id, true, nil)
-				live := err != nil
-				for _, a := range allocs {
-					live = live || a.ClientStatus == "running" || a.ClientStatus == "pending"
-				}
-				if !live {
-					c.Jobs().Deregister(id, true, nil)
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Errorf("the workers of job %s still run a minute after it was stopped", id)
-					return
-				}
-			}
-		})
+		stopJobAtEnd(t, c, j.id)
 	}
 	for _, j := range nomadJobs {
 		var alloc *api.Allocation

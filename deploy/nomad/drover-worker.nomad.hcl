@@ -15,6 +15,21 @@
 # {env: PREFIX}`. plan_keys holds the public keys of the plan signers
 # (PEM), written to a file the worker trusts. The job reads the variable
 # through Nomad's workload identity; nothing secret is in this file.
+#
+# Upgrades run the new build beside the old one (README, "Upgrading"):
+# give the builds as a map of build ID to the path of that build's worker
+# binary, one group of workers per build (worker-BUILD), and run the job
+# again with both, then with the new one alone once nothing runs on the
+# old. A group whose build stays in the map is left as it is:
+#
+#   nomad job run -var 'builds={"1.4.0"="/opt/drover/1.4.0/worker"}' drover-worker.nomad.hcl
+#   nomad job run -var 'builds={"1.4.0"="/opt/drover/1.4.0/worker","1.5.0"="/opt/drover/1.5.0/worker"}' drover-worker.nomad.hcl
+#   temporal worker deployment set-current-version --deployment-name drover --build-id 1.5.0 --yes
+#   nomad job run -var 'builds={"1.5.0"="/opt/drover/1.5.0/worker"}' drover-worker.nomad.hcl
+#
+# Without builds it runs one group, "worker", of worker_binary under the
+# build ID the binary gives itself; a new binary there replaces the
+# workers one by one, which strands the runs pinned to the old build.
 
 variable "datacenters" {
   type        = list(string)
@@ -34,129 +49,147 @@ variable "worker_binary" {
   description = "path of Drover's worker binary on the clients"
 }
 
+variable "builds" {
+  type        = map(string)
+  default     = {}
+  description = "the worker builds to run side by side, build ID => path of that build's worker binary on the clients: a group of count workers each, worker-BUILD, polling as that build (--build-id). Empty: one group of worker_binary"
+}
+
 variable "count" {
   type        = number
   default     = 2
   description = "how many workers; each polls the same task queues"
 }
 
+locals {
+  # The group name's suffix ("" for the one group without builds) => the
+  # build ID ("" for the binary's own) and the binary.
+  builds = length(var.builds) > 0 ? { for id, bin in var.builds : "-${id}" => { id = id, binary = bin } } : { "" = { id = "", binary = var.worker_binary } }
+}
+
 job "drover-worker" {
   type        = "service"
   datacenters = var.datacenters
 
-  group "worker" {
-    count = var.count
+  dynamic "group" {
+    for_each = local.builds
+    iterator = build
+    labels   = ["worker${build.key}"]
 
-    # Spread instances over nodes: losing one node must not stop actions.
-    spread {
-      attribute = "${node.unique.id}"
-    }
+    content {
+      count = var.count
 
-    network {
-      port "http" {}
-    }
+      # Spread instances over nodes: losing one node must not stop actions.
+      spread {
+        attribute = "${node.unique.id}"
+      }
 
-    # Out of the service catalog a moment before the worker is signalled.
-    shutdown_delay = "5s"
+      network {
+        port "http" {}
+      }
 
-    # Counted healthy once /readyz answers: Temporal lists the worker
-    # polling its task queues.
-    update {
-      max_parallel     = 1
-      health_check     = "checks"
-      min_healthy_time = "10s"
-      healthy_deadline = "3m"
-      auto_revert      = true
-    }
+      # Out of the service catalog a moment before the worker is signalled.
+      shutdown_delay = "5s"
 
-    restart {
-      attempts = 10
-      interval = "5m"
-      delay    = "5s"
-      mode     = "delay"
-    }
+      # Counted healthy once /readyz answers: Temporal lists the worker
+      # polling its task queues.
+      update {
+        max_parallel     = 1
+        health_check     = "checks"
+        min_healthy_time = "10s"
+        healthy_deadline = "3m"
+        auto_revert      = true
+      }
 
-    service {
-      name     = "drover-worker"
-      provider = "nomad"
-      port     = "http"
-      tags     = ["metrics"]
+      restart {
+        attempts = 10
+        interval = "5m"
+        delay    = "5s"
+        mode     = "delay"
+      }
 
-      check {
-        name     = "alive"
-        type     = "http"
-        path     = "/healthz"
-        interval = "10s"
-        timeout  = "2s"
+      service {
+        name     = "drover-worker"
+        provider = "nomad"
+        port     = "http"
+        tags     = ["metrics"]
 
-        # A worker that stops answering for three checks in a row (about
-        # 30 s) is restarted; /healthz answers from the process's start,
-        # before Temporal does, so the grace is short.
-        check_restart {
-          limit = 3
-          grace = "20s"
+        check {
+          name     = "alive"
+          type     = "http"
+          path     = "/healthz"
+          interval = "10s"
+          timeout  = "2s"
+
+          # A worker that stops answering for three checks in a row (about
+          # 30 s) is restarted; /healthz answers from the process's start,
+          # before Temporal does, so the grace is short.
+          check_restart {
+            limit = 3
+            grace = "20s"
+          }
+        }
+
+        check {
+          name     = "ready"
+          type     = "http"
+          path     = "/readyz"
+          interval = "10s"
+          timeout  = "5s"
         }
       }
 
-      check {
-        name     = "ready"
-        type     = "http"
-        path     = "/readyz"
-        interval = "10s"
-        timeout  = "5s"
-      }
-    }
+      task "worker" {
+        driver = var.driver
 
-    task "worker" {
-      driver = var.driver
+        config {
+          command = build.value.binary
+          args = concat([
+            "--metrics", "${NOMAD_ADDR_http}",
+            "--log-format", "json",
+            "--identity", "${NOMAD_JOB_NAME}/${NOMAD_ALLOC_ID}",
+            "--connect-timeout", "2m",
+          ], build.value.id == "" ? [] : ["--build-id", build.value.id])
+        }
 
-      config {
-        command = var.worker_binary
-        args = [
-          "--metrics", "${NOMAD_ADDR_http}",
-          "--log-format", "json",
-          "--identity", "${NOMAD_JOB_NAME}/${NOMAD_ALLOC_ID}",
-          "--connect-timeout", "2m",
-        ]
-      }
+        # On a stop or a new version, SIGTERM lets running calls finish
+        # (the worker's --stop-timeout); Nomad waits as long, if the
+        # client allows it: a client caps kill_timeout at its own
+        # max_kill_timeout, 30 s unless its configuration raises it
+        # (client { max_kill_timeout = "5m" }).
+        kill_signal  = "SIGTERM"
+        kill_timeout = "5m"
 
-      # On a stop or a new version, SIGTERM lets running calls finish
-      # (the worker's --stop-timeout); Nomad waits as long, if the
-      # client allows it: a client caps kill_timeout at its own
-      # max_kill_timeout, 30 s unless its configuration raises it
-      # (client { max_kill_timeout = "5m" }).
-      kill_signal  = "SIGTERM"
-      kill_timeout = "5m"
-
-      template {
-        destination = "secrets/worker.env"
-        env         = true
-        change_mode = "restart"
-        data        = <<-EOT
+        template {
+          destination = "secrets/worker.env"
+          env         = true
+          change_mode = "restart"
+          data        = <<-EOT
         {{- with nomadVar "nomad/jobs/drover-worker" }}{{ range $k, $v := . }}{{ if ne $k "plan_keys" }}
         {{ $k }}={{ $v | toJSON }}
         {{- end }}{{ end }}{{ end }}
         EOT
-      }
+        }
 
-      template {
-        destination = "secrets/plan-keys.pub"
-        change_mode = "restart"
-        data        = <<-EOT
+        template {
+          destination = "secrets/plan-keys.pub"
+          change_mode = "restart"
+          data        = <<-EOT
         {{- with nomadVar "nomad/jobs/drover-worker" }}{{ .plan_keys }}{{ end }}
         EOT
-      }
+        }
 
-      env {
-        DROVER_TRUSTED_PLAN_KEYS = "${NOMAD_SECRETS_DIR}/plan-keys.pub"
-      }
+        env {
+          DROVER_TRUSTED_PLAN_KEYS = "${NOMAD_SECRETS_DIR}/plan-keys.pub"
+        }
 
-      # From the worker's measured resident memory (README, "Running it
-      # for real"): limits well above the peak, a hard ceiling beyond.
-      resources {
-        cpu        = 200
-        memory     = 128
-        memory_max = 256
+        # From the worker's measured resident memory (README, "Running it
+        # for real"): limits well above the peak, a hard ceiling beyond.
+        resources {
+          cpu        = 200
+          memory     = 128
+          memory_max = 256
+        }
       }
     }
   }
