@@ -34,6 +34,15 @@
 // seed and the counts; DROVER_CHAOS_SEED replays a run and
 // DROVER_CHAOS_KILLS sets how many kills land inside actions (default 20).
 //
+// TestUpgrade, which make e2e-upgrade runs (it skips without the
+// previous build, DROVER_E2E_UPGRADE_FROM and DROVER_E2E_UPGRADE_REV),
+// upgrades the worker from the build of an earlier commit to this
+// checkout's while a protected plan's failover waits at its gate, and
+// rolls back while a failback waits at its gate: each action ends on the
+// build it started on, Protect and the record move to the build made
+// current, a new action runs there, and a build's worker stops only once
+// Temporal lists nothing running on it and calls it drained.
+//
 // The tests need the Temporal CLI (make temporal); make test builds it.
 // make e2e-sql runs TestScenarios on the production path instead: the
 // Temporal server built from its Go module on PostgreSQL, its schemas,

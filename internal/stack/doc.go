@@ -9,7 +9,8 @@
 // Every process the stack starts is recorded in the run directory's pid
 // file; Stop and Down end only those, by PID, after checking that the
 // PID still runs the recorded binary. The worker counts as up once it
-// polls its task queue. A process that ends without the stack ending it
+// polls its task queue and its /readyz answers (a versioned worker's
+// build registered with the deployment). A process that ends without the stack ending it
 // is reported with its exit status and the end of its log (Ended), and
 // every wait of the stack and the demo gives up at once when it happens.
 //
@@ -27,12 +28,18 @@
 // the same stack with their own plan and inventory (Options.Groups), crash
 // and restart its processes (Kill, Restart: the worker with kill -9, the
 // Temporal dev server on its file database), or start the sites alone
-// (Options.StorageOnly) for a baseline without Temporal.
+// (Options.StorageOnly) for a baseline without Temporal. An upgrade run
+// (make e2e-upgrade) gives the stack another worker binary and flags
+// (Options.Worker, WorkerArgs), starts a further worker of another build
+// beside it (StartWorker), stops either as an operator would (Terminate)
+// and sets dynamic config on the dev server (Options.TemporalArgs).
 //
 // The demo (Demo) drives the stack with the built drctl, as an operator
 // would: protect, drill, the loss of east and a failover to west, east's
 // return and a reprotect, a failback to east. It judges the run with the
 // simulator's invariant checker over both sites' states, and counts the
 // writes lost: those east acknowledged after its last sync (what the RPO
-// allows) and those lost in the failback (which must be none).
+// allows) and those lost in the failback (which must be none). The
+// failover must have run pinned to a build of Worker Deployment drover,
+// which it prints.
 package stack
