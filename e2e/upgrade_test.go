@@ -167,9 +167,9 @@ func TestUpgrade(t *testing.T) {
 
 // switchTo moves the deployment from build from to build to while an
 // action pinned to from waits at its gate: start runs to's worker beside
-// from's, the README's command makes to current, and Protect and the
-// Protect must move to it and carry on there (the record moves at its
-// next change, which the action makes). from's worker must not be
+// from's, the README's command makes to current, and Protect must move
+// to it and carry on there (the record moves at its next change, which
+// the action makes). from's worker must not be
 // stoppable yet: the action runs on it. Then the gate is opened.
 func (u *upgrade) switchTo(t *testing.T, to, from, toProc, fromProc string, start func()) {
 	t.Helper()
