@@ -20,7 +20,10 @@
 // a nomad binary on PATH they parse the Nomad jobs with a real `nomad
 // agent -dev` (the parser the Nomad adapter uses) and run them there
 // against the Temporal dev server, until every worker passes its checks
-// and polls its task queue, and run the central worker through an
-// upgrade: a second build added beside the first leaves its workers
-// untouched, and dropping the first stops its workers alone.
+// and polls its task queue: the central worker from the binary's path,
+// the site worker downloaded as a .tar.gz artifact (worker_url) over
+// HTTP on the loopback, its checksum checked. They run the central
+// worker through an upgrade: a second build added beside the first
+// leaves its workers untouched, and dropping the first stops its workers
+// alone.
 package deploy

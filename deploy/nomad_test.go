@@ -1,7 +1,14 @@
 package deploy
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,6 +25,7 @@ import (
 
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/freeport"
 	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/plans"
 )
@@ -134,6 +142,18 @@ func TestNomadJobSpecs(t *testing.T) {
 		}
 		if r := task.Resources; r.MemoryMB == nil || r.MemoryMaxMB == nil || *r.MemoryMaxMB <= *r.MemoryMB {
 			t.Errorf("%s: memory %v, memory_max %v; want both, the ceiling above", j.file, r.MemoryMB, r.MemoryMaxMB)
+		}
+		// The binary: on the clients at worker_binary, or downloaded
+		// from worker_url into the task's directory, its checksum
+		// checked.
+		if task.Config["command"] != "/usr/local/bin/worker" || len(task.Artifacts) != 0 {
+			t.Errorf("%s: by default the job runs %v and downloads %d artifact(s); want /usr/local/bin/worker from the client, none", j.file, task.Config["command"], len(task.Artifacts))
+		}
+		url := "https://files.example/drover-worker.tar.gz"
+		got := parseJob(t, c, j, fmt.Sprintf("worker_url = %q\nworker_checksum = \"sha256:abc\"\n", url)).TaskGroups[0].Tasks[0]
+		if len(got.Artifacts) != 1 || *got.Artifacts[0].GetterSource != url || got.Artifacts[0].GetterOptions["checksum"] != "sha256:abc" ||
+			got.Config["command"] != "${NOMAD_TASK_DIR}/drover/worker" || *got.Artifacts[0].RelativeDest != "local/drover" {
+			t.Errorf("%s: with worker_url the job runs %v from artifacts %+v; want the archive from %s, checksum checked, unpacked into local/drover", j.file, got.Config["command"], got.Artifacts, url)
 		}
 	}
 }
@@ -338,6 +358,7 @@ func TestNomadJobsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	archive := serveWorkerArchive(t, filepath.Join(bins, "worker"))
 	items := api.VariableItems{"TEMPORAL_ADDRESS": srv.Address(), "TEMPORAL_NAMESPACE": "default", "DROVER_STORAGE_EAST_userID": "drover"}
 	for _, j := range nomadJobs {
 		v := &api.Variable{Path: "nomad/jobs/" + j.id, Items: items}
@@ -350,7 +371,14 @@ func TestNomadJobsRun(t *testing.T) {
 		if _, _, err := c.Variables().Create(v, nil); err != nil {
 			t.Fatal(err)
 		}
-		job := parseJob(t, c, j, fmt.Sprintf("driver = \"raw_exec\"\nworker_binary = %q\ncount = 1\n", filepath.Join(bins, "worker")))
+		// The central worker runs the binary where it lies; the site
+		// worker's job downloads it as an archive, as the README's step 6
+		// says a client without the binary gets it.
+		vars := fmt.Sprintf("driver = \"raw_exec\"\nworker_binary = %q\ncount = 1\n", filepath.Join(bins, "worker"))
+		if !j.planKeys {
+			vars = fmt.Sprintf("driver = \"raw_exec\"\nworker_url = %q\nworker_checksum = %q\ncount = 1\n", archive.url, archive.checksum)
+		}
+		job := parseJob(t, c, j, vars)
 		job.TaskGroups[0].Spreads = nil // one node
 		if _, _, err := c.Jobs().Register(job, nil); err != nil {
 			t.Fatalf("register %s: %v", j.id, err)
@@ -394,6 +422,51 @@ func TestNomadJobsRun(t *testing.T) {
 			hangAndSeeRestarted(t, c, alloc, stats)
 		}
 	}
+}
+
+// workerArchive is the worker binary as a .tar.gz served over HTTP on
+// loopback, and its checksum as a Nomad artifact takes it.
+type workerArchive struct{ url, checksum string }
+
+// serveWorkerArchive packs bin as "worker" into a .tar.gz and serves it
+// on 127.0.0.1 until the test ends.
+func serveWorkerArchive(t *testing.T, bin string) workerArchive {
+	t.Helper()
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	if err := tw.WriteHeader(&tar.Header{Name: "worker", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	port, err := freeport.Port("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/gzip")
+		_, _ = w.Write(buf.Bytes())
+	})}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	return workerArchive{url: fmt.Sprintf("http://%s/drover-worker.tar.gz", ln.Addr()), checksum: "sha256:" + hex.EncodeToString(sum[:])}
 }
 
 // hangAndSeeRestarted stops (SIGSTOP) the processes of alloc's worker

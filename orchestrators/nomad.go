@@ -22,8 +22,9 @@ type Nomad struct {
 	address string
 	client  *api.Client
 	// namespace is the site's namespace; the client's differs for a test
-	// recovery's copies (UseTestNamespace).
-	namespace string
+	// recovery's copies (UseTestNamespace), testNamespace then.
+	namespace     string
+	testNamespace string
 }
 
 // NewNomad connects to a site's Nomad. NOMAD_ADDR, NOMAD_REGION,

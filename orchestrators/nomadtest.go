@@ -27,7 +27,21 @@ func isTestCopy(w Workload) bool {
 func (n *Nomad) UseTestNamespace(ns string) {
 	if ns != "" {
 		n.client.SetNamespace(ns)
+		n.testNamespace = ns
 	}
+}
+
+// jobNamespace is the namespace Nomad registers a job in through this
+// adapter: the job's own, else the one its calls name (the test
+// namespace, for a test recovery's copies), as Nomad chooses.
+func (n *Nomad) jobNamespace(spec *api.Job) string {
+	switch {
+	case spec.Namespace != nil && *spec.Namespace != "":
+		return *spec.Namespace
+	case n.testNamespace != "":
+		return n.testNamespace
+	}
+	return n.namespace
 }
 
 // startTestCopy registers a test recovery's copy of a production job:
@@ -71,11 +85,11 @@ func (n *Nomad) startTestCopy(ctx context.Context, w Workload, nj *plans.NomadJo
 	for _, k := range sortedKeys(boolKeys(t.Volumes)) {
 		pairs = append(pairs, k+" → "+t.Volumes[k])
 	}
-	ns := n.namespace
-	if spec.Namespace != nil {
-		ns = *spec.Namespace
+	vols := "it mounts no CSI volume"
+	if len(pairs) > 0 {
+		vols = "on volumes " + strings.Join(pairs, ", ")
 	}
-	return fmt.Sprintf("registered test copy %q of %s in namespace %q, on volumes %s", nj.Job, from, ns, strings.Join(pairs, ", ")), nil
+	return fmt.Sprintf("registered test copy %q of %s in namespace %q, %s", nj.Job, from, n.jobNamespace(spec), vols), nil
 }
 
 // testCopyOf is src as a test copy: renamed, in the test namespace,

@@ -40,13 +40,20 @@ func TestNomadTestCopy(t *testing.T) {
 		retryTemporary(t, "start the production job", func() (string, error) { return prod.StartWorkload(ctx, w) })
 		waitHealth(t, prod, w, "the production job to be healthy", healthy)
 
+		// The copy names no namespace of its own (its plan's copies are
+		// no Nomad volumes): Nomad registers it in the namespace the
+		// calls name, the test namespace, and the note says so, and that
+		// it mounts no CSI volume.
 		test := nomadFor(t, a, "")
 		test.UseTestNamespace("drtest")
 		tw := orchestrators.Workload{Plan: "shop", Site: "west", Name: "web-test", Action: orchestrators.ActionTestRecovery,
-			Nomad: &plans.NomadJob{Job: "web-test", Test: &plans.NomadTest{Source: "web", Namespace: "drtest"}}}
+			Nomad: &plans.NomadJob{Job: "web-test", Test: &plans.NomadTest{Source: "web"}}}
 		out := retryTemporary(t, "start the test copy", func() (string, error) { return test.StartWorkload(ctx, tw) })
-		if !strings.Contains(out, `registered test copy "web-test" of job "web" as Nomad runs it in namespace "drtest"`) {
-			t.Fatalf("start said %q", out)
+		if want := `registered test copy "web-test" of job "web" as Nomad runs it in namespace "drtest", it mounts no CSI volume`; out != want {
+			t.Fatalf("start said %q, want %q", out, want)
+		}
+		if _, _, err := c.Jobs().Info("web-test", &api.QueryOptions{Namespace: "drtest"}); err != nil {
+			t.Fatalf("the test copy is not in the namespace its note names: %v", err)
 		}
 		waitHealth(t, test, tw, "the test copy to be healthy", healthy)
 		if _, err := test.StopWorkload(ctx, tw); err != nil {

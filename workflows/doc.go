@@ -69,8 +69,12 @@
 //     each plan's own Failover as a child under the plan's action id,
 //     tier by tier (metadata.tier), with SiteFence telling it what is
 //     fenced already (nothing, where the operator skipped the site
-//     fence or its verification). A plan running another action is reported busy;
-//     a tier with a plan that did not complete pauses the site action.
+//     fence or its verification). A plan running another action is reported busy,
+//     with that action (RunReader.RunningAction); a tier with a plan that
+//     did not complete pauses the site action. A site action that leaves
+//     plans behind ends partial (StatePartial, SiteFailoverResult.LeftBehind),
+//     each such plan with the command that recovers it; a plan's RPO is
+//     the site action's start minus its last sync before the loss.
 //     With Action reprotect, failback or drill it runs that action of
 //     each plan instead (drctl prepares each plan's input), without the
 //     site fence; a site drill's failed checks are outcomes, not pauses.

@@ -251,7 +251,10 @@ func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Du
 		if err != nil {
 			lines[i] = fmt.Sprintf("%s: not stopped (%s)", name, ErrorText(err))
 		} else {
-			lines[i] = name + ": stopped"
+			// Asked, not seen stopped: a lost site's CO may go on
+			// running it for a while, and it is not waited for (the
+			// fence cuts it off its storage).
+			lines[i] = name + ": asked to stop (not confirmed: a lost site is not waited for; the fence cuts it off its storage)"
 		}
 		return nil
 	})

@@ -34,6 +34,9 @@ const (
 	StateWaiting   = "waiting for approval"
 	StateCompleted = "completed"
 	StateAborted   = "aborted"
+	// StatePartial ends a site action that left plans behind: it ran to
+	// its end, but not every plan moved (SiteFailoverResult.LeftBehind).
+	StatePartial = "partial"
 )
 
 // Step is one line of an action's timeline.
@@ -60,6 +63,10 @@ type Step struct {
 	Guard bool `json:"guard,omitempty"`
 	// By is who approved the gate, or who decided on the paused step.
 	By string `json:"by,omitempty"`
+	// Decided is the operator's last decision on the paused step (retry,
+	// skip or abort), DecidedAt when it came.
+	Decided   string    `json:"decided,omitempty"`
+	DecidedAt time.Time `json:"decidedAt,omitzero"`
 }
 
 // Progress is what the progress query answers and what the result holds.
@@ -251,7 +258,7 @@ func (r *run) step(ctx workflow.Context, ref stepRef, guard bool, fn func(ctx wo
 		}
 		d := r.decisions[name]
 		delete(r.decisions, name)
-		s.By = d.By
+		s.By, s.Decided, s.DecidedAt = d.By, d.Action, workflow.Now(ctx)
 		switch {
 		case r.aborted || d.Action == DecisionAbort:
 			r.aborted = true

@@ -61,6 +61,9 @@ func SiteActionID(site string) string { return names.SiteActionIDPrefix + site }
 type SitePlan struct {
 	Plan      *plans.Plan      `json:"plan"`
 	Signature *plans.Signature `json:"signature,omitempty"`
+	// File is the plan file drctl read the plan from: the command that
+	// recovers a plan the action left behind names it.
+	File string `json:"file,omitempty"`
 	// LastSync and Clients are what the plan's protection last recorded
 	// (see FailoverInput).
 	LastSync        time.Time `json:"lastSync,omitzero"`
@@ -109,9 +112,21 @@ type PlanOutcome struct {
 	RunID    string        `json:"runId,omitempty"`
 	State    string        `json:"state"` // completed, aborted, busy or refused
 	RTO      time.Duration `json:"rto,omitempty"`
+	// RPO is the site action's start minus the last sync protection knew
+	// of before the loss (SitePlan.LastSync): the writes the plan may
+	// have lost, however long the action then took to reach the plan.
 	RPO      time.Duration `json:"rpo,omitempty"`
 	RPOKnown bool          `json:"rpoKnown,omitempty"`
 	Error    string        `json:"error,omitempty"`
+	// Busy is the action the plan ran when the site action found it busy
+	// ("drill", "failover"), when it could tell; FirstBusy and
+	// FirstBusyTry are the first try of the plan's step that found it so,
+	// kept when a later try moves the plan.
+	Busy         string    `json:"busy,omitempty"`
+	FirstBusy    time.Time `json:"firstBusy,omitzero"`
+	FirstBusyTry int       `json:"firstBusyTry,omitempty"`
+	// Recover is, for a plan left behind, the command that moves it.
+	Recover string `json:"recover,omitempty"`
 }
 
 // Plan outcomes beyond the step states.
@@ -122,13 +137,16 @@ const (
 
 // SiteFailoverResult is the site action's timeline, each plan's outcome
 // and the site-wide RTO: from the start to the last plan's workloads
-// healthy.
+// healthy. A site action that left plans behind (LeftBehind: busy,
+// refused, aborted, or failed other than by a drill's checks) ends
+// partial, not completed, and its RTO covers only the plans that moved.
 type SiteFailoverResult struct {
 	Progress
-	From  string        `json:"from"`
-	To    string        `json:"to"`
-	RTO   time.Duration `json:"rto"`
-	Plans []PlanOutcome `json:"plans"`
+	From       string        `json:"from"`
+	To         string        `json:"to"`
+	RTO        time.Duration `json:"rto"`
+	Plans      []PlanOutcome `json:"plans"`
+	LeftBehind []string      `json:"leftBehind,omitempty"`
 }
 
 // Step kinds of a site action.
@@ -258,7 +276,7 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 			fenced = slices.DeleteFunc(slices.Clone(trusted), func(n string) bool { return slices.Contains(busy, n) })
 		}
 		if fences, err = siteFences(ctx, r, in, byName, fenced); err != nil {
-			return r.siteEnd(ctx, res, outcome, order, err)
+			return r.siteEnd(ctx, in, byName, res, outcome, order, err)
 		}
 	}
 
@@ -305,25 +323,86 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 			return fmt.Sprintf("%d plan(s): %s done", len(tier), action), nil
 		})
 		if err != nil {
-			return r.siteEnd(ctx, res, outcome, order, err)
+			return r.siteEnd(ctx, in, byName, res, outcome, order, err)
 		}
 	}
-	return r.siteEnd(ctx, res, outcome, order, nil)
+	return r.siteEnd(ctx, in, byName, res, outcome, order, nil)
 }
 
-// siteEnd closes the site action's timeline and result.
-func (r *run) siteEnd(ctx workflow.Context, res *SiteFailoverResult, outcome map[string]*PlanOutcome, order []string, err error) (*SiteFailoverResult, error) {
+// siteEnd closes the site action's timeline and result: partial when it
+// left plans behind, each with the command that recovers it.
+func (r *run) siteEnd(ctx workflow.Context, in SiteFailoverInput, byName map[string]SitePlan, res *SiteFailoverResult, outcome map[string]*PlanOutcome, order []string, err error) (*SiteFailoverResult, error) {
+	action := in.Action
+	if action == "" {
+		action = SiteFailoverAction
+	}
 	for _, name := range order {
-		res.Plans = append(res.Plans, *outcome[name])
+		o := outcome[name]
+		if leftBehind(action, o) {
+			res.LeftBehind = append(res.LeftBehind, name)
+			o.Recover = recoverCommand(action, in, byName[name], o)
+		}
+		res.Plans = append(res.Plans, *o)
 	}
 	r.progress.End = workflow.Now(ctx)
 	r.progress.State = StateCompleted
+	if len(res.LeftBehind) > 0 {
+		r.progress.State = StatePartial
+	}
 	if err != nil {
 		r.progress.State = StateAborted
 	}
 	res.RTO = r.progress.End.Sub(r.progress.Start)
 	res.Progress = *r.progress
 	return res, err
+}
+
+// leftBehind tells a plan the site action did not move: every plan not
+// completed, but a drill's plan whose checks failed (the drill did its
+// work: nothing was to move).
+func leftBehind(action string, o *PlanOutcome) bool {
+	if o.State == StateCompleted || o.State == "" {
+		return false
+	}
+	return !(action == SiteDrillAction && o.State == StateFailed)
+}
+
+// recoverCommand is what moves a plan the site action left behind: its
+// own action, after the action it was busy with has ended.
+func recoverCommand(action string, in SiteFailoverInput, sp SitePlan, o *PlanOutcome) string {
+	file := sp.File
+	if file == "" {
+		file = "PLAN-FILE-OF-" + o.Plan
+	}
+	var cmd string
+	switch action {
+	case SiteReprotectAction:
+		cmd = fmt.Sprintf("drctl reprotect %s --from %s", file, in.From)
+		if sp.Reprotect != nil {
+			cmd = fmt.Sprintf("drctl reprotect %s --from %s", file, sp.Reprotect.From)
+		}
+	case SiteFailbackAction:
+		cmd = fmt.Sprintf("drctl failback %s --to %s", file, in.To)
+	case SiteDrillAction:
+		cmd = fmt.Sprintf("drctl drill %s --to %s", file, in.To)
+		if sp.Drill != nil && sp.Drill.Action != "" {
+			cmd += " --action " + sp.Drill.Action
+		}
+	default:
+		cmd = fmt.Sprintf("drctl failover %s --to %s", file, in.To)
+	}
+	if o.State != OutcomeBusy {
+		return cmd
+	}
+	running := "its running action"
+	if o.Busy != "" {
+		running = "its running " + o.Busy
+	}
+	if o.Busy == action {
+		// Its own action of the same kind may move it: follow that first.
+		return fmt.Sprintf("drctl watch %s (%s may move it); if it does not: %s", o.Workflow, running, cmd)
+	}
+	return fmt.Sprintf("drctl cancel %s (%s), then %s", o.Workflow, running, cmd)
 }
 
 // storageKey names the storage system a plan reaches a site's fence
@@ -558,7 +637,23 @@ func (r *run) sitePlan(ctx workflow.Context, in SiteFailoverInput, action string
 	var busy *temporal.ChildWorkflowExecutionAlreadyStartedError
 	switch {
 	case errors.As(err, &busy):
-		o.State, o.Error = OutcomeBusy, fmt.Sprintf("plan %q already runs an action (workflow %s); it was left alone", name, ActionID(name))
+		// Which action: the operator decides whether to end it.
+		var running string
+		lctx := workflow.WithLocalActivityOptions(ctx, runReadOptions)
+		var rr *RunReader
+		if err := workflow.ExecuteLocalActivity(lctx, rr.RunningAction, name).Get(ctx, &running); err != nil {
+			running = ""
+		}
+		what := "an action"
+		if running != "" {
+			what = article(running) + " " + running
+		}
+		o.State, o.Busy = OutcomeBusy, running
+		o.Error = fmt.Sprintf("plan %q is running %s of its own (workflow %s); it was left alone: let it end (drctl watch %s) or end it (drctl cancel %s), then retry",
+			name, what, ActionID(name), ActionID(name), ActionID(name))
+		if o.FirstBusy.IsZero() {
+			o.FirstBusy, o.FirstBusyTry = workflow.Now(ctx), s.Attempts
+		}
 	case err != nil:
 		o.State, o.Error = StateAborted, ErrorText(err)
 	default:
@@ -571,7 +666,13 @@ func (r *run) sitePlan(ctx workflow.Context, in SiteFailoverInput, action string
 			if err := f.Get(ctx, &fr); err != nil {
 				o.State, o.Error = StateAborted, ErrorText(err)
 			} else {
-				o.RTO, o.RPO, o.RPOKnown = fr.RTO, fr.RPO, fr.RPOKnown
+				o.RTO = fr.RTO
+				// From the site action's start, not the plan's own: a
+				// plan of a later tier, or one retried after it was
+				// busy, lost no more writes for starting later.
+				if !sp.LastSync.IsZero() {
+					o.RPO, o.RPOKnown = r.progress.Start.Sub(sp.LastSync), true
+				}
 			}
 		case SiteDrillAction:
 			var dr DrillResult

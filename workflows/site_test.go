@@ -203,7 +203,13 @@ func TestSiteFailoverTierPausesAndSkips(t *testing.T) {
 	logs.Policy.OnFailure = "abort"
 	broken := plans.ExecHooks{Start: "echo cannot start >&2; exit 1", Stop: "true"}
 	logs.Workloads = []plans.Workload{{Name: "ingest", Sites: map[string]plans.WorkloadRef{"east": {Exec: &broken}, "west": {Exec: &broken}}}}
+	// Protection's last syncs before the loss; loose, of tier 1, starts
+	// an hour later (tier 0 pauses that long), and lost no more for it.
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sps[0].LastSync, sps[1].LastSync = t0.Add(-3*time.Second), t0.Add(-6*time.Second)
+	sps[2].File = "plans/logs.yaml"
 	env, calls := siteEnv(t, f)
+	env.SetStartTime(t0)
 	var paused *workflows.Step
 	promotedWhilePaused := false
 	env.RegisterDelayedCallback(func() {
@@ -229,6 +235,28 @@ func TestSiteFailoverTierPausesAndSkips(t *testing.T) {
 	}
 	if indexOf(*calls, "PromoteVolume", "west", "solo") < 0 {
 		t.Fatal("tier 1 never ran after the skip")
+	}
+	// logs was left behind: the action is partial, not completed, and
+	// says how to move logs.
+	if res.State != workflows.StatePartial || !slices.Equal(res.LeftBehind, []string{"logs"}) {
+		t.Errorf("site action %s, left behind %v; want partial with logs left behind", res.State, res.LeftBehind)
+	}
+	rpo := map[string]time.Duration{"loose": 3 * time.Second, "shop": 6 * time.Second}
+	for _, o := range res.Plans {
+		switch o.Plan {
+		case "logs":
+			if o.Recover != "drctl failover plans/logs.yaml --to west" {
+				t.Errorf("logs: recover %q, want its own failover from its plan file", o.Recover)
+			}
+		default:
+			if o.Recover != "" || !o.RPOKnown || o.RPO != rpo[o.Plan] {
+				t.Errorf("plan %s: RPO %v (known %v), recover %q; want %v from the action's start to the last sync, nothing to recover",
+					o.Plan, o.RPO, o.RPOKnown, o.Recover, rpo[o.Plan])
+			}
+		}
+	}
+	if i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "tier/0" }); i < 0 || res.Steps[i].Decided != workflows.DecisionSkip || res.Steps[i].DecidedAt.IsZero() {
+		t.Errorf("tier 0 does not record the skip decided on it: %+v", res.Steps)
 	}
 }
 

@@ -261,7 +261,8 @@ func TestStopPastDeadlinePauses(t *testing.T) {
 // at one second, then runs the hook again as a regular activity within
 // the stop deadline, as the README tells hook writers. A stop hook that
 // takes 1.5 s is started twice, the first run cut before its end, the
-// second run to its end, and the step reports the workload stopped.
+// second run to its end, and the step reports the workload asked to
+// stop: the lost site is not waited for, so nothing says it stopped.
 func TestLostSiteStopCutAndRunAgain(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	f := newFixture(t)
@@ -279,8 +280,8 @@ func TestLostSiteStopCutAndRunAgain(t *testing.T) {
 	_, res := failOverEast(t, ctx, srv, f)
 	cutThenRunWhole(t, log, "stop")
 	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.ID == "stop-workloads/east" })
-	if i < 0 || !strings.Contains(res.Steps[i].Output, "web: stopped") {
-		t.Fatalf("stop step of %+v, want web reported stopped", res.Steps)
+	if i < 0 || !strings.Contains(res.Steps[i].Output, "web: asked to stop (not confirmed") || strings.Contains(res.Steps[i].Output, "web: stopped") {
+		t.Fatalf("stop step of %+v, want web reported asked to stop, not stopped", res.Steps)
 	}
 }
 

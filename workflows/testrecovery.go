@@ -750,6 +750,35 @@ func (rr *RunReader) RunningActions(ctx context.Context, planNames []string) ([]
 	return busy, nil
 }
 
+// RunningAction is the action the plan's action id runs ("failover",
+// "drill", "reprotect" or "failback": its workflow type), or ""
+// when none runs: what a site action names when it finds the plan busy.
+func (rr *RunReader) RunningAction(ctx context.Context, plan string) (string, error) {
+	if rr == nil || rr.Client == nil {
+		return "", temporal.NewNonRetryableApplicationError("this worker has no client to read runs", errNoRun, nil)
+	}
+	d, err := rr.Client.DescribeWorkflowExecution(ctx, ActionID(plan), "")
+	if isNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	info := d.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return "", nil
+	}
+	return strings.ToLower(info.GetType().GetName()), nil
+}
+
+// article is "a" or "an" for the word.
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
+}
+
 // TestCleanup does a test recovery's cleanup for a run that ended without
 // it: the test workloads stopped, the copies and snapshots deleted, those
 // whose create had no answer asked for again by name first. What it

@@ -268,13 +268,23 @@ func (a *app) protection(ctx context.Context, c client.Client, p *plans.Plan, fr
 		// Nothing would start either: say why rather than note a
 		// protection state that could not be asked for.
 		return time.Time{}, nil, temporalError("read the protection state of plan "+p.Metadata.Name, perr)
-	case a.json():
-	case perr == nil || isNotFound(perr):
-		fmt.Fprintf(a.stderr, "note: no protection state of plan %q from %s (drctl protect start); the RPO will be unknown\n", p.Metadata.Name, from)
-	default:
-		fmt.Fprintf(a.stderr, "note: the protection state of plan %q could not be read (%v); the RPO will be unknown\n", p.Metadata.Name, perr)
+	case !a.json():
+		fmt.Fprintf(a.stderr, "note: %s\n", protectionNote(p.Metadata.Name, from, ps, perr, isNotFound(perr)))
 	}
 	return time.Time{}, nil, nil
+}
+
+// protectionNote says why the RPO of an action from site from will be
+// unknown: no protection runs, it runs from another site (it knows no
+// sync from this one), or it could not be read.
+func protectionNote(plan, from string, ps *workflows.ProtectState, perr error, notFound bool) string {
+	switch {
+	case perr == nil && ps != nil && ps.Primary != "":
+		return fmt.Sprintf("the protection of plan %q runs from %s, not from %s: it has recorded no sync from %s; the RPO will be unknown", plan, ps.Primary, from, from)
+	case perr == nil || notFound:
+		return fmt.Sprintf("plan %q is not protected (drctl protect start): no sync from %s is known; the RPO will be unknown", plan, from)
+	}
+	return fmt.Sprintf("the protection state of plan %q could not be read (%v); the RPO will be unknown", plan, perr)
 }
 
 func (a *app) reprotect(ctx context.Context, file, from string, f actionFlags) error {

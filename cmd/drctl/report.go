@@ -53,8 +53,11 @@ type Report struct {
 	Fenced      []string                 `json:"fenced,omitempty"`
 	WorkloadRTO map[string]time.Duration `json:"workloadRTO,omitempty"`
 	PlanResults []workflows.PlanOutcome  `json:"planResults,omitempty"`
-	Error       string                   `json:"error,omitempty"`
-	Generated   time.Time                `json:"generated"`
+	// LeftBehind are the plans a site action did not move: it ended
+	// partial, and PlanResults say how to recover each.
+	LeftBehind []string  `json:"leftBehind,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	Generated  time.Time `json:"generated"`
 }
 
 // ReportPlan is a plan the action ran, with the SHA-256 of its canonical
@@ -66,11 +69,13 @@ type ReportPlan struct {
 	SignedAt time.Time `json:"signedAt,omitzero"`
 }
 
-// ReportSigner is who opened a gate or decided on a paused step.
+// ReportSigner is who opened a gate or decided on a paused step, and
+// what they decided (retry, skip or abort).
 type ReportSigner struct {
-	Step string    `json:"step"`
-	By   string    `json:"by"`
-	At   time.Time `json:"at,omitzero"`
+	Step     string    `json:"step"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at,omitzero"`
+	Decision string    `json:"decision,omitempty"`
 }
 
 // ReportStep is one step of the timeline.
@@ -225,16 +230,23 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 			rs.Took = s.End.Sub(s.Start)
 		}
 		r.Steps = append(r.Steps, rs)
-		if s.By != "" {
+		if s.By != "" || s.Decided != "" {
 			who := ReportSigner{Step: s.Name, By: s.By, At: s.End}
 			if s.Kind() == workflows.KindApprove {
 				r.Approvals = append(r.Approvals, who)
 			} else {
+				who.Decision = s.Decided
+				if !s.DecidedAt.IsZero() {
+					who.At = s.DecidedAt
+				}
 				r.Decisions = append(r.Decisions, who)
 			}
 		}
 	}
 	r.RTO, r.RPO, r.RPOKnown, r.Fenced, r.WorkloadRTO, r.PlanResults = res.RTO, res.RPO, res.RPOKnown, res.Fenced, res.WorkloadRTO, res.Plans
+	if r.LeftBehind = res.LeftBehind; len(r.LeftBehind) > 0 && r.Status == "completed" {
+		r.Status = workflows.StatePartial
+	}
 	return r, nil
 }
 
@@ -297,9 +309,10 @@ func (r *Report) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", mdCell(p.Name), p.Digest, p.SignedBy, stamp(p.SignedAt))
 	}
 	if len(r.PlanResults) > 0 {
-		fmt.Fprintf(&b, "\n## Plans' outcomes\n\n| Plan | Tier | State | RTO | RPO | Error |\n|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "\n## Plans' outcomes\n\n| Plan | Tier | State | RTO | RPO | Busy | Error | To recover |\n|---|---|---|---|---|---|---|---|\n")
 		for _, p := range r.PlanResults {
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", mdCell(p.Plan), p.Tier, p.State, dur(p.RTO), rpoText(p.RPO, p.RPOKnown), mdCell(p.Error))
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", mdCell(p.Plan), p.Tier, p.State, outcomeRTO(p), outcomeRPO(p),
+				mdCell(busyText(p)), mdCell(p.Error), mdCell(p.Recover))
 		}
 	}
 	fmt.Fprintf(&b, "\n## Steps\n\n| Step | State | Start | End | Took | Tries | Note |\n|---|---|---|---|---|---|---|\n")
@@ -351,6 +364,19 @@ func (r *Report) planNames() []string {
 	return out
 }
 
+// busyText says when a site action first found the plan busy, and with
+// what: "drill, from try 1 at 2026-…".
+func busyText(o workflows.PlanOutcome) string {
+	if o.FirstBusy.IsZero() {
+		return ""
+	}
+	what := o.Busy
+	if what == "" {
+		what = "an action"
+	}
+	return fmt.Sprintf("running %s, first found at try %d (%s)", what, o.FirstBusyTry, stamp(o.FirstBusy))
+}
+
 func rpoText(d time.Duration, known bool) string {
 	if !known {
 		return "unknown"
@@ -375,9 +401,23 @@ func (r *Report) facts() [][2]string {
 		out = append(out, [2]string{"Approved", fmt.Sprintf("%s by %s at %s", a.Step, a.By, stamp(a.At))})
 	}
 	for _, d := range r.Decisions {
-		out = append(out, [2]string{"Decided", fmt.Sprintf("%s by %s at %s", d.Step, d.By, stamp(d.At))})
+		what := d.Step
+		if d.Decision != "" {
+			what = d.Decision + " of " + d.Step
+		}
+		by := d.By
+		if by == "" {
+			by = "(not recorded)"
+		}
+		out = append(out, [2]string{"Decided", fmt.Sprintf("%s by %s at %s", what, by, stamp(d.At))})
 	}
-	if r.RTO > 0 {
+	if len(r.LeftBehind) > 0 {
+		out = append(out, [2]string{"Left behind", fmt.Sprintf("%d of %d plan(s): %s (see each one's command to recover it below)",
+			len(r.LeftBehind), len(r.PlanResults), strings.Join(r.LeftBehind, ", "))})
+		if r.RTO > 0 {
+			out = append(out, [2]string{"RTO of the plans that moved", dur(r.RTO)})
+		}
+	} else if r.RTO > 0 {
 		out = append(out, [2]string{"RTO", dur(r.RTO)})
 	}
 	if r.RTO > 0 || r.RPOKnown {
@@ -410,12 +450,33 @@ var reportHTML string
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"stamp": stamp, "dur": dur, "title": titleCase, "join": strings.Join,
+	"rto": outcomeRTO, "rpo": outcomeRPO, "busy": busyText,
 }).Parse(reportHTML))
 
-// bar is one step of the SVG timeline.
+// labelRunes is how much of a step's name the timeline's label column
+// (300 px at 11 px type) holds. A longer name keeps its start and its
+// end, cut in the middle: steps differ at the start ("fence east …",
+// "verify the fence of east …") or at the end (the storage address of
+// each fence), never only in the middle of a long name, and a label cut
+// at one side only (as the column's edge did) shows two of them as the
+// same text. The label's and the bar's tooltips have the whole name.
+const labelRunes = 44
+
+func fitLabel(name string) string {
+	r := []rune(name)
+	if len(r) <= labelRunes {
+		return name
+	}
+	head := labelRunes / 2
+	tail := labelRunes - head - 1
+	return string(r[:head]) + "…" + string(r[len(r)-tail:])
+}
+
+// bar is one step of the SVG timeline: Label as shown, Name whole.
 type bar struct {
 	Y, X, W   float64
 	Label     string
+	Name      string
 	State     string
 	Took      string
 	TextRight bool
@@ -436,7 +497,7 @@ func (r *Report) timeline(width float64) (bars []bar, ticks []bar, height float6
 	span := float64(end.Sub(start))
 	x := func(t time.Time) float64 { return width * float64(t.Sub(start)) / span }
 	for i, s := range r.Steps {
-		b := bar{Y: float64(i) * 22, Label: s.Name, State: s.State}
+		b := bar{Y: float64(i) * 22, Label: fitLabel(s.Name), Name: s.Name, State: s.State}
 		if !s.Start.IsZero() {
 			stop := s.End
 			if stop.IsZero() {

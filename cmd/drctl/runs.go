@@ -191,6 +191,8 @@ type result struct {
 	Would      []string      `json:"would"`
 	// Plans: a site action's outcome per plan.
 	Plans []workflows.PlanOutcome `json:"plans"`
+	// LeftBehind: the plans a site action did not move (it ended partial).
+	LeftBehind []string `json:"leftBehind"`
 	// A test recovery's copies, whether they are gone, and each test
 	// workload's RTO.
 	Copies      []workflows.TestCopy     `json:"copies"`
@@ -277,6 +279,10 @@ wait:
 		var r result
 		_ = json.Unmarshal(raw, &r)
 		out.Status, out.Result = workflows.StateCompleted, raw
+		if len(r.LeftBehind) > 0 {
+			// It ran to its end, and left plans where they were.
+			out.Status = workflows.StatePartial
+		}
 		live.final(&r.Progress, id)
 		if a.json() {
 			writeJSON(a.stdout, out)

@@ -166,6 +166,7 @@ func (a *app) siteAction(ctx context.Context, action string, args []string, site
 			continue
 		}
 		sp, what, err := plan(c, file, p)
+		sp.File = file
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitBadInput {
 			// One plan already moved, or not where the action needs it:
@@ -216,20 +217,20 @@ func (a *app) siteAction(ctx context.Context, action string, args []string, site
 }
 
 // siteSummary prints a site action's outcome: a row per plan, and the
-// site-wide RTO.
+// site-wide RTO; a site action that left plans behind says it ended
+// partial, names them, and gives the command that recovers each.
 func (a *app) siteSummary(r *result, took time.Duration) {
-	fmt.Fprintf(a.stdout, "%s from %s ended in %v: site-wide RTO %v\n", r.Action, strings.TrimPrefix(r.Plan, "site-"), took, r.RTO.Round(time.Millisecond))
+	site := strings.TrimPrefix(r.Plan, "site-")
+	if len(r.LeftBehind) > 0 {
+		fmt.Fprintf(a.stdout, "%s from %s ended PARTIAL in %v: %d of %d plan(s) left behind (%s); RTO of the plans that moved %v\n",
+			r.Action, site, took, len(r.LeftBehind), len(r.Plans), strings.Join(r.LeftBehind, ", "), r.RTO.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(a.stdout, "%s from %s ended in %v: site-wide RTO %v\n", r.Action, site, took, r.RTO.Round(time.Millisecond))
+	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PLAN\tTIER\tOUTCOME\tRTO\tRPO\tWORKFLOW")
 	for _, o := range r.Plans {
-		rto, rpo := "-", "-"
-		if o.State == workflows.StateCompleted {
-			rto = o.RTO.Round(time.Millisecond).String()
-			rpo = "unknown"
-			if o.RPOKnown {
-				rpo = o.RPO.Round(time.Millisecond).String()
-			}
-		}
+		rto, rpo := outcomeRTO(o), outcomeRPO(o)
 		state := o.State
 		if o.Error != "" {
 			state += ": " + o.Error
@@ -237,6 +238,28 @@ func (a *app) siteSummary(r *result, took time.Duration) {
 		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", o.Plan, o.Tier, state, rto, rpo, o.Workflow)
 	}
 	tw.Flush()
+	for _, o := range r.Plans {
+		if o.Recover != "" {
+			fmt.Fprintf(a.stdout, "  to recover plan %s: %s\n", o.Plan, o.Recover)
+		}
+	}
+}
+
+// outcomeRTO and outcomeRPO are a site action's plan's figures as the
+// summary, the report and the dashboard show them: "-" for a plan that
+// did not complete (it has none).
+func outcomeRTO(o workflows.PlanOutcome) string {
+	if o.State != workflows.StateCompleted {
+		return "-"
+	}
+	return dur(o.RTO)
+}
+
+func outcomeRPO(o workflows.PlanOutcome) string {
+	if o.State != workflows.StateCompleted {
+		return "-"
+	}
+	return rpoText(o.RPO, o.RPOKnown)
 }
 
 // sitePlansAllDone: every plan of a site action completed.

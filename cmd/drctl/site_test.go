@@ -185,6 +185,7 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 
 	c.ok(nil, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
 	site := workflows.SiteActionID("east")
+	var pausedWith string
 	tries := func() int {
 		code, out, _ := c.run("-o", "json", "status", site)
 		var s struct {
@@ -195,12 +196,19 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 		}
 		for _, st := range s.Action.Progress.Steps {
 			if st.ID == "tier/1" && st.State == workflows.StatePaused {
+				pausedWith = st.LastError
 				return st.Attempts
 			}
 		}
 		return 0
 	}
 	simtest.Eventually(t, time.Minute, "tier 1 to pause", func() bool { return tries() == 1 })
+	// The pause says what loose is busy with, and how to end it.
+	for _, want := range []string{`plan "loose" is running a failover of its own`, "drctl cancel " + workflows.ActionID("loose")} {
+		if !strings.Contains(pausedWith, want) {
+			t.Errorf("tier 1 paused with %q; want it to say %q", pausedWith, want)
+		}
+	}
 	// Left alone: the site fence took shop's clients, not loose's, which
 	// its own failover, waiting at its gate, has not fenced yet.
 	if got := st.west.FencedCIDRs(); !slices.Contains(got, simtest.NodeA+"/32") || slices.Contains(got, "127.0.0.10/32") {

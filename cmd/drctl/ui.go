@@ -314,13 +314,53 @@ func currentStep(p *workflows.Progress) string {
 	return last
 }
 
-// stepsView is an action's live step table.
+// stepsView is an action's live step table. Status is Temporal's
+// (running until the run ends); Shown is what the page says of the
+// action: paused or waiting for approval while a step waits for the
+// operator, partial for a site action that left plans behind. Next are
+// the commands the operator's decision takes.
 type stepsView struct {
 	ID, Run  string
 	Progress *workflows.Progress
 	Status   string
+	Shown    string
+	Next     []string
 	Done     bool
 	Temporal string
+}
+
+// shown is what the page says of the action and the commands it waits
+// for: the same resolve and approve commands as drctl's step table.
+func (v *stepsView) shown() {
+	v.Shown = v.Status
+	p := v.Progress
+	if p == nil {
+		return
+	}
+	if v.Status == "completed" && p.State == workflows.StatePartial {
+		v.Shown = workflows.StatePartial
+	}
+	if v.Status != "running" {
+		return
+	}
+	arg := runArg(v.ID)
+	paused := stepsIn(p, workflows.StatePaused)
+	for _, s := range paused {
+		step := ""
+		if len(paused) > 1 {
+			step = " --step " + s.Key()
+		}
+		v.Next = append(v.Next, fmt.Sprintf("step %q paused: drctl resolve %s%s --retry (run it again), %s or --abort (end the action)", s.Name, arg, step, skipHint(s)))
+	}
+	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
+		v.Next = append(v.Next, fmt.Sprintf("waiting for approval: drctl approve %s", arg))
+		if len(paused) == 0 {
+			v.Shown = workflows.StateWaiting
+		}
+	}
+	if len(paused) > 0 {
+		v.Shown = workflows.StatePaused
+	}
 }
 
 func (d *dashboard) stepsOf(ctx context.Context, id string) (*stepsView, error) {
@@ -336,6 +376,7 @@ func (d *dashboard) stepsOf(ctx context.Context, id string) (*stepsView, error) 
 	if v.Progress, err = queryProgress(ctx, d.c, id, x.RunID); err != nil {
 		return nil, fmt.Errorf("%s did not answer for its progress (is a worker running?): %w", id, err)
 	}
+	v.shown()
 	return v, nil
 }
 

@@ -109,9 +109,12 @@ const dashboardError = "the replication daemon of west is restarting after an up
 // TestDashboard: drctl ui in a real browser. The overview shows the plan
 // protected from east with its group's lag and a lag chart; during a
 // failover that waits for approval, the action's page shows the gate
-// waiting, and once drctl approve opens it the same page, without a
-// reload, shows the promotion retrying with its whole error, then done
-// after 16 tries, and the action completed. The
+// waiting, the action "waiting for approval" (not running) and the
+// approve command; once drctl approve opens it the same page, without a
+// reload, shows the promotion, refused, paused, the action "paused" and
+// the resolve command; after drctl resolve --retry, the promotion
+// retrying with its whole error, then done after 17 tries, and the
+// action completed. The
 // overview then lists the action with a report that renders. Requests
 // for another host name, and writes, are refused.
 func TestDashboard(t *testing.T) {
@@ -154,17 +157,42 @@ func TestDashboard(t *testing.T) {
 	if s := text(t, ctx, stateOf("promote/west/data")); s != "" && s != workflows.StatePending {
 		t.Fatalf("the promotion's state on the page before the approval: %q", s)
 	}
+	// Waiting at its gate, the action is not said to run: the page says
+	// it waits, and gives the command that opens the gate.
+	if s := text(t, ctx, `document.getElementById("shown").textContent`); s != workflows.StateWaiting {
+		t.Errorf("the action waiting at its gate is shown %q", s)
+	}
+	if s := text(t, ctx, `(function(){var n=document.getElementById("next");return n?n.textContent:"";})()`); !strings.Contains(s, "drctl approve shop") {
+		t.Errorf("the page of the action waiting at its gate gives no approve command: %q", s)
+	}
 	screenshot(t, ctx, "dashboard-action.png")
-	// The promotion fails 15 times with an error longer than a line (3 s
-	// of retries at the plan's 50-200 ms back-off, more than the page's
-	// refresh), then goes through: while it retries the page shows the
-	// error whole, and its tries count every call (16), not the step's
-	// one run.
-	if err := st.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Count: 15, Message: dashboardError}}); err != nil {
+	// The promotion is refused once for good: the step pauses, and the
+	// page, by itself, says the action is paused (not running) and gives
+	// the resolve command.
+	if err := st.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "INVALID_ARGUMENT", Count: 1, Message: "refused once"}}); err != nil {
 		t.Fatal(err)
 	}
 	c.ok(nil, "--by", "auditor@example", "approve", "shop", "--yes")
 	// The page updates itself: no navigation from here.
+	simtest.Eventually(t, 30*time.Second, "the page to show the promotion paused", func() bool {
+		return text(t, ctx, stateOf("promote/west/data")) == workflows.StatePaused
+	})
+	if s := text(t, ctx, `document.getElementById("shown").textContent`); s != workflows.StatePaused {
+		t.Errorf("the action paused at its promotion is shown %q, want paused", s)
+	}
+	if s := text(t, ctx, `(function(){var n=document.getElementById("next");return n?n.textContent:"";})()`); !strings.Contains(s, "drctl resolve shop --retry") || !strings.Contains(s, "--skip") {
+		t.Errorf("the page of the paused action gives no resolve command: %q", s)
+	}
+	// Retried, the promotion fails 15 times with an error longer than a
+	// line (3 s of retries at the plan's 50-200 ms back-off, more than
+	// the page's refresh), then goes through: while it retries the page
+	// shows the error whole, and its tries count every call (17: the
+	// refused one, 15 failed and the one that went through), not the
+	// step's two runs.
+	if err := st.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Count: 15, Message: dashboardError}}); err != nil {
+		t.Fatal(err)
+	}
+	c.ok(nil, "--by", "operator@example", "resolve", "shop", "--retry")
 	simtest.Eventually(t, 30*time.Second, "the page to show the promotion retrying with its whole error", func() bool {
 		return strings.Contains(text(t, ctx, noteOf("promote/west/data")), dashboardError)
 	})
@@ -172,8 +200,11 @@ func TestDashboard(t *testing.T) {
 		return text(t, ctx, stateOf("promote/west/data")) == workflows.StateDone &&
 			text(t, ctx, `document.getElementById("steps").dataset.status`) == "completed"
 	})
-	if n := text(t, ctx, triesOf("promote/west/data")); n != "16" {
-		t.Errorf("the promotion's tries on the page: %q, want 16 (15 failed calls and the one that went through)", n)
+	if n := text(t, ctx, triesOf("promote/west/data")); n != "17" {
+		t.Errorf("the promotion's tries on the page: %q, want 17 (the refused call, 15 failed calls and the one that went through)", n)
+	}
+	if s := text(t, ctx, `document.getElementById("shown").textContent`); s != "completed" {
+		t.Errorf("the completed action is shown %q", s)
 	}
 	if s := text(t, ctx, `document.getElementById("live").textContent`); !strings.Contains(s, "ended") {
 		t.Fatalf("the page still says %q", s)

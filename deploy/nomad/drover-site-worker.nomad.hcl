@@ -31,10 +31,28 @@ variable "driver" {
   description = "task driver: exec isolates the worker binary; raw_exec where exec is not available"
 }
 
+# The worker binary: either installed on every client that may run the
+# job, at worker_binary (the exec driver's chroot holds /usr by default;
+# a client whose chroot_env leaves it out needs the path inside it), or,
+# with worker_url, downloaded by Nomad as an artifact into the task's
+# local/ directory: an archive (.tar.gz) holding the binary as "worker",
+# which keeps its executable mode (a bare file would arrive without it).
 variable "worker_binary" {
   type        = string
   default     = "/usr/local/bin/worker"
-  description = "path of Drover's worker binary on the clients"
+  description = "path of Drover's worker binary on the clients (unused with worker_url)"
+}
+
+variable "worker_url" {
+  type        = string
+  default     = ""
+  description = "where Nomad downloads an archive holding the worker binary as \"worker\" (any artifact source: https://, s3::, ...); empty: worker_binary on the clients"
+}
+
+variable "worker_checksum" {
+  type        = string
+  default     = ""
+  description = "the archive's checksum, type:value (sha256:...); checked before the worker starts"
 }
 
 variable "count" {
@@ -114,8 +132,23 @@ job "drover-site-worker" {
     task "worker" {
       driver = var.driver
 
+      # With worker_url, the worker comes as an artifact (see above).
+      dynamic "artifact" {
+        for_each = var.worker_url == "" ? [] : [var.worker_url]
+        content {
+          source      = artifact.value
+          destination = "local/drover"
+          dynamic "options" {
+            for_each = var.worker_checksum == "" ? [] : [var.worker_checksum]
+            content {
+              checksum = options.value
+            }
+          }
+        }
+      }
+
       config {
-        command = var.worker_binary
+        command = var.worker_url == "" ? var.worker_binary : "${NOMAD_TASK_DIR}/drover/worker"
         args = [
           "--site", var.site,
           "--metrics", "${NOMAD_ADDR_http}",

@@ -43,10 +43,30 @@ variable "driver" {
   description = "task driver: exec isolates the worker binary; raw_exec where exec is not available"
 }
 
+# The worker binary: either installed on every client that may run the
+# job, at worker_binary (the exec driver's chroot holds /usr by default;
+# a client whose chroot_env leaves it out needs the path inside it), or,
+# with worker_url, downloaded by Nomad as an artifact into the task's
+# local/ directory: an archive (.tar.gz) holding the binary as "worker",
+# which keeps its executable mode (a bare file would arrive without it).
+# worker_url serves the one group without builds; with builds, each
+# build's binary is a path on the clients.
 variable "worker_binary" {
   type        = string
   default     = "/usr/local/bin/worker"
-  description = "path of Drover's worker binary on the clients"
+  description = "path of Drover's worker binary on the clients (unused with worker_url)"
+}
+
+variable "worker_url" {
+  type        = string
+  default     = ""
+  description = "where Nomad downloads an archive holding the worker binary as \"worker\" (any artifact source: https://, s3::, ...); empty: worker_binary on the clients. Not used with builds"
+}
+
+variable "worker_checksum" {
+  type        = string
+  default     = ""
+  description = "the archive's checksum, type:value (sha256:...); checked before the worker starts"
 }
 
 variable "builds" {
@@ -64,7 +84,8 @@ variable "count" {
 locals {
   # The group name's suffix ("" for the one group without builds) => the
   # build ID ("" for the binary's own) and the binary.
-  builds = length(var.builds) > 0 ? { for id, bin in var.builds : "-${id}" => { id = id, binary = bin } } : { "" = { id = "", binary = var.worker_binary } }
+  # With worker_url (and no builds) the one group's binary is an artifact.
+  builds = length(var.builds) > 0 ? { for id, bin in var.builds : "-${id}" => { id = id, binary = bin, url = "" } } : { "" = { id = "", binary = var.worker_binary, url = var.worker_url } }
 }
 
 job "drover-worker" {
@@ -142,8 +163,23 @@ job "drover-worker" {
       task "worker" {
         driver = var.driver
 
+        # With worker_url, the worker comes as an artifact (see above).
+        dynamic "artifact" {
+          for_each = build.value.url == "" ? [] : [build.value.url]
+          content {
+            source      = artifact.value
+            destination = "local/drover"
+            dynamic "options" {
+              for_each = var.worker_checksum == "" ? [] : [var.worker_checksum]
+              content {
+                checksum = options.value
+              }
+            }
+          }
+        }
+
         config {
-          command = build.value.binary
+          command = build.value.url == "" ? build.value.binary : "${NOMAD_TASK_DIR}/drover/worker"
           args = concat([
             "--metrics", "${NOMAD_ADDR_http}",
             "--log-format", "json",
