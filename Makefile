@@ -153,10 +153,11 @@ fuzz: ## fuzz the plan loader for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZE) ./plans
 
 # Mutation testing of the safety-critical code (workflows/, the retry
-# classification, the simulator's checker, fence and data path, plan
-# validation) with gremlins, built at a pinned version into bin/. Slow and
-# CPU-heavy, so not part of make test; MUTATE_WORKERS, MUTATE_TIMEOUT and
-# MUTATE_ONLY tune it (see scripts/mutate.sh). Results: TESTING.md.
+# classification and the resync and sync waits of activities/, the
+# simulator's checker, fence and data path, plan validation) with
+# gremlins, built at a pinned version into bin/. Slow and CPU-heavy, so
+# not part of make test; MUTATE_WORKERS, MUTATE_TIMEOUT and MUTATE_ONLY
+# tune it (see scripts/mutate.sh). Results: TESTING.md.
 GREMLINS ?= v0.6.0
 mutate: $(BIN)/gremlins $(BIN)/temporal ## mutation testing of the safety-critical code, kill rate per package (slow)
 	GREMLINS=$(BIN)/gremlins ./scripts/mutate.sh

@@ -129,9 +129,6 @@ func start(t *testing.T, n, parallelism int) *harness {
 func startWith(t *testing.T, n, parallelism int, edit func(string) string, opts func(*stack.Options)) *harness {
 	t.Helper()
 	if buildErr != nil {
-		if strings.Contains(buildErr.Error(), "make temporal") && os.Getenv("CI") == "" {
-			t.Skip(buildErr)
-		}
 		t.Fatal(buildErr)
 	}
 	dir := t.TempDir()

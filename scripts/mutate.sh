@@ -53,7 +53,7 @@ mkdir -p "$OUT"
 # or run a Nomad agent; -short skips the 5,000-group run.
 targets=(
   "plans|plans|validate.go|6|^TestAliasExpansionIsBounded$"
-  "classify|activities|classify.go|4|"
+  "activities|activities|classify.go poll.go|4|"
   "sim|sim|check.go fence.go datapath.go|4|"
   "workflows|workflows|*|2|^(TestActionsOnDevServer|TestInputSizeLine|TestFailoverStartsNomadJobsByPriority|TestFailoverPausesOnUnhealthyWorkload|TestFailbackStopsBeforeDemoting)$"
 )

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // Config describes one simulated storage site.
@@ -70,6 +72,11 @@ type Config struct {
 	// DriverName and Version are reported by GetIdentity.
 	DriverName string `yaml:"driverName"`
 	Version    string `yaml:"version"`
+	// Intercept, when set, sees every gRPC call before the site handles
+	// it and its answer after (a test looks at the storage's state at
+	// the moment a call arrives); it must call the handler it is given.
+	// It is a test hook: no file or flag sets it.
+	Intercept grpc.UnaryServerInterceptor `yaml:"-" json:"-"`
 }
 
 // GroupSpec is a volume group and its volumes.

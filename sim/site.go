@@ -259,7 +259,11 @@ func (s *Site) listen() error {
 	}
 	// Stop waits for running handlers, so that nothing changes the state
 	// after Down or Close returns.
-	opts = append(opts, grpc.WaitForHandlers(true), grpc.ChainUnaryInterceptor(s.breaks.intercept))
+	chain := []grpc.UnaryServerInterceptor{s.breaks.intercept}
+	if s.cfg.Intercept != nil {
+		chain = append([]grpc.UnaryServerInterceptor{s.cfg.Intercept}, chain...)
+	}
+	opts = append(opts, grpc.WaitForHandlers(true), grpc.ChainUnaryInterceptor(chain...))
 	gs := grpc.NewServer(opts...)
 	identity.RegisterIdentityServer(gs, &identityServer{s: s})
 	fence.RegisterFenceControllerServer(gs, &fenceServer{s: s})

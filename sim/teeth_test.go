@@ -324,3 +324,46 @@ func TestCheckCutsSyncsAtThePromotion(t *testing.T) {
 		t.Fatalf("seq 2 synced before the promotion and lost: %s", r)
 	}
 }
+
+// TestCheckJudgesAWriteByTheFenceInForce: the checker judges each write
+// by the fence in force on its site when the write landed, not by the
+// fence's latest state. 10.0.0.0/24 is fenced from 10 s to 20 s: of the
+// writes from 10.0.0.5 at 5 s, 15 s and 25 s, only the second is a
+// fenced write. Reprotect lifts its fences before the end-of-run checks,
+// so a checker that looked at the latest state would miss every fenced
+// write of a run. Checked alone, and with the peer that made both
+// changes (learned a moment later).
+func TestCheckJudgesAWriteByTheFenceInForce(t *testing.T) {
+	at := func(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
+	writes := func() sim.UnitState {
+		u := sim.UnitState{Kind: sim.KindGroup, ID: "g", Role: sim.RolePrimary, Epoch: 1, Seq: 3, Lineage: []sim.Fork{{Epoch: 1}},
+			Blocks: map[string]map[int64]sim.Block{"v": {}}}
+		for i, s := range []float64{5, 15, 25} {
+			seq := uint64(i + 1)
+			u.Blocks["v"][int64(i)] = sim.Block{Data: []byte("w"), Seq: seq, Epoch: 1}
+			u.Writes = append(u.Writes, sim.WriteRecord{Volume: "v", Block: int64(i), Seq: seq, Epoch: 1, Time: at(s), Client: "10.0.0.5"})
+		}
+		return u
+	}
+	change := func(origin string, fenced bool, made, learned float64) sim.FenceEvent {
+		return sim.FenceEvent{FenceEntry: sim.FenceEntry{CIDR: "10.0.0.0/24", Fenced: fenced, Time: at(made), Origin: origin}, Learned: at(learned)}
+	}
+	alone := &sim.State{Site: "x", Units: []sim.UnitState{writes()},
+		FenceLog: []sim.FenceEvent{change("x", true, 10, 10), change("x", false, 20, 20)}}
+	x := &sim.State{Site: "x", Units: []sim.UnitState{writes()},
+		FenceLog: []sim.FenceEvent{change("y", true, 10, 10.1), change("y", false, 20, 20.1)}}
+	y := &sim.State{Site: "y", Units: []sim.UnitState{{Kind: sim.KindGroup, ID: "g", Role: sim.RoleSecondary, Epoch: 1, Lineage: []sim.Fork{{Epoch: 1}}}},
+		FenceLog: []sim.FenceEvent{change("y", true, 10, 10), change("y", false, 20, 20)}}
+	for name, states := range map[string][]*sim.State{"alone": {alone}, "with the peer": {x, y}} {
+		r := sim.Check(states...)
+		var fenced []string
+		for _, v := range r.Violations {
+			if v.Kind == sim.FencedWrite {
+				fenced = append(fenced, v.Detail)
+			}
+		}
+		if len(fenced) != 1 || !strings.HasPrefix(fenced[0], "write seq 2 ") {
+			t.Errorf("%s: fenced writes %q, want the write of 15 s (seq 2) alone\n%s", name, fenced, r)
+		}
+	}
+}

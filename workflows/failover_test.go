@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
@@ -47,6 +49,33 @@ type fixture struct {
 	// record holds the changes the actions sent to the plan's record.
 	record   []workflows.RecordChange
 	recordMu sync.Mutex // the environment sends changes from goroutines
+	// onRPC, when set, sees every gRPC call as it reaches a site's
+	// storage (site is "east" or "west"), before the storage handles it,
+	// and its answer after: a test looks at the storage's state at the
+	// moment the call arrives, whichever activity made it.
+	onRPC func(site, method string, req any, handle func() (any, error)) (any, error)
+	rpcMu sync.Mutex
+}
+
+// intercept is the gRPC interceptor of site's storage that hands each
+// call to onRPC.
+func (f *fixture) intercept(site string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		f.rpcMu.Lock()
+		on := f.onRPC
+		f.rpcMu.Unlock()
+		if on == nil {
+			return handler(ctx, req)
+		}
+		return on(site, path.Base(info.FullMethod), req, func() (any, error) { return handler(ctx, req) })
+	}
+}
+
+// setOnRPC sets onRPC while the sites serve.
+func (f *fixture) setOnRPC(on func(site, method string, req any, handle func() (any, error)) (any, error)) {
+	f.rpcMu.Lock()
+	defer f.rpcMu.Unlock()
+	f.onRPC = on
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
@@ -54,10 +83,17 @@ func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
 // newFixtureN adds extra groups vg-0001… of one volume each, at priorities
 // 2 and 3.
 func newFixtureN(t *testing.T, extra int) *fixture {
+	return newFixtureWith(t, extra, 20*time.Millisecond)
+}
+
+// newFixtureWith is newFixtureN with the sites' sync interval.
+func newFixtureWith(t *testing.T, extra int, interval time.Duration) *fixture {
 	t.Helper()
 	groups := append([]sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1", "v2"}}, {ID: "vg-2", Volumes: []string{"v3"}}}, sim.GenerateGroups(extra, 1)...)
-	east, west := simtest.StartPair(t, simtest.Options{Interval: 20 * time.Millisecond, Groups: groups, Volumes: []string{"solo"},
-		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
+	f := &fixture{}
+	east, west := simtest.StartPair(t, simtest.Options{Interval: interval, Groups: groups, Volumes: []string{"solo"},
+		TweakA: func(c *sim.Config) { c.Name, c.Intercept = "east", f.intercept("east") },
+		TweakB: func(c *sim.Config) { c.Name, c.Intercept = "west", f.intercept("west") }})
 	hooks := filepath.Join(t.TempDir(), "hooks.log")
 	hook := func(what string) plans.ExecHooks {
 		return plans.ExecHooks{
@@ -92,7 +128,7 @@ func newFixtureN(t *testing.T, extra int) *fixture {
 			Sites: map[string]plans.GroupRef{"east": {GroupID: g.ID}, "west": {GroupID: g.ID}}})
 	}
 	p.ApplyDefaults()
-	f := &fixture{east: east, west: west, plan: p, hooks: hooks, storage: activities.NewStorage(), workloads: activities.NewWorkloads()}
+	f.east, f.west, f.plan, f.hooks, f.storage, f.workloads = east, west, p, hooks, activities.NewStorage(), activities.NewWorkloads()
 	t.Cleanup(func() { f.storage.Close() })
 
 	// Replication on, data written on east and shipped to west.

@@ -19,9 +19,7 @@ import (
 // beside them.
 func binaries(t *testing.T) string {
 	t.Helper()
-	if devserver.Binary() == "" && os.Getenv("CI") == "" {
-		t.Skip("the Temporal CLI is not built: run make temporal")
-	}
+	devserver.Need(t)
 	dir := bintest.Build(t, "drover-stack", "drctl", "worker", "drover-sim")
 	if err := bintest.LinkTemporal(dir); err != nil {
 		t.Fatal(err)

@@ -47,13 +47,13 @@ func BuildInto(dir string, cmds ...string) error {
 	return nil
 }
 
-// LinkTemporal links the Temporal CLI that make temporal built into dir,
-// where the stack looks for it beside the project's commands. It says
-// what to run when the CLI is not built.
+// LinkTemporal links the Temporal CLI into dir, where the stack looks for
+// it beside the project's commands: the one make temporal built, or one
+// built now (devserver.Ensure). It says what to run when there is none.
 func LinkTemporal(dir string) error {
-	temporal := devserver.Binary()
-	if temporal == "" {
-		return errors.New("the Temporal CLI is not built: run make temporal")
+	temporal, err := devserver.Ensure()
+	if err != nil {
+		return err
 	}
 	return os.Symlink(temporal, filepath.Join(dir, "temporal"))
 }

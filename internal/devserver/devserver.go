@@ -1,6 +1,8 @@
 // Package devserver runs the real Temporal dev server (`temporal server
 // start-dev`, built from its Go module by `make temporal`) for tests, bound
-// to loopback and stopped when the test ends.
+// to loopback and stopped when the test ends. A test that needs it and
+// finds no CLI builds one as `make temporal` does, or fails saying how to
+// get it: it never skips (Ensure, Need).
 package devserver
 
 import (
@@ -12,8 +14,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,24 +39,103 @@ func Binary() string {
 	if p := os.Getenv("DROVER_TEMPORAL"); p != "" {
 		return p
 	}
-	if dir, err := os.Getwd(); err == nil {
-		for d := dir; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-				p := filepath.Join(d, "bin", "temporal")
-				if _, err := os.Stat(p); err == nil {
-					return p
-				}
-				break
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
+	if root := moduleRoot(); root != "" {
+		p := filepath.Join(root, "bin", "temporal")
+		if _, err := os.Stat(p); err == nil {
+			return p
 		}
 	}
 	if p, err := exec.LookPath("temporal"); err == nil {
 		return p
 	}
 	return ""
+}
+
+// moduleRoot is the directory of the go.mod above the working directory
+// (a test runs in its package's directory), or "".
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+// howToGet is what a test that cannot find or build the CLI says.
+const howToGet = "the Temporal dev server is needed and not built: run `make temporal` " +
+	"(it builds the Temporal CLI into bin/), or set DROVER_TEMPORAL to a temporal CLI"
+
+// Ensure returns the temporal CLI, building it when Binary finds none:
+// into the module's bin/, from the Temporal CLI's Go module at the version
+// the Makefile pins (TEMPORAL_CLI), as `make temporal` does. Test packages
+// that run at once build it once: each waits for a lock in bin/ and looks
+// again. When it cannot be built, the error says how to get it.
+func Ensure() (string, error) {
+	if p := Binary(); p != "" {
+		return p, nil
+	}
+	root := moduleRoot()
+	if root == "" {
+		return "", errors.New(howToGet)
+	}
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		return "", fmt.Errorf("%s (%v)", howToGet, err)
+	}
+	m := regexp.MustCompile(`(?m)^TEMPORAL_CLI\s*\?=\s*(\S+)`).FindSubmatch(mk)
+	if m == nil {
+		return "", fmt.Errorf("%s (the Makefile pins no TEMPORAL_CLI)", howToGet)
+	}
+	bin := filepath.Join(root, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", fmt.Errorf("%s (%v)", howToGet, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(bin, ".temporal.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("%s (%v)", howToGet, err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("%s (lock %s: %v)", howToGet, lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	target := filepath.Join(bin, "temporal")
+	if _, err := os.Stat(target); err == nil {
+		return target, nil // another package built it meanwhile
+	}
+	fmt.Fprintf(os.Stderr, "devserver: building the Temporal CLI %s into %s (first time only, a few minutes)\n", m[1], bin)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "install", "github.com/temporalio/cli/cmd/temporal@"+string(m[1]))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOBIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tail := strings.TrimSpace(string(out))
+		if len(tail) > 2000 {
+			tail = "…" + tail[len(tail)-2000:]
+		}
+		return "", fmt.Errorf("%s; building it here failed: %v\n%s", howToGet, err, tail)
+	}
+	return target, nil
+}
+
+// Need is Ensure for a test: the CLI, found or built, or the test fails
+// saying how to get it. A test that needs the dev server never skips: a
+// safety test that skips in silence guards nothing.
+func Need(t testing.TB) string {
+	t.Helper()
+	p, err := Ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // Server is a running dev server and a client of it.
@@ -81,18 +164,11 @@ func (s *Server) Warnings(subs ...string) []string {
 }
 
 // Start runs a dev server for the test, with logger for its client (nil:
-// discard). Without the binary the test is skipped with the command that
-// builds it, except under CI, where that is a failure.
+// discard). Without the binary it builds it (Need), or fails the test
+// saying how to get it: it never skips.
 func Start(t testing.TB, logger log.Logger) *Server {
 	t.Helper()
-	bin := Binary()
-	if bin == "" {
-		msg := "the Temporal dev server is not built: run `make temporal` (or set DROVER_TEMPORAL)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	bin := Need(t)
 	if logger == nil {
 		logger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}

@@ -3,6 +3,10 @@ package devserver_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,3 +54,62 @@ func TestSearchAttributesRegistered(t *testing.T) {
 		t.Fatalf("missing %v, %v", missing, err)
 	}
 }
+
+// TestEnsureBuildsOrSaysHowToGetIt: without a CLI to find, Ensure builds
+// one at the Makefile's pin into the module's bin/, and when that fails
+// (here: a version no proxy serves, with the proxy off) its error says to
+// run make temporal; a CLI in bin/ is found without building. A test that
+// needs the dev server thus never skips in silence.
+func TestEnsureBuildsOrSaysHowToGetIt(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":   "module example.com/fresh\n",
+		"Makefile": "TEMPORAL_CLI ?= v0.0.99-none\n",
+	} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("DROVER_TEMPORAL", "")
+	t.Setenv("PATH", filepath.Dir(goBin)) // no temporal on it
+	t.Setenv("GOPROXY", "off")
+	t.Chdir(root)
+	_, err = devserver.Ensure()
+	if err == nil || !strings.Contains(err.Error(), "run `make temporal`") || !strings.Contains(err.Error(), "v0.0.99-none") {
+		t.Fatalf("Ensure without a CLI or a way to build it: %v, want the build's failure and how to get it", err)
+	}
+	// Need, which Start calls, fails the test with it: no skip, CI or not.
+	for _, ci := range []string{"", "true"} {
+		t.Setenv("CI", ci)
+		rec := &outcome{TB: t}
+		devserver.Need(rec)
+		if rec.skipped != "" || !strings.Contains(rec.failed, "run `make temporal`") {
+			t.Fatalf("Need with CI=%q: skipped %q, failed %q; want a failure saying to run make temporal", ci, rec.skipped, rec.failed)
+		}
+	}
+	cli := filepath.Join(root, "bin", "temporal")
+	if err := os.WriteFile(cli, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := devserver.Ensure(); err != nil || got != cli {
+		t.Fatalf("Ensure with bin/temporal: %q, %v; want %s", got, err, cli)
+	}
+}
+
+// outcome is a test's view of what Need did to it: failed or skipped,
+// with the message (it does not stop the calling goroutine).
+type outcome struct {
+	testing.TB
+	failed, skipped string
+}
+
+func (o *outcome) Helper()                   {}
+func (o *outcome) Fatal(args ...any)         { o.failed = fmt.Sprint(args...) }
+func (o *outcome) Fatalf(f string, a ...any) { o.failed = fmt.Sprintf(f, a...) }
+func (o *outcome) Skip(args ...any)          { o.skipped = fmt.Sprint(args...) }
+func (o *outcome) Skipf(f string, a ...any)  { o.skipped = fmt.Sprintf(f, a...) }
+func (o *outcome) SkipNow()                  { o.skipped = "SkipNow" }
