@@ -250,9 +250,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
+	recordKey, err := s.recordKey()
+	if err != nil {
+		return s, err
+	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
 	if err := s.Spawn("worker", filepath.Join(o.Bin, "worker"), []string{"TEMPORAL_ADDRESS=" + o.Layout.Temporal, "TEMPORAL_NAMESPACE=default"},
-		"--metrics", o.Layout.Metrics, "--identity", s.workerIdentity(), "--trusted-plan-key", pub); err != nil {
+		"--metrics", o.Layout.Metrics, "--identity", s.workerIdentity(), "--trusted-plan-key", pub, "--record-key", recordKey); err != nil {
 		return s, err
 	}
 	return s, s.waitReady(ctx, "worker")
@@ -382,6 +386,25 @@ func (s *Stack) Sign(p *plans.Plan) (*plans.Signature, error) {
 		return nil, err
 	}
 	return plans.Sign(p, key, time.Now(), 0)
+}
+
+// RecordKeyFile is the file of the key the stack's worker seals its
+// records' changes with.
+func (s *Stack) RecordKeyFile() string { return filepath.Join(s.Dir, "record.key") }
+
+// recordKey makes the key the stack's worker seals its records' changes
+// with, kept with the stack's state so that a worker started again (or
+// a second one) holds the same.
+func (s *Stack) recordKey() (string, error) {
+	f := s.RecordKeyFile()
+	if _, err := os.Stat(f); err == nil {
+		return f, nil
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return "", err
+	}
+	return f, os.WriteFile(f, []byte(hex.EncodeToString(k)+"\n"), 0o600)
 }
 
 // signPlans makes the stack's key pair when there is none, and signs the
