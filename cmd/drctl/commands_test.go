@@ -656,7 +656,7 @@ func TestRecordOutlivesHistories(t *testing.T) {
 	}
 	// east, never demoted since the failover, holds the only primary copy
 	// of db now: the drift says so, and the fix.
-	if want := "The storage of east reports every copy asked (1) as primary: the record is wrong, the storage is the truth. Fix: drctl reprotect shop --from west --to east --override-state"; !strings.Contains(st.Verify.Drift[0], want) {
+	if want := "The storage of east reports every copy asked (1) as primary: the record is wrong, the storage is the truth. Fix: drctl reprotect PLAN --from west, PLAN the file of plan shop"; !strings.Contains(st.Verify.Drift[0], want) {
 		t.Fatalf("verify after a hand demotion: %q, want it to say %q", st.Verify.Drift[0], want)
 	}
 	if _, err := rc.PromoteVolume(t.Context(), &replication.PromoteVolumeRequest{ReplicationSource: db, Force: true}); err != nil {
