@@ -184,7 +184,7 @@ func primaryElsewhere(ctx workflow.Context, p *plans.Plan, rec *PlanRecord) stri
 		}
 		if primary, notPrimary, failed := countRoles(out); primary == len(calls) && notPrimary == 0 && failed == 0 {
 			return fmt.Sprintf(". The storage of %s reports every copy asked (%d) as primary: the record is wrong, the storage is the truth. "+
-				"Fix: drctl reprotect PLAN --from %s, PLAN the file of plan %s (drctl and the worker check the storage before %s is demoted, so that %s's copies become replicas of %s's; the record's last action then names %s)",
+				"Fix: drctl reprotect PLAN --from %s, PLAN the file of plan %s (drctl and the worker check the storage before %s is demoted, so that %s's copies become replicas of %s's, and the record's last action then names %s)",
 				site.Name, len(calls), rec.Primary, p.Metadata.Name, rec.Primary, rec.Primary, site.Name, site.Name)
 		}
 	}
