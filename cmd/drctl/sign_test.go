@@ -112,4 +112,25 @@ func TestSignaturesExpireByDefault(t *testing.T) {
 	if sig, err := plans.ReadSignature(plans.SignatureFile(plan)); err != nil || !sig.ExpiresAt.IsZero() {
 		t.Fatalf("--valid-for 0: %+v, %v; want no end", sig, err)
 	}
+
+	// A signature made at submission (--sign-key) ends too: after 30
+	// days, or --sign-valid-for (protect start says when, before it
+	// reaches for Temporal, which is not there).
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, DefaultSignatureValidity}, {[]string{"--sign-valid-for", "2h"}, 2 * time.Hour}} {
+		start := time.Now().Truncate(time.Second)
+		_, _, errs := drctl(append([]string{"protect", "start", plan, "--sign-key", key + ".key"}, c.args...)...)
+		end := time.Now()
+		_, rest, ok := strings.Cut(errs, "ends at ")
+		var at time.Time
+		if ok {
+			at, err = time.Parse(time.RFC3339, strings.Fields(rest)[0][:len("2006-01-02T15:04:05Z")])
+		}
+		if !ok || err != nil || at.Before(start.Add(c.want)) || at.After(end.Add(c.want)) {
+			t.Fatalf("protect start --sign-key %v: %q; want the signature to end %v from now", c.args, errs, c.want)
+		}
+	}
 }
