@@ -15,6 +15,7 @@ import (
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
 )
 
 // TestDirectionChecksAskTheStorage: drctl's direction check of a
@@ -75,5 +76,55 @@ func TestDirectionChecksAskTheStorage(t *testing.T) {
 	}
 	if u := east.Snapshot().Unit("vg/vg-1"); u.Role != sim.RoleSecondary {
 		t.Fatalf("after the reprotect east's vg-1 is %s, want secondary", u.Role)
+	}
+}
+
+// TestForgedRecordDoesNotAimAReprotect is issue 42's fourth attack: after
+// a failover to west, someone without the workers' record key signals
+// the plan's record that east is primary again (a forged completed
+// failover to east), then the operator runs the `drctl reprotect --from
+// west` that such a record seems to ask for. The record refuses the
+// forged change and keeps west as primary, with the refusal naming the
+// forged run; the reprotect is refused (exit 2: the failover left east)
+// and west keeps the primary copy. (Were drctl to let it through, the
+// reprotect itself asks east's storage first: TestDemotionNeedsThePrimaryOnStorage.)
+func TestForgedRecordDoesNotAimAReprotect(t *testing.T) {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := eastWest(t)
+	shop := onePlan(t, filepath.Join(t.TempDir(), "shop.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "")
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+
+	c.ok(nil, "protect", "start", shop, "--primary", "east", "--interval", "100ms")
+	c.eventually("protection to record a sync", "shop", func(s statusOut) bool {
+		return s.Protection != nil && !s.Protection.Groups["db"].LastSync.IsZero()
+	})
+	east.Down()
+	var o struct{ Status string }
+	c.ok(&o, "failover", shop, "--to", "west", "--yes", "--wait")
+	if o.Status != "completed" {
+		t.Fatalf("failover: %+v", o)
+	}
+	now := time.Now()
+	forged := workflows.RecordChange{At: now, Primary: "east", Action: &workflows.ActionEntry{Action: "failover", WorkflowID: "forged", RunID: "r1",
+		From: "west", To: "east", Outcome: workflows.StateCompleted, Start: now, End: now}}
+	if err := srv.Client.SignalWorkflow(t.Context(), workflows.RecordID("shop"), "", workflows.SignalRecord, forged); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("the record to take or refuse the forged change", "shop", func(s statusOut) bool {
+		rec, err := workflows.ReadRecord(t.Context(), srv.Client, "shop")
+		return err == nil && rec != nil && (rec.RefusedCount > 0 || rec.Primary == "east")
+	})
+	// The record still holds the real failover: reprotect --from west
+	// contradicts it (exit 2, nothing started).
+	c.want(2, "the last failover of plan \"shop\" left east, not west", "reprotect", shop, "--from", "west", "--yes", "--wait")
+	if u := west.Snapshot().Unit("vg/vg-1"); u.Role != sim.RolePrimary {
+		t.Fatalf("after the forged record and the reprotect, west's vg-1 is %s", u.Role)
+	}
+	rec, err := workflows.ReadRecord(t.Context(), srv.Client, "shop")
+	if err != nil || rec.RefusedCount != 1 || rec.Primary != "west" || rec.Refused[0].From != "forged" {
+		t.Fatalf("the record after the forged change: %+v, %v; want west primary and the change refused", rec, err)
 	}
 }
