@@ -72,17 +72,104 @@ func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups 
 		// disaster) must not end a failover, which the fence guards.
 		return fmt.Sprintf("could not ask %s's storage for its roles, going on: %s", to, ErrorText(err)), nil
 	}
-	primary := 0
+	primary, notPrimary, failed := countRoles(res)
+	if notPrimary == 0 && primary > 0 {
+		// Every copy that answered is primary already; a call that
+		// failed (a TLS error, a timeout) is no answer either way.
+		also := ""
+		if failed > 0 {
+			also = fmt.Sprintf("; %d could not be asked", failed)
+		}
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"the storage of %s reports its copies as primary already (%d of %d asked answer replication info as a primary%s): "+
+				"a failover to %s would only fence %s's clients. Nothing was done; if you mean it, start the failover with --override-state",
+			to, primary, len(calls), also, to, from), ErrWrongDirection, nil)
+	}
+	if notPrimary == 0 {
+		return fmt.Sprintf("could not ask %s's storage for the roles of any of %d copies, going on", to, len(calls)), nil
+	}
+	return fmt.Sprintf("%d of %d copies asked on %s are not primary", notPrimary, len(calls), to), nil
+}
+
+// countRoles sorts a survey's answers: a copy that answers replication
+// info is primary (NOT_FOUND too: primary, with no sync completed since
+// it became so), one refused with FAILED_PRECONDITION is not (a driver
+// answers only for a primary copy), and any other failure (unreachable,
+// TLS, a timeout) is no answer.
+func countRoles(res activities.SurveyResult) (primary, notPrimary, failed int) {
 	for _, e := range res.Entries {
-		if e.Error == "" {
+		switch {
+		case e.Error == "" || e.Type == activities.ErrNotFound:
 			primary++
+		case e.Type == activities.ErrFailedPrecondition:
+			notPrimary++
+		default:
+			failed++
 		}
 	}
-	if primary == len(calls) {
-		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"the storage of %s reports its copies as primary already (%d of %d asked answer replication info as a primary): "+
-				"a failover to %s would only fence %s's clients. Nothing was done; if you mean it, start the failover with --override-state",
-			to, primary, len(calls), to, from), ErrWrongDirection, nil)
+	return primary, notPrimary, failed
+}
+
+// ErrRolesUnknown ends a reprotect or failback whose check of the roles
+// got no answer from storage: nothing was done.
+const ErrRolesUnknown = "RolesUnknown"
+
+// holdsPrimary is the check a reprotect or a failback makes before it
+// demotes anything: the storage of site, which the action keeps (or
+// leaves) as the primary, must answer for every copy asked that it is
+// primary. Whatever the plan's record says, a demotion of the other site
+// while site holds a copy that is not primary would leave no primary
+// copy of that volume at all. A copy that cannot be asked ends the
+// action too: the action needs that site's storage anyway.
+func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, action string) error {
+	s := r.add(checkRolesStep(site), false)
+	s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+	out, err := primaryThere(ctx, p, site, demoted, action)
+	s.Output, s.End = out, workflow.Now(ctx)
+	if err != nil {
+		s.State, s.LastError = StateFailed, ErrorText(err)
+		return err
 	}
-	return fmt.Sprintf("%d of %d copies asked on %s are not primary", len(calls)-primary, len(calls), to), nil
+	s.State = StateDone
+	return nil
+}
+
+func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action string) (string, error) {
+	var calls []activities.ReplicationInput
+	for _, g := range roleSample(p, max(p.Policy.Parallelism, surveyBatch)) {
+		ins, err := activities.GroupInputs(p, site, &g, activities.RPCGetVolumeReplicationInfo, false)
+		if err != nil {
+			return "", err
+		}
+		calls = append(calls, ins...)
+		if len(calls) >= surveyBatch {
+			calls = calls[:surveyBatch]
+			break
+		}
+	}
+	if len(calls) == 0 {
+		return "no volume groups", nil
+	}
+	o := activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo)
+	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
+	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
+	res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}, o.TaskQueue == "")
+	if err != nil {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"could not ask %s's storage which copies are primary: %s. Nothing was done: a %s demotes %s only once %s's storage says it holds the primary copies; start it again when it answers",
+			site, ErrorText(err), action, demoted, site), ErrRolesUnknown, nil)
+	}
+	primary, notPrimary, failed := countRoles(res)
+	if notPrimary > 0 {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"the storage of %s reports %d of %d copies asked as not primary, where the %s needs %s to hold the primary copies before it demotes %s (which may hold the only primary ones). "+
+				"Nothing was done. The storage is the truth, whatever the plan's record says: see drctl status PLAN --verify",
+			site, notPrimary, len(calls), action, site, demoted), ErrWrongDirection, nil)
+	}
+	if failed > 0 {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"%d of %d copies asked on %s could not be asked which role they hold (%d answered as primary). Nothing was done: a %s demotes %s only once %s's storage says it holds every primary copy; start it again when it answers",
+			failed, len(calls), site, primary, action, demoted, site), ErrRolesUnknown, nil)
+	}
+	return fmt.Sprintf("%d of %d copies asked on %s are primary", primary, len(calls), site), nil
 }

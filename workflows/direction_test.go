@@ -73,3 +73,80 @@ func dial(t *testing.T, s *simtest.Site) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestRoleCheckTakesNoFailedCallForAnAnswer: a call of the failover's
+// role check that fails (here UNAVAILABLE for group db, as a TLS error
+// would) is no answer: toward a site whose every other copy answers as
+// primary the failover still ends with ErrWrongDirection, where it
+// counted the failed call as a copy not primary and went on to fence the
+// healthy peer's clients.
+func TestRoleCheckTakesNoFailedCallForAnAnswer(t *testing.T) {
+	f := newFixture(t)
+	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "UNAVAILABLE", Probability: 1, Subject: "vg-1", Message: "tls: handshake failure"}}))
+	var res workflows.FailoverResult
+	calls, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "west", To: "east"}, &res)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrWrongDirection || !strings.Contains(err.Error(), "2 of 3 asked answer replication info as a primary; 1 could not be asked") {
+		t.Fatalf("failover toward the primary with one call failing: %v, want %s naming 2 of 3 and the failed one", err, workflows.ErrWrongDirection)
+	}
+	for _, c := range calls {
+		if c.name == "FenceClusterNetwork" || c.name == "PromoteVolume" || c.name == "DemoteVolume" {
+			t.Fatalf("the refused failover called %s", c)
+		}
+	}
+}
+
+// TestDemotionNeedsThePrimaryOnStorage is issue 42's last attack: a
+// record that says the wrong site is primary aims an honest reprotect
+// (or failback) at the live primary. Storage is the truth before any
+// demotion: with east holding every primary copy, a reprotect "from
+// east to west" and a failback "from west to east" each end with
+// ErrWrongDirection before any call but the check, and east still holds
+// the primary copies. When the site that should hold them cannot be
+// asked, the reprotect ends with ErrRolesUnknown, again having done
+// nothing.
+func TestDemotionNeedsThePrimaryOnStorage(t *testing.T) {
+	f := newFixture(t)
+	cases := []struct {
+		name string
+		wf   any
+		in   any
+		want string
+		says string
+	}{
+		{"reprotect demoting the primary", workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west"},
+			workflows.ErrWrongDirection, "the storage of west reports 3 of 3 copies asked as not primary"},
+		{"failback from the secondary", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"},
+			workflows.ErrWrongDirection, "the storage of west reports 3 of 3 copies asked as not primary"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			calls, err := f.run(t, c.wf, c.in, nil)
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != c.want || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("%v, want %s saying %q", err, c.want, c.says)
+			}
+			for _, cl := range calls {
+				if cl.name != "SurveyReplication" && cl.name != "GetVolumeReplicationInfo" {
+					t.Fatalf("the refused action called %s: %v", cl, calls)
+				}
+			}
+			roles(t, f.east, sim.RolePrimary)
+		})
+	}
+	t.Run("roles unknown", func(t *testing.T) {
+		mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "UNAVAILABLE", Probability: 1, Message: "tls: handshake failure"}}))
+		defer func() { mustOK(t, f.east.SetFaults(nil)) }()
+		calls, err := f.run(t, workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "west", To: "east"}, nil)
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || ae.Type() != workflows.ErrRolesUnknown {
+			t.Fatalf("%v, want %s", err, workflows.ErrRolesUnknown)
+		}
+		for _, cl := range calls {
+			if cl.name != "SurveyReplication" && cl.name != "GetVolumeReplicationInfo" {
+				t.Fatalf("the refused reprotect called %s", cl)
+			}
+		}
+		roles(t, f.east, sim.RolePrimary)
+	})
+}

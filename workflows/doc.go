@@ -41,8 +41,12 @@
 //     long-lived workflow continued as new every few hundred changes:
 //     primary site, what is fenced (CIDRs, through which site's storage,
 //     by which run), the last action and its outcome, protection and its
-//     lag. Actions send it their changes (a failover's fence inside the
-//     fence step, before any promotion); ReadRecord reads it.
+//     lag, the newest plan version accepted, and what it refused.
+//     Actions send it their changes (a failover's fence inside the fence
+//     step, before any promotion), each sealed by the worker with its
+//     record key (proof.go): the record checks each seal in a local
+//     activity and refuses, and keeps, any change or start without a
+//     valid, fresh, unseen seal. ReadRecord reads it.
 //
 //   - Verify (verify.go): compares a record with what storage reports
 //     (ListClusterFence on each site, replication on the recorded
@@ -94,7 +98,16 @@
 // first run the VerifyPlan local activity, which checks the plan's
 // signature (Origin.Signature, plans.Sign) against the keys the worker
 // trusts, and end with a non-retryable UntrustedPlan error when it fails,
-// before any storage call or hook. GroupBatch runs only as a child.
+// before any storage call or hook. A signed plan is then presented to
+// the plan's record (AcceptPlanVersion, an update-with-start sealed by
+// the worker): the record refuses a version of other content signed no
+// later than the newest it accepted, one update at a time, and the
+// action ends with UntrustedPlan. Each workflow sets its own search
+// attributes and memo (who started it) when its starter did not, so a
+// refused one shows under its plan. GroupBatch runs only as a child.
+// Reprotect and Failback ask the storage of the site that must hold the
+// primary copies before they demote anything (holdsPrimary,
+// direction.go), whatever the record says.
 // Origin.By records who started the action; approvals and resolutions
 // record who gave them (Step.By).
 //

@@ -64,6 +64,11 @@ func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
 
 func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResult) error {
 	p, from, to := in.Plan, in.From, in.To
+	// Storage is the truth before any demotion: From, which the failback
+	// demotes, must hold the primary copies it hands to To.
+	if err := holdsPrimary(ctx, r, p, from, from, "failback"); err != nil {
+		return err
+	}
 	for _, site := range []string{from, to} {
 		if err := r.step(ctx, preflightStep(site), false, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) }); err != nil {
 			return err

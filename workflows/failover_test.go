@@ -184,6 +184,9 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	env := ts.NewTestWorkflowEnvironment()
 	workflows.Register(env)
 	env.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
+	// The worker's seal of the changes the workflow sends its record
+	// (no client: it signals nothing itself).
+	env.RegisterActivity(&workflows.RecordSender{})
 	env.RegisterActivity(f.storage)
 	env.RegisterActivity(f.workloads)
 	// Which plans run an action of their own: none here (the site test
@@ -197,7 +200,8 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	}).Maybe()
 	calls := &[]call{}
 	add := func(info *activity.Info, in map[string]any) {
-		if info.ActivityType.Name == "VerifyPlan" || info.ActivityType.Name == "SendRecordChange" || info.ActivityType.Name == "RunningActions" {
+		switch info.ActivityType.Name {
+		case "VerifyPlan", "SendRecordChange", "SealRecordChange", "StartedBy", "RunningActions":
 			// The plan check, and the worker's signal to the plan's
 			// record (not registered here: the workflow signals it, as
 			// below), are no calls to storage or a CO.

@@ -46,7 +46,10 @@ func TestStartWaitsUntilHealthyWithItsOwnTimeout(t *testing.T) {
 		}
 	})
 	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, args []any) {
-		if in, ok := args[0].(activities.HealthInput); ok && info.ActivityType.Name == "WaitHealthy" {
+		if info.ActivityType.Name != "WaitHealthy" || len(args) == 0 {
+			return
+		}
+		if in, ok := args[0].(activities.HealthInput); ok {
 			seen(in)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -29,8 +30,9 @@ import (
 
 // Names of the record's query and signal.
 const (
-	QueryRecord  = names.QueryRecord
-	SignalRecord = names.SignalRecord
+	QueryRecord       = names.QueryRecord
+	SignalRecord      = names.SignalRecord
+	UpdatePlanVersion = names.UpdatePlanVersion
 	// togetherFor is how long a change sent aside may wait for the ones
 	// after it before it goes: the record lags the action by at most this
 	// and a turn through the server.
@@ -91,6 +93,15 @@ type PlanRecord struct {
 	Protection *ProtectionEntry `json:"protection,omitempty"`
 	Updated    time.Time        `json:"updated,omitzero"`
 	Changes    int              `json:"changes"`
+	// Version is the newest version of the plan a worker has accepted
+	// (its signature's time and digest): an action or Protect with an
+	// older one is refused (PlanVersion).
+	Version *PlanVersion `json:"version,omitempty"`
+	// Refused are the latest changes, starts and plan versions the
+	// record refused (without a worker's seal, or older), and how many
+	// it has refused in all.
+	Refused      []RefusedEntry `json:"refused,omitempty"`
+	RefusedCount int            `json:"refusedCount,omitempty"`
 }
 
 // FencedOf is what the record holds as fenced of site's clients, and
@@ -123,6 +134,9 @@ type RecordChange struct {
 	// More are changes sent together with this one, applied after it in
 	// their order.
 	More []RecordChange `json:"more,omitempty"`
+	// Proof is the seal of the worker that made the change (proof.go);
+	// the record refuses a change without a valid one.
+	Proof *Proof `json:"proof,omitempty"`
 }
 
 // apply folds a change into the record.
@@ -179,39 +193,165 @@ func (r *PlanRecord) apply(c RecordChange) {
 	}
 }
 
-// PlanRecordInput starts or continues a plan's record.
+// PlanRecordInput starts or continues a plan's record. A worker starts
+// a record with its plan's name and the first change, sealed (First); a
+// record continued as new carries its state (Record) and the seals it
+// took lately (Seen). A record started with anything else is refused.
 type PlanRecordInput struct {
-	Record PlanRecord `json:"record"`
+	Record PlanRecord    `json:"record"`
+	Plan   string        `json:"plan,omitempty"`
+	First  *RecordChange `json:"first,omitempty"`
+	Seen   []seenSeal    `json:"seen,omitempty"`
 }
+
+// proofVersion is the change of the record and of the actions that
+// brought seals (proof.go) and plan versions: runs of the record from
+// before it go on as they did until they continue as new.
+const proofVersion = "record-proof"
 
 // PlanRecorder keeps a plan's record: it applies the changes the actions
 // signal, answers the "record" query, and continues as new after
-// recordRunLength changes (or a long history). It never ends by itself.
+// recordRunLength changes (or a long history). It never ends by itself,
+// but for a start without a worker's seal, which it refuses at once.
 func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
+	sealed := workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1
+	info := workflow.GetInfo(ctx)
+	// A start, not a continuation of the record's own run (which only
+	// the server makes): only a worker's sealed first change may start
+	// it.
+	fresh := sealed && (info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "")
 	r := in.Record
+	if fresh {
+		r = PlanRecord{Plan: in.Plan}
+	}
+	ps := &proofs{plan: r.Plan, seen: in.Seen}
 	if r.Fences == nil {
 		r.Fences = []FenceEntry{}
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryRecord, func() (*PlanRecord, error) { return &r, nil }); err != nil {
 		return err
 	}
+	// Registered in every run, those from before seals too (it is only
+	// ever called by workers that seal), before the record checks its
+	// start, which the update waits for: an update-with-start comes with
+	// the first task.
+	ready := false
+	if err := workflow.SetUpdateHandler(ctx, UpdatePlanVersion, func(ctx workflow.Context, v PlanVersion) (*PlanVersion, error) {
+		if err := workflow.Await(ctx, func() bool { return ready }); err != nil {
+			return nil, err
+		}
+		return r.accept(ctx, ps, v)
+	}); err != nil {
+		return err
+	}
+	if fresh {
+		ownRecordAttributes(ctx, r.Plan)
+		reason := ""
+		switch {
+		case in.Plan == "":
+			reason = "it names no plan"
+		case in.Record.Plan != "" || len(in.Seen) > 0:
+			reason = "it was given a state of its own"
+		case in.First == nil:
+			reason = "it carries no worker's sealed first change"
+		default:
+			if err := ps.check(ctx, RecordProofCheck{Plan: in.Plan, Change: in.First}, in.First.Proof); err != nil {
+				reason = err.Error()
+			}
+		}
+		if reason != "" {
+			r.refuse(RefusedEntry{What: "start of the record", Reason: reason, At: workflow.Now(ctx)})
+			workflow.GetLogger(ctx).Warn("the plan's record refused its start", "plan", in.Plan, "reason", reason)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"the record of plan %q refused its start: %s; only a Drover worker starts a record", in.Plan, reason), ErrRecordRefused, nil)
+		}
+		if first := *in.First; !first.empty() {
+			first.Proof = nil
+			r.apply(first)
+		}
+	}
+	ready = true
+	take := func(c RecordChange) {
+		if sealed = sealed || workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1; !sealed {
+			r.apply(c)
+			return
+		}
+		if err := ps.check(ctx, RecordProofCheck{Plan: r.Plan, Change: &c}, c.Proof); err != nil {
+			from := ""
+			if c.Action != nil {
+				from = c.Action.WorkflowID
+			}
+			r.refuse(RefusedEntry{What: "change " + c.summary(), Reason: err.Error(), From: from, At: workflow.Now(ctx)})
+			workflow.GetLogger(ctx).Warn("the plan's record refused a change", "plan", r.Plan, "reason", err.Error())
+			return
+		}
+		c.Proof = nil
+		r.apply(c)
+	}
 	ch := workflow.GetSignalChannel(ctx, SignalRecord)
 	for n := 0; ; n++ {
 		if n >= recordRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
+			if sealed {
+				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+					return err
+				}
+			}
 			// Take every change already delivered before moving on.
 			for {
 				var c RecordChange
 				if !ch.ReceiveAsync(&c) {
 					break
 				}
-				r.apply(c)
+				take(c)
 			}
-			return workflow.NewContinueAsNewError(ctx, PlanRecorder, PlanRecordInput{Record: r})
+			return workflow.NewContinueAsNewError(ctx, PlanRecorder, PlanRecordInput{Record: r, Seen: ps.seen})
 		}
 		var c RecordChange
 		ch.Receive(ctx, &c)
-		r.apply(c)
+		take(c)
 	}
+}
+
+// empty tells a change that changes nothing: the first change of a
+// record started only to take a plan version.
+func (c RecordChange) empty() bool {
+	return c.Primary == "" && c.Fenced == nil && c.Unfenced == nil && c.Action == nil && c.Protection == nil && len(c.More) == 0
+}
+
+// summary names what a change would have changed, for a refusal.
+func (c RecordChange) summary() string {
+	var parts []string
+	if c.Primary != "" {
+		parts = append(parts, "primary "+c.Primary)
+	}
+	if c.Fenced != nil {
+		parts = append(parts, fmt.Sprintf("fence %s %v", c.Fenced.Site, c.Fenced.CIDRs))
+	}
+	if c.Unfenced != nil {
+		parts = append(parts, fmt.Sprintf("unfence %s %v", c.Unfenced.Site, c.Unfenced.CIDRs))
+	}
+	if c.Action != nil {
+		parts = append(parts, fmt.Sprintf("action %s %s", c.Action.Action, c.Action.Outcome))
+	}
+	if c.Protection != nil {
+		parts = append(parts, "protection")
+	}
+	if len(c.More) > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", len(c.More)))
+	}
+	if len(parts) == 0 {
+		return "(empty)"
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// ownRecordAttributes sets the record's own search attributes, whoever
+// started it (best effort: a namespace without them has none).
+func ownRecordAttributes(ctx workflow.Context, plan string) {
+	if plan == "" {
+		return
+	}
+	ownAttributes(ctx, plan, "record", "", Origin{})
 }
 
 // endedAlready tells whether last is the end of the run whose start a
@@ -236,6 +376,14 @@ func noteWith(ctx workflow.Context, plan string, c RecordChange, a *aside) error
 	}
 	id := RecordID(plan)
 	ctx = workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{})
+	sealed := sealing(ctx)
+	if sealed {
+		// The record takes only changes a worker sealed.
+		var err error
+		if c, err = seal(ctx, plan, c); err != nil {
+			return err
+		}
+	}
 	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err == nil {
 		return nil
 	}
@@ -250,11 +398,15 @@ func noteWith(ctx workflow.Context, plan string, c RecordChange, a *aside) error
 		defer func() { a.starting = false }()
 	}
 	// No record yet: start it, holding this change.
-	first := PlanRecord{Plan: plan, Fences: []FenceEntry{}}
-	first.apply(c)
+	start := PlanRecordInput{Plan: plan, First: &c}
+	if !sealed {
+		first := PlanRecord{Plan: plan, Fences: []FenceEntry{}}
+		first.apply(c)
+		start = PlanRecordInput{Record: first}
+	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON, TypedSearchAttributes: recordAttributes(ctx)})
-	err := workflow.ExecuteChildWorkflow(cctx, PlanRecorder, PlanRecordInput{Record: first}).GetChildWorkflowExecution().Get(ctx, nil)
+	err := workflow.ExecuteChildWorkflow(cctx, PlanRecorder, start).GetChildWorkflowExecution().Get(ctx, nil)
 	if err == nil {
 		return nil
 	}
@@ -267,6 +419,14 @@ func noteWith(ctx workflow.Context, plan string, c RecordChange, a *aside) error
 
 // sendAgain sends a change to a record known to be running.
 func sendAgain(ctx workflow.Context, plan, id string, c RecordChange) error {
+	if c.Proof != nil {
+		// A seal is taken once: the change that started the record
+		// may have been this one, the send again gets a seal of its own.
+		var err error
+		if c, err = seal(ctx, plan, c); err != nil {
+			return err
+		}
+	}
 	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err != nil {
 		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
 	}
@@ -418,12 +578,16 @@ type RecordSend struct {
 }
 
 // RecordSender is the worker's activity that signals a plan's record
-// (sendAside): the worker that runs the workflows registers it with its
-// Temporal client. Signalling a record gives nothing that a client of
-// the namespace does not have already: the activity reaches only
-// records, with their own signal.
+// (sendAside), seals the changes a workflow sends itself and checks the
+// seals a record is sent (proof.go): the worker that runs the workflows
+// registers it with its Temporal client and its record key. The key
+// never leaves the activities; a client of the namespace without it
+// cannot make a change the record takes.
 type RecordSender struct {
 	Client client.Client
+	// Key is the record key every workflow worker of the namespace
+	// holds (worker --record-key); none: a key of this process alone.
+	Key []byte
 }
 
 // SendRecordChange signals the plan's record with the change. A record
@@ -434,7 +598,11 @@ func (s *RecordSender) SendRecordChange(ctx context.Context, in RecordSend) erro
 	if s == nil || s.Client == nil {
 		return temporal.NewNonRetryableApplicationError("this worker has no client to signal records", "NoRecordClient", nil)
 	}
-	err := s.Client.SignalWorkflow(ctx, RecordID(in.Plan), "", SignalRecord, in.Change)
+	c, err := s.SealAt(in.Plan, in.Change, time.Now())
+	if err != nil {
+		return err
+	}
+	err = s.Client.SignalWorkflow(ctx, RecordID(in.Plan), "", SignalRecord, c)
 	if isNotFound(err) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), "NoRecord", err)
 	}

@@ -87,7 +87,7 @@ func (f *fixture) startWorker(t *testing.T, srv *devserver.Server, trust *activi
 // still replaces it.
 func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := recorderEnv(&s)
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	entry := func(run, outcome string) workflows.RecordChange {
 		return workflows.RecordChange{At: at, Action: &workflows.ActionEntry{Action: "failover", WorkflowID: "shop", RunID: run, Outcome: outcome, Start: at}}
@@ -102,7 +102,7 @@ func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 	}
 	signal := func(d time.Duration, c workflows.RecordChange) {
 		env.RegisterDelayedCallback(func() {
-			env.SignalWorkflow(workflows.SignalRecord, c)
+			env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, c))
 		}, d)
 		env.RegisterDelayedCallback(look, d+time.Second)
 	}
@@ -110,7 +110,7 @@ func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 	signal(2*time.Minute, entry("r1", workflows.StateRunning))
 	signal(3*time.Minute, entry("r2", workflows.StateRunning))
 	env.RegisterDelayedCallback(env.CancelWorkflow, 4*time.Minute)
-	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop"}})
+	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
 	want := []string{"r1 completed", "r1 completed", "r2 running"}
 	if !slices.Equal(seen, want) {
 		t.Errorf("record's last action after each signal: %q, want %q", seen, want)
@@ -275,7 +275,7 @@ func TestRecordTakesACancelledActionsEnd(t *testing.T) {
 // gathers a site's CIDRs over every storage that fences it.
 func TestRecordAppliesEachChange(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := recorderEnv(&s)
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	fence := func(site, via string, cidrs ...string) *workflows.FenceEntry {
 		return &workflows.FenceEntry{Site: site, Via: via, CIDRs: cidrs}
@@ -313,7 +313,7 @@ func TestRecordAppliesEachChange(t *testing.T) {
 	var got []string
 	for i, st := range steps {
 		st.c.At = at.Add(time.Duration(i) * time.Minute)
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, st.c) }, time.Duration(i+1)*time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, st.c)) }, time.Duration(i+1)*time.Minute)
 		env.RegisterDelayedCallback(func() {
 			v, err := env.QueryWorkflow(workflows.QueryRecord)
 			mustOK(t, err)
@@ -339,7 +339,7 @@ func TestRecordAppliesEachChange(t *testing.T) {
 		}, time.Duration(i+1)*time.Minute+time.Second)
 	}
 	env.RegisterDelayedCallback(env.CancelWorkflow, time.Duration(len(steps)+1)*time.Minute)
-	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
 	for _, g := range got {
 		t.Error(g)
 	}
@@ -358,12 +358,42 @@ func recordStack(t *testing.T) (*devserver.Server, *fixture, context.Context) {
 }
 
 // startRecord starts plan shop's record, as Protect does for a plan it
-// watches, so that an action's changes find it running.
+// watches, so that an action's changes find it running: with a first
+// change sealed by the key of this process, which its workers share.
 func startRecord(t *testing.T, ctx context.Context, srv *devserver.Server) {
 	t.Helper()
-	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
-		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	first, err := (&workflows.RecordSender{}).SealAt("shop", workflows.RecordChange{At: time.Now()}, time.Now())
 	mustOK(t, err)
+	_, err = srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
+		workflows.PlanRecorder, workflows.PlanRecordInput{Plan: "shop", First: &first})
+	mustOK(t, err)
+}
+
+// recorderEnv is a test environment for the record, with the worker's
+// activities it calls (the seal check; who started it, which has no
+// client here and answers nothing).
+func recorderEnv(s *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironment {
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&workflows.RecordSender{})
+	env.RegisterActivity(&workflows.RunReader{})
+	return env
+}
+
+// sealFor seals a change for plan shop's record as a worker of this
+// process would at the environment's time.
+func sealFor(t *testing.T, env *testsuite.TestWorkflowEnvironment, c workflows.RecordChange) workflows.RecordChange {
+	t.Helper()
+	c, err := (&workflows.RecordSender{}).SealAt("shop", c, env.Now())
+	mustOK(t, err)
+	return c
+}
+
+// recordStart is the input with which a worker starts plan shop's
+// record: an empty first change, sealed.
+func recordStart(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.PlanRecordInput {
+	t.Helper()
+	first := sealFor(t, env, workflows.RecordChange{At: env.Now()})
+	return workflows.PlanRecordInput{Plan: "shop", First: &first}
 }
 
 // failedOverInRecord checks that rec holds the completed failover run
@@ -386,16 +416,16 @@ func failedOverInRecord(t *testing.T, rec *workflows.PlanRecord, f *fixture, run
 // stays small however long the plan lives; before that it goes on.
 func TestRecordContinuesAsNewAfterItsRunLength(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := recorderEnv(&s)
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	const runLength = 500
 	env.RegisterDelayedCallback(func() {
 		for i := range runLength {
-			env.SignalWorkflow(workflows.SignalRecord, workflows.RecordChange{At: at.Add(time.Duration(i) * time.Second), Primary: fmt.Sprint("site-", i)})
+			env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, workflows.RecordChange{At: at.Add(time.Duration(i) * time.Second), Primary: fmt.Sprint("site-", i)}))
 		}
 	}, time.Minute)
 	env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
-	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}})
+	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("after %d changes the record ended with %v, want it to continue as new", runLength, err)

@@ -54,6 +54,11 @@ func Reprotect(ctx workflow.Context, in ReprotectInput) (*ReprotectResult, error
 
 func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult) error {
 	p, from, to := in.Plan, in.From, in.To
+	// Storage is the truth before any demotion: To must hold the primary
+	// copies, whatever the record that aimed this reprotect says.
+	if err := holdsPrimary(ctx, r, p, to, from, "reprotect"); err != nil {
+		return err
+	}
 	if err := stopAll(ctx, r, p, from, "reprotect"); err != nil {
 		return err
 	}

@@ -1,7 +1,16 @@
 package workflows
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -43,7 +52,16 @@ func (o Origin) origin() Origin { return o }
 // reason. It returns the note the result shows: the signer, or the
 // warning of a worker that does not check.
 func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
+	versioned := sealing(ctx)
+	if versioned && p != nil {
+		ownAttributes(ctx, p.Metadata.Name, actionNames[workflow.GetInfo(ctx).WorkflowType.Name], "", o)
+	}
 	note, err := verifyPlan(ctx, p, o)
+	if err == nil && versioned && o.Signature != nil {
+		// Signed and trusted: the newest version of the plan, or refused.
+		// (A worker that runs unsigned plans has nothing to compare.)
+		err = acceptVersion(ctx, p, o)
+	}
 	if err == nil && p != nil {
 		// The plan's defaults, applied here once for the whole run (a
 		// plan from drctl has them already; one started through the API
@@ -81,4 +99,234 @@ func trustParent(ctx workflow.Context) error {
 			activities.ErrUntrustedPlan, nil)
 	}
 	return nil
+}
+
+// A signature approves one version of a plan, and only the newest
+// counts: the plan's record keeps the newest version a worker accepted
+// (PlanRecord.Version: the signature's time and the plan's digest), and
+// every action and Protect, once its signature checks, asks the record
+// to accept its own (acceptVersion), before any storage call or hook.
+// The record refuses a version of other content signed no later than
+// the one it holds (a replay of an older signature, still unexpired), and
+// keeps the refusal for the operator. The record decides in its update
+// handler, one update at a time, so two actions started together cannot
+// both pass with different versions; the update carries the seal of the
+// worker that checked the signature (proof.go), so that no client of the
+// namespace can move the newest version itself.
+
+// ErrOlderPlan is the refusal of a plan older than the newest version
+// accepted; the action ends with UntrustedPlan, naming both.
+const ErrOlderPlan = "OlderPlan"
+
+// PlanVersion is a version of a plan as an action or Protect presents it
+// to the plan's record.
+type PlanVersion struct {
+	Digest     string    `json:"digest"`
+	SignedAt   time.Time `json:"signedAt"`
+	KeyID      string    `json:"keyId"`
+	Workflow   string    `json:"workflow"`
+	WorkflowID string    `json:"workflowId"`
+	RunID      string    `json:"runId"`
+	By         string    `json:"by,omitempty"`
+	Accepted   time.Time `json:"accepted,omitzero"`
+	Proof      *Proof    `json:"proof,omitempty"`
+}
+
+// accept is the record's answer to a plan version: the newest it holds
+// after taking v, or a refusal.
+func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*PlanVersion, error) {
+	from := v.WorkflowID
+	what := fmt.Sprintf("plan version signed at %s by key %s (%s, by %s)", v.SignedAt.UTC().Format(time.RFC3339), v.KeyID, v.Workflow, v.By)
+	if err := ps.check(ctx, RecordProofCheck{Plan: r.Plan, Version: &v}, v.Proof); err != nil {
+		r.refuse(RefusedEntry{What: what, Reason: err.Error(), From: from, At: workflow.Now(ctx)})
+		return nil, temporal.NewNonRetryableApplicationError("the record refused the plan version: "+err.Error(), ErrRecordRefused, nil)
+	}
+	v.Proof = nil
+	v.Accepted = workflow.Now(ctx)
+	cur := r.Version
+	switch {
+	case cur == nil || v.SignedAt.After(cur.SignedAt):
+		r.Version = &v
+	case v.Digest == cur.Digest:
+		// The newest version's content, under an older signature: the
+		// same plan.
+	default:
+		reason := fmt.Sprintf("a newer version of the plan, signed at %s by key %s, was accepted at %s (%s %s)",
+			cur.SignedAt.UTC().Format(time.RFC3339), cur.KeyID, cur.Accepted.UTC().Format(time.RFC3339), cur.Workflow, cur.WorkflowID)
+		r.refuse(RefusedEntry{What: what, Reason: reason, From: from, At: workflow.Now(ctx)})
+		workflow.GetLogger(ctx).Warn("the plan's record refused an older plan version", "plan", r.Plan, "workflowId", from, "reason", reason)
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("the plan was signed at %s; %s: sign the current plan, or start the action with it", v.SignedAt.UTC().Format(time.RFC3339), reason),
+			ErrOlderPlan, nil)
+	}
+	return r.Version, nil
+}
+
+// AcceptPlanVersion is the worker's activity that presents a plan
+// version to the plan's record, sealed, starting the record when the
+// plan has none. A refusal is a non-retryable UntrustedPlan.
+func (s *RecordSender) AcceptPlanVersion(ctx context.Context, in VersionRequest) (PlanVersion, error) {
+	if s == nil || s.Client == nil {
+		return PlanVersion{}, temporal.NewNonRetryableApplicationError("this worker has no client to reach the plan's record, which keeps the newest plan version", "NoRecordClient", nil)
+	}
+	now := time.Now().UTC()
+	v := in.Version
+	v.Proof = nil
+	m, err := mac(s.key(), "plan version", in.Plan, now, v)
+	if err != nil {
+		return PlanVersion{}, err
+	}
+	v.Proof = &Proof{Sent: now, MAC: m}
+	first, err := s.SealAt(in.Plan, RecordChange{At: now}, now)
+	if err != nil {
+		return PlanVersion{}, err
+	}
+	id := RecordID(in.Plan)
+	start := s.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{ID: id, TaskQueue: TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, PlanRecorder, PlanRecordInput{Plan: in.Plan, First: &first})
+	h, err := s.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: UpdatePlanVersion, Args: []any{v}, WaitForStage: client.WorkflowUpdateStageCompleted}})
+	var out PlanVersion
+	if err == nil {
+		err = h.Get(ctx, &out)
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && (ae.Type() == ErrOlderPlan || ae.Type() == ErrRecordRefused) {
+		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s refused plan %q: %s", in.Version.Workflow, in.Plan, ae.Message()), activities.ErrUntrustedPlan, nil)
+	}
+	if err != nil {
+		return PlanVersion{}, fmt.Errorf("ask the record of plan %q (%s) to accept the plan's version: %w", in.Plan, id, err)
+	}
+	return out, nil
+}
+
+// VersionRequest is a plan version for the plan's record.
+type VersionRequest struct {
+	Plan    string      `json:"plan"`
+	Version PlanVersion `json:"version"`
+}
+
+// acceptOptions bound the record's answer: a few attempts over a
+// minute (the record may be starting, or its worker away).
+var acceptOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    20 * time.Second,
+	ScheduleToCloseTimeout: time.Minute,
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan}},
+}
+
+// acceptVersion presents the run's plan version to the plan's record.
+func acceptVersion(ctx workflow.Context, p *plans.Plan, o Origin) error {
+	// The digest of the canonical JSON: encoding/json writes a struct's
+	// fields in order and a map's keys sorted, the defaults fill missing
+	// keys whatever the order: the same bytes on every replay.
+	//workflowcheck:ignore
+	digest, err := planDigest(p)
+	if err != nil {
+		return err
+	}
+	info := workflow.GetInfo(ctx)
+	v := PlanVersion{Digest: digest, SignedAt: o.Signature.SignedAt, KeyID: o.Signature.KeyID(), Workflow: info.WorkflowType.Name,
+		WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, By: o.By}
+	var rs *RecordSender
+	err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, acceptOptions), rs.AcceptPlanVersion,
+		VersionRequest{Plan: p.Metadata.Name, Version: v}).Get(ctx, nil)
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.Type() == activities.ErrUntrustedPlan {
+		return temporal.NewNonRetryableApplicationError(ae.Message(), activities.ErrUntrustedPlan, nil)
+	}
+	return err
+}
+
+// planDigest is the SHA-256 of the plan's canonical JSON, which its
+// signature covers.
+func planDigest(p *plans.Plan) (string, error) {
+	b, err := plans.CanonicalJSON(p)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// StartInfo is who started a workflow, as Temporal knows it, and whether
+// the namespace has Drover's search attributes.
+type StartInfo struct {
+	Identity   string `json:"identity"`
+	Registered bool   `json:"registered"`
+}
+
+// StartedBy reads the identity of the client that started the calling
+// workflow (its first history event) and whether Drover's search
+// attributes are registered on its namespace.
+func (rr *RunReader) StartedBy(ctx context.Context) (StartInfo, error) {
+	if rr == nil || rr.Client == nil {
+		return StartInfo{}, temporal.NewNonRetryableApplicationError("this worker has no client to read histories", errNoRun, nil)
+	}
+	info := activity.GetInfo(ctx)
+	var si StartInfo
+	it := rr.Client.GetWorkflowHistory(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return si, err
+		}
+		si.Identity = e.GetWorkflowExecutionStartedEventAttributes().GetIdentity()
+	}
+	missing, err := MissingAttributes(ctx, rr.Client, info.Namespace)
+	si.Registered = err == nil && len(missing) == 0
+	return si, nil
+}
+
+// ownAttributes sets the workflow's own search attributes (its plan, its
+// action and site) and memo (who started it) when its starter did not,
+// so that every Drover workflow, refused or not, shows in drctl list and
+// the dashboard under its plan, whatever its workflow id. Best effort:
+// a namespace without the attributes gets the memo only.
+func ownAttributes(ctx workflow.Context, plan, action, site string, o Origin) {
+	sa := workflow.GetTypedSearchAttributes(ctx)
+	have, _ := sa.GetKeyword(AttrPlan)
+	_, memo := workflow.GetInfo(ctx).Memo.GetFields()[MemoBy]
+	if have != "" && memo {
+		return
+	}
+	var si StartInfo
+	var rr *RunReader
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 2}})
+	if err := workflow.ExecuteLocalActivity(lctx, rr.StartedBy).Get(ctx, &si); err != nil {
+		workflow.GetLogger(ctx).Debug("could not read who started the workflow", "error", err)
+	}
+	if have == "" && si.Registered {
+		if cur, ok := sa.GetKeyword(AttrAction); ok && cur != "" {
+			action = cur
+		}
+		updates := []temporal.SearchAttributeUpdate{AttrPlan.ValueSet(plan), AttrAction.ValueSet(action)}
+		if site != "" {
+			updates = append(updates, AttrSite.ValueSet(site))
+		}
+		if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
+			workflow.GetLogger(ctx).Warn("could not set the workflow's search attributes", "error", err)
+		}
+	}
+	if !memo {
+		by := o.By
+		switch {
+		case by == "" && si.Identity == "":
+			by = "unknown"
+		case by == "":
+			by = "client " + si.Identity
+		case si.Identity != "" && si.Identity != by:
+			by += " (client " + si.Identity + ")"
+		}
+		if err := workflow.UpsertMemo(ctx, map[string]any{MemoBy: by}); err != nil {
+			workflow.GetLogger(ctx).Warn("could not set the workflow's memo", "error", err)
+		}
+	}
+}
+
+// actionNames are the actions of the workflow types, for the search
+// attributes a workflow sets itself.
+var actionNames = map[string]string{
+	"Failover": "failover", "Reprotect": "reprotect", "Failback": "failback", "Drill": "drill", "Protect": "protect",
+	"Verify": "verify", "SiteFailover": "site-failover", "TestRecovery": "test-recovery", "TestCleanup": "test-cleanup",
 }

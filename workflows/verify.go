@@ -147,10 +147,48 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 		res.Checked = append(res.Checked, fmt.Sprintf("no sync completed yet from %s for %s", rec.Primary, strings.Join(unsynced[:min(len(unsynced), 5)], ", ")))
 	}
 	if len(notPrimary) > 0 {
-		drift("the record names %s as primary, but its storage says it does not replicate from there for %d group(s): %s",
-			rec.Primary, len(notPrimary), strings.Join(notPrimary[:min(len(notPrimary), 5)], "; "))
+		drift("the record names %s as primary, but its storage says it does not replicate from there for %d group(s): %s%s",
+			rec.Primary, len(notPrimary), strings.Join(notPrimary[:min(len(notPrimary), 5)], "; "), primaryElsewhere(ctx, p, rec))
 	}
 	return res, nil
+}
+
+// primaryElsewhere asks the plan's other sites whether one holds every
+// primary copy the recorded primary does not, and says the fix: the
+// storage is the truth, and a reprotect toward that site (which checks
+// it before it demotes anything) leaves it in the record's last action.
+func primaryElsewhere(ctx workflow.Context, p *plans.Plan, rec *PlanRecord) string {
+	for _, site := range p.Sites {
+		if site.Name == rec.Primary {
+			continue
+		}
+		var calls []activities.ReplicationInput
+		for _, g := range roleSample(p, surveyBatch) {
+			ins, err := activities.GroupInputs(p, site.Name, &g, activities.RPCGetVolumeReplicationInfo, false)
+			if err != nil {
+				return ""
+			}
+			calls = append(calls, ins...)
+		}
+		if len(calls) > surveyBatch {
+			calls = calls[:surveyBatch]
+		}
+		if len(calls) == 0 {
+			return ""
+		}
+		o := activities.CallOptions(p, site.Name, activities.RPCGetVolumeReplicationInfo)
+		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
+		out, err := call[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism})
+		if err != nil {
+			continue
+		}
+		if primary, notPrimary, failed := countRoles(out); primary == len(calls) && notPrimary == 0 && failed == 0 {
+			return fmt.Sprintf(". The storage of %s reports every copy asked (%d) as primary: the record is wrong, the storage is the truth. "+
+				"Fix: drctl reprotect PLAN --from %s, PLAN the file of plan %s (drctl and the worker check the storage before %s is demoted, so that %s's copies become replicas of %s's, and the record's last action then names %s)",
+				site.Name, len(calls), rec.Primary, p.Metadata.Name, rec.Primary, rec.Primary, site.Name, site.Name)
+		}
+	}
+	return ". No other site reports holding every primary copy either: look at the storage before any action"
 }
 
 // StartVerify starts (or joins) the plan's verification.

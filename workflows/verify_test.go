@@ -82,6 +82,11 @@ func TestVerifyNamesEveryDrift(t *testing.T) {
 		strings.Count(res.Drift[0], "; ") != 4 || !strings.Contains(res.Drift[0], "db (") {
 		t.Errorf("the secondary as primary: drift %q, want all 153 groups counted and five named", res.Drift)
 	}
+	// east holds every primary copy: the drift says so, with the fix.
+	if len(res.Drift) == 1 && (!strings.Contains(res.Drift[0], "The storage of east reports every copy asked (") ||
+		!strings.Contains(res.Drift[0], "Fix: drctl reprotect PLAN --from west, PLAN the file of plan shop")) {
+		t.Errorf("the secondary as primary: drift %q, want it to name east's storage and the fix", res.Drift)
+	}
 
 	// The primary's storage fails to answer for one group (the last by
 	// name, in the second survey call): that group's line says so.

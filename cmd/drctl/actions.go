@@ -228,7 +228,7 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if err != nil {
 		return err
 	}
-	if err := a.checkDirection(ctx, c, p, "failover", from, to, f.override); err != nil {
+	if err := a.checkDirection(ctx, c, file, p, "failover", from, to, f.override); err != nil {
 		return err
 	}
 	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
@@ -366,7 +366,7 @@ func (a *app) reprotectInput(ctx context.Context, c client.Client, file string, 
 		return in, "", badInput("plan %q: cannot know which of %s's clients are fenced: the plan has no record of it, no failover's result tells, and the plan lists no fence.cidrs for %s. "+
 			"Nothing was done. Check what %s's storage lists (ListClusterFence), lift the fence by hand, or add the CIDRs to the plan", p.Metadata.Name, in.From, in.From, in.To)
 	}
-	if err := a.checkDirection(ctx, c, p, "reprotect", in.From, in.To, override); err != nil {
+	if err := a.checkDirection(ctx, c, file, p, "reprotect", in.From, in.To, override); err != nil {
 		return in, "", err
 	}
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
@@ -393,7 +393,7 @@ func (a *app) failback(ctx context.Context, file string, f actionFlags) error {
 // it will do.
 func (a *app) failbackInput(ctx context.Context, c client.Client, file string, p *plans.Plan, from, to string, override bool) (workflows.FailbackInput, string, error) {
 	in := workflows.FailbackInput{Plan: p, From: from, To: to}
-	if err := a.checkDirection(ctx, c, p, "failback", from, to, override); err != nil {
+	if err := a.checkDirection(ctx, c, file, p, "failback", from, to, override); err != nil {
 		return in, "", err
 	}
 	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
@@ -437,7 +437,7 @@ func (a *app) drillInput(ctx context.Context, c client.Client, file string, p *p
 	if action != "failover" && action != "failback" {
 		return workflows.DrillInput{}, badInput("--action %q: want failover or failback", action)
 	}
-	if err := a.checkDirection(ctx, c, p, "drill of a "+action, from, to, override); err != nil {
+	if err := a.checkDirection(ctx, c, file, p, "drill of a "+action, from, to, override); err != nil {
 		return workflows.DrillInput{}, err
 	}
 	o, err := a.origin(file, p)

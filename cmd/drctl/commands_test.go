@@ -654,6 +654,11 @@ func TestRecordOutlivesHistories(t *testing.T) {
 		!strings.Contains(st.Verify.Drift[0], "the record names west as primary, but its storage says it does not replicate from there for 1 group(s): db") {
 		t.Fatalf("verify after a hand demotion: exit %d %+v\n%s%s", code, st.Verify, out, errs)
 	}
+	// east, never demoted since the failover, holds the only primary copy
+	// of db now: the drift says so, and the fix.
+	if want := "The storage of east reports every copy asked (1) as primary: the record is wrong, the storage is the truth. Fix: drctl reprotect PLAN --from west, PLAN the file of plan shop"; !strings.Contains(st.Verify.Drift[0], want) {
+		t.Fatalf("verify after a hand demotion: %q, want it to say %q", st.Verify.Drift[0], want)
+	}
 	if _, err := rc.PromoteVolume(t.Context(), &replication.PromoteVolumeRequest{ReplicationSource: db, Force: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,10 @@ type app struct {
 	// signKey is the plan signing key (--sign-key); by is who acts
 	// (--by).
 	signKey string
-	by      string
+	// signValidFor is how long a signature drctl makes with --sign-key
+	// is good (--sign-valid-for).
+	signValidFor time.Duration
+	by           string
 }
 
 func (a *app) root() *cobra.Command {
@@ -206,6 +209,7 @@ cannot be reached, refuses drctl's credentials or has no such namespace.`,
 	}
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	a.conn.add(root)
+	root.PersistentFlags().DurationVar(&a.signValidFor, "sign-valid-for", DefaultSignatureValidity, "how long a signature made with --sign-key is good; 0 for no end (an old version of the plan then stays signed until the worker sees a newer one)")
 	root.PersistentFlags().StringVar(&a.signKey, "sign-key", os.Getenv("DROVER_PLAN_SIGNING_KEY"), "sign the plan of an action with this ed25519 key (PEM; default DROVER_PLAN_SIGNING_KEY); without it, the signature file PLAN.sig beside the plan is sent")
 	root.PersistentFlags().StringVar(&a.by, "by", os.Getenv("DROVER_BY"), "who acts, recorded in the action (default DROVER_BY, or user@host)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

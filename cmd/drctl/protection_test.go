@@ -92,3 +92,22 @@ func TestRecordLineAgesTheLag(t *testing.T) {
 		t.Errorf("a stopped protection's line is not the record's:\n%s", b.String())
 	}
 }
+
+// TestRecordShowsWhatItRefused: drctl status shows the plan version the
+// record holds and what it refused, with the workflow id each refusal
+// came from (SECURITY.md: refused attempts are visible to the operator).
+func TestRecordShowsWhatItRefused(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	r := &workflows.PlanRecord{Plan: "shop", Primary: "west",
+		Version:      &workflows.PlanVersion{SignedAt: now.Add(-time.Hour), KeyID: "10bef59f99336889", Accepted: now, Workflow: "Failover", WorkflowID: "drover-action-shop"},
+		Refused:      []workflows.RefusedEntry{{What: "plan version signed at 2026-11-23T10:00:00Z", Reason: "a newer version of the plan was accepted", From: "not-drover", At: now}},
+		RefusedCount: 1}
+	var b strings.Builder
+	renderRecord(&b, r, 30*time.Second, now)
+	out := b.String()
+	for _, want := range []string{"plan version: signed ", "by key 10bef59f99336889", "REFUSED: 1 attempt(s)", "from workflow not-drover: a newer version of the plan was accepted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status does not say %q:\n%s", want, out)
+		}
+	}
+}

@@ -547,6 +547,14 @@ func executionOf(e *workflowpb.WorkflowExecutionInfo) execution {
 	if f := e.GetMemo().GetFields()[workflows.MemoBy]; f != nil {
 		_ = converter.GetDefaultDataConverter().FromPayload(f, &x.By)
 	}
+	// The plan a workflow names itself (every Drover workflow sets its
+	// search attributes), whatever id it was started under.
+	if f := e.GetSearchAttributes().GetIndexedFields()[names.AttrPlan]; f != nil {
+		var plan string
+		if converter.GetDefaultDataConverter().FromPayload(f, &plan) == nil && plan != "" {
+			x.Plan = plan
+		}
+	}
 	return x
 }
 
@@ -841,6 +849,20 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 		}
 		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %v, %s (%s)\n", state, pr.Primary, pr.Enabled,
 			lag.Round(time.Millisecond), rpo, asOf)
+	}
+	if v := r.Version; v != nil {
+		fmt.Fprintf(w, "  plan version: signed %s by key %s, accepted %s (%s %s)\n", v.SignedAt.Local().Format(time.DateTime), v.KeyID,
+			v.Accepted.Local().Format(time.DateTime), v.Workflow, v.WorkflowID)
+	}
+	if r.RefusedCount > 0 {
+		fmt.Fprintf(w, "  REFUSED: %d attempt(s) to change the record or to run an older plan; the latest:\n", r.RefusedCount)
+		for _, x := range r.Refused[max(len(r.Refused)-5, 0):] {
+			from := ""
+			if x.From != "" {
+				from = " from workflow " + x.From
+			}
+			fmt.Fprintf(w, "    %s %s%s: %s\n", x.At.Local().Format(time.DateTime), x.What, from, x.Reason)
+		}
 	}
 }
 

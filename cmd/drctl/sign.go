@@ -15,6 +15,12 @@ import (
 	"github.com/drover-dr/drover/workflows"
 )
 
+// DefaultSignatureValidity is how long a signature drctl makes is good
+// unless told otherwise (plan sign --valid-for, --sign-valid-for): a
+// signature read from a history stops being of use by then, even to a
+// worker that has not seen the plan's newer version.
+const DefaultSignatureValidity = 30 * 24 * time.Hour
+
 // identity is who acts: --by, else user@host.
 func (a *app) identity() string {
 	if a.by != "" {
@@ -44,7 +50,10 @@ func (a *app) origin(file string, p *plans.Plan) (workflows.Origin, error) {
 		if err != nil {
 			return o, badInput("--sign-key: %v", err)
 		}
-		o.Signature, err = plans.Sign(p, key, time.Now(), 0)
+		if a.signValidFor < 0 {
+			return o, badInput("--sign-valid-for %v: want a positive duration, or 0 for no end", a.signValidFor)
+		}
+		o.Signature, err = plans.Sign(p, key, time.Now(), a.signValidFor)
 		if err != nil {
 			return o, failed("sign plan %q: %v", p.Metadata.Name, err)
 		}
@@ -169,6 +178,6 @@ func (a *app) signCommands() []*cobra.Command {
 		},
 	}
 	sign.Flags().StringVar(&keyFile, "key", "", "the ed25519 signing key (PEM; default --sign-key)")
-	sign.Flags().DurationVar(&validFor, "valid-for", 0, "how long the signature is good (e.g. 720h); 0 for no end")
+	sign.Flags().DurationVar(&validFor, "valid-for", DefaultSignatureValidity, "how long the signature is good; 0 for no end (an old version of the plan then stays signed until a worker sees a newer one)")
 	return []*cobra.Command{keygen, sign}
 }

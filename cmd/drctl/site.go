@@ -64,7 +64,7 @@ func (a *app) siteFailover(ctx context.Context, args []string, lost string, plan
 	}
 	return a.siteAction(ctx, workflows.SiteFailoverAction, args, lost, f.to, plansAtOnce, f,
 		func(c client.Client, file string, p *plans.Plan) (workflows.SitePlan, string, error) {
-			if err := a.checkDirection(ctx, c, p, "failover", lost, f.to, f.override); err != nil {
+			if err := a.checkDirection(ctx, c, file, p, "failover", lost, f.to, f.override); err != nil {
 				return workflows.SitePlan{}, "", err
 			}
 			o, err := a.origin(file, p)

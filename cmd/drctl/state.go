@@ -104,8 +104,12 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 // checkDirection refuses (exit 2), unless override, an action that
 // contradicts the recorded state: one that makes site to the primary
 // when it already is (failover, failback, drill), or a reprotect that
-// would demote and resync the recorded primary (from).
-func (a *app) checkDirection(ctx context.Context, c client.Client, p *plans.Plan, action, from, to string, override bool) error {
+// would demote and resync the recorded primary (from). Before a reprotect
+// or failback it would refuse, it asks the storage (storageDenies): the
+// storage is the truth, and a record it contradicts does not hold the
+// operator back (the worker checks the storage again before it demotes
+// anything).
+func (a *app) checkDirection(ctx context.Context, c client.Client, file string, p *plans.Plan, action, from, to string, override bool) error {
 	s, err := recordedState(ctx, c, p)
 	if err != nil {
 		return err
@@ -127,5 +131,35 @@ func (a *app) checkDirection(ctx context.Context, c client.Client, p *plans.Plan
 		}
 		return nil
 	}
+	if action == "reprotect" || action == "failback" {
+		if denied := a.storageDenies(ctx, c, file, p, s.Primary); denied != "" {
+			if !a.json() {
+				fmt.Fprintf(a.stderr, "note: plan %q: %s; but the storage says otherwise: %s. Going by the storage, which the worker checks again before it demotes anything\n",
+					p.Metadata.Name, wrong, denied)
+			}
+			return nil
+		}
+	}
 	return badInput("plan %q: %s. Nothing was done. If the recorded state is wrong and you mean it, pass --override-state", p.Metadata.Name, wrong)
+}
+
+// storageDenies asks the plan's storage, through the Verify workflow (the
+// worker makes the calls), whether primary holds the primary copies the
+// record says it holds, and returns what the storage says when it does
+// not ("" when it agrees, or cannot tell).
+func (a *app) storageDenies(ctx context.Context, c client.Client, file string, p *plans.Plan, primary string) string {
+	o, err := a.origin(file, p)
+	if err != nil {
+		return ""
+	}
+	v, err := verifyRecord(ctx, c, p, &workflows.PlanRecord{Plan: p.Metadata.Name, Primary: primary, Fences: []workflows.FenceEntry{}}, o)
+	if err != nil {
+		return ""
+	}
+	for _, d := range v.Drift {
+		if strings.HasPrefix(d, "the record names "+primary+" as primary, but its storage says") {
+			return d
+		}
+	}
+	return ""
 }

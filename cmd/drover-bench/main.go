@@ -501,8 +501,18 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	defer cancel()
 	// The plan's record exists, as it does once Protect has watched the
 	// plan; a plan's very first action starts it itself, two more turns.
+	// Started as a worker would, with a first change sealed by the
+	// worker's record key.
+	recordKey, err := workflows.ReadRecordKey(st.RecordKeyFile())
+	if err != nil {
+		return err
+	}
+	first, err := (&workflows.RecordSender{Key: recordKey}).SealAt(p.Metadata.Name, workflows.RecordChange{At: time.Now()}, time.Now())
+	if err != nil {
+		return err
+	}
 	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID(p.Metadata.Name), TaskQueue: workflows.TaskQueue},
-		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: p.Metadata.Name, Fences: []workflows.FenceEntry{}}}); err != nil {
+		workflows.PlanRecorder, workflows.PlanRecordInput{Plan: p.Metadata.Name, First: &first}); err != nil {
 		return fmt.Errorf("start the plan's record: %w", err)
 	}
 	if _, err := workflows.ReadRecord(ctx, c, p.Metadata.Name); err != nil {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +123,39 @@ func TestEndpointOnAllAddressesAnswersToTheMachines(t *testing.T) {
 		if rec.Code != 200 {
 			t.Errorf("Host %q (the machine's own address): %d, want 200", req.Host, rec.Code)
 		}
+	}
+}
+
+// TestRecordKeyFlags: the record key comes from --record-key FILE (or
+// DROVER_RECORD_KEY_FILE), or, as a Nomad Variable's item becomes, from
+// DROVER_RECORD_KEY itself; a key under 32 bytes is refused; without
+// any the worker has none (and makes its own at start).
+func TestRecordKeyFlags(t *testing.T) {
+	t.Setenv("DROVER_RECORD_KEY_FILE", "")
+	t.Setenv("DROVER_RECORD_KEY", "")
+	c, err := parse([]string{"--allow-unsigned-plans"}, io.Discard)
+	if err != nil || c.recordSecret != nil {
+		t.Fatalf("no key given: %v, key %q", err, c.recordSecret)
+	}
+	file := filepath.Join(t.TempDir(), "record.key")
+	if err := os.WriteFile(file, []byte(strings.Repeat("f", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := parse([]string{"--allow-unsigned-plans", "--record-key", file}, io.Discard); err != nil || string(c.recordSecret) != strings.Repeat("f", 40) {
+		t.Fatalf("--record-key: %v, key %q", err, c.recordSecret)
+	}
+	t.Setenv("DROVER_RECORD_KEY", strings.Repeat("e", 32))
+	if c, err := parse([]string{"--allow-unsigned-plans"}, io.Discard); err != nil || string(c.recordSecret) != strings.Repeat("e", 32) {
+		t.Fatalf("DROVER_RECORD_KEY: %v, key %q", err, c.recordSecret)
+	}
+	t.Setenv("DROVER_RECORD_KEY", "short")
+	if _, err := parse([]string{"--allow-unsigned-plans"}, io.Discard); err == nil || !strings.Contains(err.Error(), "want at least 32") {
+		t.Fatalf("a short DROVER_RECORD_KEY: %v, want it refused", err)
+	}
+	if err := os.WriteFile(file, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parse([]string{"--allow-unsigned-plans", "--record-key", file}, io.Discard); err == nil || !strings.Contains(err.Error(), "want at least 32") {
+		t.Fatalf("a short --record-key: %v, want it refused", err)
 	}
 }

@@ -119,7 +119,11 @@ type config struct {
 	// the worker trusts; allowUnsigned runs unsigned plans (development).
 	planKeys      multi
 	allowUnsigned bool
-	trust         *activities.PlanTrust
+	// recordKey is the file of the key that seals changes for the plans'
+	// records; recordSecret its content (none: a key of this process).
+	recordKey    string
+	recordSecret []byte
+	trust        *activities.PlanTrust
 	// webConfig is the Prometheus exporter web configuration file: TLS
 	// and basic auth for the HTTP endpoint; web is what it sets.
 	webConfig string
@@ -174,6 +178,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.cors, "codec-cors-origin", "", "origin allowed to call the /codec endpoint from a browser (the Temporal UI's, e.g. http://localhost:8233); empty sends no CORS headers")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.Var(&c.planKeys, "trusted-plan-key", "PEM file of ed25519 public keys whose plan signatures this worker trusts (repeatable; also DROVER_TRUSTED_PLAN_KEYS, comma-separated)")
+	fs.StringVar(&c.recordKey, "record-key", os.Getenv("DROVER_RECORD_KEY_FILE"), "file of the secret (32 bytes or more) with which workflow workers seal the changes they send to plans' records; the same on every workflow worker of the namespace (also DROVER_RECORD_KEY_FILE, or the key itself in DROVER_RECORD_KEY). Without it the worker makes one of its own, good for a single worker process")
 	fs.BoolVar(&c.allowUnsigned, "allow-unsigned-plans", false, "development only: run plans without a signature (a signature that is there is still checked)")
 	fs.BoolVar(&c.versioning, "versioning", true, "run the workflow worker as a Worker Deployment Version (--deployment-name, --build-id): actions stay on the build they started on; false polls unversioned")
 	fs.StringVar(&c.deployment, "deployment-name", names.Deployment, "Worker Deployment the workflow worker belongs to")
@@ -255,6 +260,17 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("--trusted-plan-key: %w", err)
 		}
 		c.trust.Keys = append(c.trust.Keys, keys...)
+	}
+	if c.recordKey != "" {
+		if c.recordSecret, err = workflows.ReadRecordKey(c.recordKey); err != nil {
+			return c, fmt.Errorf("--record-key: %w", err)
+		}
+	} else if v := strings.TrimSpace(os.Getenv("DROVER_RECORD_KEY")); v != "" {
+		// The key itself, as a Nomad Variable's item becomes.
+		if len(v) < 32 {
+			return c, fmt.Errorf("DROVER_RECORD_KEY: %d bytes, want at least 32", len(v))
+		}
+		c.recordSecret = []byte(v)
 	}
 	if c.site == "" && len(c.trust.Keys) == 0 && !c.allowUnsigned && !c.version {
 		return c, errors.New("the worker runs only signed plans: give the public keys it trusts with --trusted-plan-key FILE (drctl plan keygen makes a pair), or --allow-unsigned-plans for development")
@@ -400,7 +416,10 @@ func run(args []string, stderr io.Writer) int {
 	if c.site == "" {
 		workflows.Register(w)
 		w.RegisterActivity(c.trust)
-		w.RegisterActivity(&workflows.RecordSender{Client: cl})
+		w.RegisterActivity(&workflows.RecordSender{Client: cl, Key: c.recordSecret})
+		if c.recordSecret == nil {
+			logger.Warn("no --record-key: this worker seals the changes it sends to plans' records with a key of its own, which no other worker holds; with more than one workflow worker, give them all the same --record-key FILE, or the records refuse each other's changes")
+		}
 		w.RegisterActivity(&workflows.RunReader{Client: cl})
 		ids := make([]string, len(c.trust.Keys))
 		for i, k := range c.trust.Keys {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,8 +42,15 @@ func TestUpgradeToANewBuild(t *testing.T) {
 	}
 	origin := workflows.Origin{Signature: sig, By: "test"}
 	env := []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}
+	// Every build's workers hold the same record key: a record takes the
+	// changes one build sealed on the other.
+	recordKey := []byte(strings.Repeat("k", 32))
+	recordKeyFile := filepath.Join(t.TempDir(), "record.key")
+	if err := os.WriteFile(recordKeyFile, recordKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	start := func(build string) *bintest.Proc {
-		w := bintest.Start(t, env, bin, "--metrics", "", "--trusted-plan-key", pubFile, "--build-id", build)
+		w := bintest.Start(t, env, bin, "--metrics", "", "--trusted-plan-key", pubFile, "--build-id", build, "--record-key", recordKeyFile)
 		simtest.Eventually(t, time.Minute, "worker "+build+" to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
 		return w
 	}
@@ -185,8 +193,13 @@ func TestReplacedBuildIsTakenOver(t *testing.T) {
 	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	srv := devserver.Start(t, nil)
 	env := []string{"TEMPORAL_ADDRESS=" + srv.Address(), "TEMPORAL_NAMESPACE=default"}
+	recordKey := []byte(strings.Repeat("k", 32))
+	recordKeyFile := filepath.Join(t.TempDir(), "record.key")
+	if err := os.WriteFile(recordKeyFile, recordKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	start := func(build string, args ...string) *bintest.Proc {
-		w := bintest.Start(t, env, bin, append([]string{"--metrics", "", "--allow-unsigned-plans", "--build-id", build}, args...)...)
+		w := bintest.Start(t, env, bin, append([]string{"--metrics", "", "--allow-unsigned-plans", "--build-id", build, "--record-key", recordKeyFile}, args...)...)
 		simtest.Eventually(t, time.Minute, "worker "+build+" to start", func() bool { return strings.Contains(w.Log.String(), "worker started") })
 		return w
 	}
@@ -216,9 +229,14 @@ func TestReplacedBuildIsTakenOver(t *testing.T) {
 	if !strings.Contains(next.Log.String(), "the current one had no worker polling") {
 		t.Errorf("the take-over is not in the log:\n%s", next.Log)
 	}
-	// A new workflow runs: the plan's record, started by hand, answers.
+	// A new workflow runs: the plan's record, started by hand with a
+	// first change sealed by the workers' key, answers.
+	first, err := (&workflows.RecordSender{Key: recordKey}).SealAt("shop", workflows.RecordChange{At: time.Now()}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RecordID("shop"), TaskQueue: workflows.TaskQueue},
-		workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop", Fences: []workflows.FenceEntry{}}}); err != nil {
+		workflows.PlanRecorder, workflows.PlanRecordInput{Plan: "shop", First: &first}); err != nil {
 		t.Fatal(err)
 	}
 	simtest.Eventually(t, time.Minute, "the record to answer on build two", func() bool {

@@ -2,11 +2,13 @@
 # (task queue "drover") and the calls of every site without a worker of
 # its own. Run it where it reaches Temporal and every site's storage and
 # orchestrator; more than one instance is safe (Temporal hands each task
-# to one worker), and two keep an action going when a node is lost.
+# to one worker), and two keep an action going when a node is lost: they
+# share the record key (DROVER_RECORD_KEY, 32 bytes or more) with which
+# they seal the changes they send to plans' records.
 #
 #   nomad var put nomad/jobs/drover-worker TEMPORAL_ADDRESS=temporal.example:7233 \
 #     TEMPORAL_NAMESPACE=drover TEMPORAL_API_KEY=... DROVER_STORAGE_EAST_userID=... \
-#     plan_keys=@plan-signing.pub
+#     DROVER_RECORD_KEY="$(head -c 32 /dev/urandom | base64)" plan_keys=@plan-signing.pub
 #   nomad job run drover-worker.nomad.hcl
 #
 # Every item of the Nomad Variable nomad/jobs/drover-worker but plan_keys

@@ -83,6 +83,7 @@ const (
 	SignalRetarget    = "retarget"
 	QueryRecord       = "record"
 	SignalRecord      = "record"
+	UpdatePlanVersion = "plan-version"
 )
 
 // Search attributes every Drover workflow carries, registered on the

@@ -261,6 +261,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if _, err := s.signPlans(); err != nil {
 		return s, err
 	}
+	if _, err := s.recordKey(); err != nil {
+		return s, err
+	}
 	s.say("starting the worker (metrics on http://%s/metrics)", o.Layout.Metrics)
 	worker := o.Worker
 	if worker == "" {
@@ -276,7 +279,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 // identity, the stack's plan key, metrics on metrics, then args.
 func (s *Stack) spawnWorker(name, bin, metrics string, args []string) error {
 	all := append([]string{"--metrics", metrics, "--identity", s.WorkerIdentity(name), "--trusted-plan-key", s.PublicKey()}, args...)
-	return s.Spawn(name, bin, []string{"TEMPORAL_ADDRESS=" + s.Layout.Temporal, "TEMPORAL_NAMESPACE=default"}, all...)
+	// The record key goes in the environment, which a build older than
+	// record seals ignores (an upgrade test runs one), not as a flag it
+	// would refuse.
+	return s.Spawn(name, bin, []string{"TEMPORAL_ADDRESS=" + s.Layout.Temporal, "TEMPORAL_NAMESPACE=default",
+		"DROVER_RECORD_KEY_FILE=" + s.RecordKeyFile()}, all...)
 }
 
 // StartWorker starts a further workflow worker beside the stack's, as
@@ -439,6 +446,25 @@ func (s *Stack) Sign(p *plans.Plan) (*plans.Signature, error) {
 		return nil, err
 	}
 	return plans.Sign(p, key, time.Now(), 0)
+}
+
+// RecordKeyFile is the file of the key the stack's worker seals its
+// records' changes with.
+func (s *Stack) RecordKeyFile() string { return filepath.Join(s.Dir, "record.key") }
+
+// recordKey makes the key the stack's worker seals its records' changes
+// with, kept with the stack's state so that a worker started again (or
+// a second one) holds the same.
+func (s *Stack) recordKey() (string, error) {
+	f := s.RecordKeyFile()
+	if _, err := os.Stat(f); err == nil {
+		return f, nil
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return "", err
+	}
+	return f, os.WriteFile(f, []byte(hex.EncodeToString(k)+"\n"), 0o600)
 }
 
 // signPlans makes the stack's key pair when there is none, and signs the
