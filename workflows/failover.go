@@ -218,11 +218,35 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	if err := r.notePrimary(ctx, to); err != nil {
 		return err
 	}
+	unprotected(ctx, r, from, to)
 
 	if err := r.gate(ctx, "beforeStart"); err != nil {
 		return err
 	}
 	return startAll(ctx, r, p, to, "failover")
+}
+
+// unprotected tells the plan's protection, when one runs, that the plan
+// now runs on to with no replica: Protect follows the record's primary
+// and stops polling the lost site from as if it were primary (see
+// Protect). The signal is a command in this history, sent with the
+// workflow task that issues it; the failover does not wait for its
+// answer (a turn through the server): a plan without protection has
+// nothing to tell, and nothing else fails the failover.
+func unprotected(ctx workflow.Context, r *run, from, to string) {
+	if !r.recording {
+		return
+	}
+	rt := Retarget{Primary: to, Lost: from, At: workflow.Now(ctx), By: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	// Disconnected: a cancel of the action after its promotion does not
+	// take the news back.
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	f := workflow.SignalExternalWorkflow(ctx, ProtectID(r.plan.Metadata.Name), "", SignalRetarget, rt)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if err := f.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Info("no protection told of the failover", "plan", r.plan.Metadata.Name, "error", err)
+		}
+	})
 }
 
 // stopLost stops the workloads of a lost site, best effort: each gets the

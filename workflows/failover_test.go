@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -47,6 +48,10 @@ type fixture struct {
 	// record holds the changes the actions sent to the plan's record.
 	record   []workflows.RecordChange
 	recordMu sync.Mutex // the environment sends changes from goroutines
+	// retargets holds what the actions told the plan's protection.
+	retargets []workflows.Retarget
+	// metrics, when set, takes the workflows' metrics in testEnv.
+	metrics client.MetricsHandler
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureN(t, 0) }
@@ -145,6 +150,9 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	if f.metrics != nil {
+		ts.SetMetricsHandler(f.metrics)
+	}
 	env := ts.NewTestWorkflowEnvironment()
 	workflows.Register(env)
 	env.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
@@ -239,6 +247,15 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 			f.record = append(f.record, more...)
 			return nil
 		})
+	// So is the plan's protection: the environment keeps what a failover
+	// tells it.
+	env.OnSignalExternalWorkflow(mock.Anything, workflows.ProtectID(f.plan.Metadata.Name), "", workflows.SignalRetarget, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error {
+			f.recordMu.Lock()
+			defer f.recordMu.Unlock()
+			f.retargets = append(f.retargets, arg.(workflows.Retarget))
+			return nil
+		}).Maybe()
 	// Single storage calls run as local activities; their arguments come
 	// unencoded.
 	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, args []any) {

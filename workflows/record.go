@@ -78,6 +78,10 @@ type ProtectionEntry struct {
 	LastSync time.Time     `json:"lastSync,omitzero"`
 	Lag      time.Duration `json:"lag"`
 	Checked  time.Time     `json:"checked,omitzero"`
+	// Unprotected: a failover left the plan on Primary with no replica
+	// (ProtectState.Unprotected); LastSync is then the last sync that
+	// reached the lost site, and nothing is out of RPO.
+	Unprotected *Unprotection `json:"unprotected,omitempty"`
 }
 
 // PlanRecord is a plan's recorded DR state.
@@ -517,8 +521,11 @@ func noteProtection(ctx workflow.Context, plan string, s *ProtectState, running 
 	for _, g := range s.Groups {
 		e.Lag = max(e.Lag, g.Lag)
 	}
+	if u := s.Unprotected; u != nil {
+		e.Unprotected, e.LastSync, e.Lag, e.OutOfRPO = u, u.LastSync, 0, false
+	}
 	if n := s.noted; n != nil && n.Primary == e.Primary && n.Running == e.Running && n.Enabled == e.Enabled && n.OutOfRPO == e.OutOfRPO &&
-		s.Polls%protectNoteEvery != 0 {
+		(n.Unprotected == nil) == (e.Unprotected == nil) && s.Polls%protectNoteEvery != 0 {
 		return
 	}
 	if err := note(ctx, plan, RecordChange{Protection: e}); err != nil {
