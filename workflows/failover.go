@@ -229,12 +229,14 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 // unprotected tells the plan's protection, when one runs, that the plan
 // now runs on to with no replica: Protect follows the record's primary
 // and stops polling the lost site from as if it were primary (see
-// Protect). The signal is a command in this history, sent with the
-// workflow task that issues it; the failover does not wait for its
-// answer (a turn through the server): a plan without protection has
-// nothing to tell, and nothing else fails the failover.
+// Protect). The signal is a command in this history; the failover goes
+// on meanwhile and waits for its answer with the record's changes, at
+// its end (settle): Temporal sends no signal of a workflow that has
+// closed. A plan without protection has nothing to tell, and nothing
+// else fails the failover.
 func unprotected(ctx workflow.Context, r *run, from, to string) {
-	if !r.recording {
+	a := r.aside
+	if !r.recording || a == nil {
 		return
 	}
 	rt := Retarget{Primary: to, Lost: from, At: workflow.Now(ctx), By: workflow.GetInfo(ctx).WorkflowExecution.ID}
@@ -242,7 +244,9 @@ func unprotected(ctx workflow.Context, r *run, from, to string) {
 	// take the news back.
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	f := workflow.SignalExternalWorkflow(ctx, ProtectID(r.plan.Metadata.Name), "", SignalRetarget, rt)
+	a.pending++
 	workflow.Go(ctx, func(ctx workflow.Context) {
+		defer func() { a.pending-- }()
 		if err := f.Get(ctx, nil); err != nil {
 			workflow.GetLogger(ctx).Info("no protection told of the failover", "plan", r.plan.Metadata.Name, "error", err)
 		}

@@ -667,9 +667,13 @@ func groupNames(p *plans.Plan) []string {
 }
 
 // pollClients refreshes the clients each site's storage reports, which a
-// failover fences when the plan lists no CIDRs.
+// failover fences when the plan lists no CIDRs. The site a failover lost
+// is not asked: it is fenced, and its clients were recorded before.
 func pollClients(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 	for _, site := range p.Sites {
+		if s.Unprotected != nil && site.Name == s.Unprotected.Lost {
+			continue
+		}
 		e, err := activities.EndpointFor(p, site.Name, activities.RPCGetFenceClients)
 		if err != nil {
 			continue

@@ -416,6 +416,13 @@ func TestProtectFollowsAFailover(t *testing.T) {
 			t.Fatalf("an unprotected protection called %v", (*calls)[i])
 		}
 	}
+	// Nothing asks the lost site, fenced: its clients were recorded.
+	if i := indexOf(*calls, "GetFenceClients", "east", ""); i >= 0 || indexOf(*calls, "GetFenceClients", "west", "") < 0 {
+		t.Fatalf("an unprotected protection asked east's clients, or not west's: %v", *calls)
+	}
+	if !slices.Contains(seen.Clients["east"], "127.0.0.2/32") {
+		t.Fatalf("east's clients %v were not kept", seen.Clients)
+	}
 	// Last reported at the poll at 30 s of this run.
 	if v, want := m.get(workflows.MetricUnprotected, "shop"), start.Add(30*time.Second).Sub(lostAt).Seconds(); v < want-1 || v > want+1 {
 		t.Errorf("drover_unprotected %v, want the seconds since the failover, %v", v, want)

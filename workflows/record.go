@@ -445,7 +445,8 @@ func (s *RecordSender) SendRecordChange(ctx context.Context, in RecordSend) erro
 	return err
 }
 
-// settle waits until the record has taken every change sent aside, and
+// settle waits until the record has taken every change sent aside (and
+// the plan's protection a failover's word, see unprotected), and
 // sends again, as a step that pauses like any other when it cannot, the
 // changes of state (fences, the primary) that it did not take. An
 // action's own start is best effort, as before.
