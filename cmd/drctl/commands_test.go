@@ -496,7 +496,7 @@ policy:
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	// Under the names deploy/prometheus/drover-rules.yaml alerts on.
-	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{"} {
+	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{", "drover_unprotected{"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

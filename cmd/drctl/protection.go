@@ -24,9 +24,9 @@ func groupLag(h workflows.GroupHealth, now time.Time) time.Duration {
 }
 
 // unreachableText says why the primary is taken as unreachable. Protect's
-// watch words it "has not answered a poll for" the time since the hung
-// round began, which restarts with every round: the time is counted here
-// from UnreachableSince, when the primary stopped answering.
+// watch words it "has not answered a poll for" the time since
+// UnreachableSince at its last tick: the time is counted here from
+// UnreachableSince to now, so that it grows by the wall clock.
 func unreachableText(ps *workflows.ProtectState, now time.Time) string {
 	why := oneLine(ps.Unreachable)
 	if strings.Contains(why, "has not answered a poll for") && !ps.UnreachableSince.IsZero() {
