@@ -172,8 +172,9 @@ func (r *PlanRecord) apply(c RecordChange) {
 	}
 	if p := c.Protection; p != nil {
 		r.Protection = p
-		// Protection names the primary only until an action does: it
-		// polls the site it was started from, which a failover leaves.
+		// Protection names the primary only until an action does: the
+		// actions record the primary they make, and protection follows
+		// them (a failover tells it), a moment later.
 		if r.Primary == "" && p.Primary != "" && p.Enabled {
 			r.Primary = p.Primary
 		}
