@@ -25,8 +25,7 @@ const (
 	MetricPrimaryUnreachable = "drover_primary_unreachable"
 	// MetricUnprotected is the seconds since a failover left a plan
 	// without a replica, set each poll interval until a reprotect; 0
-	// while the plan is protected. Tags plan, site (the primary) and lost
-	// (the site the failover left; empty while protected).
+	// while the plan is protected. Tag plan.
 	MetricUnprotected = "drover_unprotected"
 )
 

@@ -635,11 +635,13 @@ func (s *ProtectState) report(ctx workflow.Context, plan string) {
 	m := workflow.GetMetricsHandler(ctx)
 	if u := s.Unprotected; u != nil {
 		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(0)
-		m.WithTags(map[string]string{"plan": plan, "site": s.Primary, "lost": u.Lost}).Gauge(MetricUnprotected).
-			Update(max(workflow.Now(ctx).Sub(u.Since), 0).Seconds())
+		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricUnprotected).Update(max(workflow.Now(ctx).Sub(u.Since), 0).Seconds())
 		return
 	}
-	m.WithTags(map[string]string{"plan": plan, "site": s.Primary, "lost": ""}).Gauge(MetricUnprotected).Update(0)
+	// One series per plan, as drover_out_of_rpo: the 0 of a reprotected
+	// plan replaces its count at once (a series of its own would stay
+	// on /metrics, and the alert firing, for the metrics' ttl).
+	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricUnprotected).Update(0)
 	// Sorted keys: the metrics are set in one order on every replay.
 	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -500,6 +501,10 @@ policy:
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// Protected again after the failover's unprotected spell: 0.
+	if m := regexp.MustCompile(`\ndrover_unprotected\{[^}]*plan="shop"[^}]*\} (\S+)\n`).FindSubmatch(body); m == nil || string(m[1]) != "0" {
+		t.Errorf("drover_unprotected of the reprotected plan: %q, want 0", m)
 	}
 	declined(t, c, "protect", "stop", "shop", "--disable")
 	c.ok(nil, "protect", "stop", "shop")
