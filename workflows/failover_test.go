@@ -247,9 +247,10 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 			f.record = append(f.record, more...)
 			return nil
 		})
-	// So is the plan's protection: the environment keeps what a failover
-	// tells it.
-	env.OnSignalExternalWorkflow(mock.Anything, workflows.ProtectID(f.plan.Metadata.Name), "", workflows.SignalRetarget, mock.Anything).Return(
+	// So is each plan's protection: the environment keeps what a
+	// failover tells it (a site action's plans each tell their own).
+	anyProtect := mock.MatchedBy(func(id string) bool { return strings.HasPrefix(id, workflows.ProtectIDPrefix) })
+	env.OnSignalExternalWorkflow(mock.Anything, anyProtect, "", workflows.SignalRetarget, mock.Anything).Return(
 		func(_, _, _, _ string, arg any) error {
 			f.recordMu.Lock()
 			defer f.recordMu.Unlock()
