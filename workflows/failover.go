@@ -215,42 +215,16 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	if err := promoteAll(ctx, r, p, to, true); err != nil {
 		return err
 	}
-	if err := r.notePrimary(ctx, to); err != nil {
+	// The record tells the plan's protection: the plan runs on to with
+	// no replica, from lost (see PlanRecorder).
+	if err := r.notePrimary(ctx, to, from); err != nil {
 		return err
 	}
-	unprotected(ctx, r, from, to)
 
 	if err := r.gate(ctx, "beforeStart"); err != nil {
 		return err
 	}
 	return startAll(ctx, r, p, to, "failover")
-}
-
-// unprotected tells the plan's protection, when one runs, that the plan
-// now runs on to with no replica: Protect follows the record's primary
-// and stops polling the lost site from as if it were primary (see
-// Protect). The signal is a command in this history; the failover goes
-// on meanwhile and waits for its answer with the record's changes, at
-// its end (settle): Temporal sends no signal of a workflow that has
-// closed. A plan without protection has nothing to tell, and nothing
-// else fails the failover.
-func unprotected(ctx workflow.Context, r *run, from, to string) {
-	a := r.aside
-	if !r.recording || a == nil {
-		return
-	}
-	rt := Retarget{Primary: to, Lost: from, At: workflow.Now(ctx), By: workflow.GetInfo(ctx).WorkflowExecution.ID}
-	// Disconnected: a cancel of the action after its promotion does not
-	// take the news back.
-	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	f := workflow.SignalExternalWorkflow(ctx, ProtectID(r.plan.Metadata.Name), "", SignalRetarget, rt)
-	a.pending++
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		defer func() { a.pending-- }()
-		if err := f.Get(ctx, nil); err != nil {
-			workflow.GetLogger(ctx).Info("no protection told of the failover", "plan", r.plan.Metadata.Name, "error", err)
-		}
-	})
 }
 
 // stopLost stops the workloads of a lost site, best effort: each gets the

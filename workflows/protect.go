@@ -149,9 +149,10 @@ type StopProtect struct {
 // It continues as new to keep its history small, and ends on a "stop"
 // update, disabling replication only when asked.
 //
-// Protection follows the record's primary: a failover, once it has
-// recorded its new primary, signals Protect (a retarget naming the lost
-// site), which continues as new unprotected on the new primary. It then
+// Protection follows the record's primary: when a failover records its
+// new primary, with the site it lost, the plan's record signals Protect
+// (a retarget naming the lost site), which continues as new unprotected
+// on the new primary. It then
 // polls no replication (the lost site is fenced and no primary; the new
 // primary has no replica to ship to) and reports the plan unprotected
 // each interval, until a reprotect retargets it to the same primary,

@@ -341,9 +341,9 @@ func stateThenStop(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.
 	return stateAt(t, env, d, func() { send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil) })
 }
 
-// TestFailoverTellsProtection: once a failover has promoted the plan on
-// west, it tells the plan's protection that the plan runs there without
-// a replica, east being lost.
+// TestFailoverTellsProtection: a failover records its new primary with
+// the site it lost, and the record, taking that change, tells the plan's
+// protection that the plan runs on west without a replica, east lost.
 func TestFailoverTellsProtection(t *testing.T) {
 	f := newFixture(t)
 	f.east.Down()
@@ -351,13 +351,33 @@ func TestFailoverTellsProtection(t *testing.T) {
 	_, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"}, &res)
 	mustOK(t, err)
 	f.recordMu.Lock()
+	var primary []workflows.RecordChange
+	for _, c := range f.record {
+		if c.Primary != "" {
+			primary = append(primary, c)
+		}
+	}
+	f.recordMu.Unlock()
+	if len(primary) != 1 || primary[0].Primary != "west" || primary[0].Lost != "east" {
+		t.Fatalf("the failover recorded the primaries %+v, want west with east lost", primary)
+	}
+
+	// The record takes it (sent with the change after it, as the
+	// actions send them together) and tells protection.
+	env, _ := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(workflows.SignalRecord, workflows.RecordChange{At: env.Now(), Fenced: &workflows.FenceEntry{Site: "east", CIDRs: []string{"127.0.0.2/32"}, Via: "west"},
+			More: []workflows.RecordChange{primary[0]}})
+	}, time.Second)
+	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, time.Minute)
+	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Record: workflows.PlanRecord{Plan: "shop"}})
+	f.recordMu.Lock()
 	defer f.recordMu.Unlock()
 	if len(f.retargets) != 1 {
-		t.Fatalf("the failover told protection %+v, want one retarget", f.retargets)
+		t.Fatalf("the record told protection %+v, want one retarget", f.retargets)
 	}
-	rt := f.retargets[0]
-	if rt.Primary != "west" || rt.Lost != "east" || rt.At.Before(res.Start) || rt.At.After(res.End) {
-		t.Fatalf("the failover told protection %+v, want west primary with east lost, during the failover (%v to %v)", rt, res.Start, res.End)
+	if rt := f.retargets[0]; rt.Primary != "west" || rt.Lost != "east" || !rt.At.Equal(primary[0].At) {
+		t.Fatalf("the record told protection %+v, want west primary with east lost at %v", rt, primary[0].At)
 	}
 }
 

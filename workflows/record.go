@@ -124,6 +124,10 @@ type RecordChange struct {
 	Unfenced   *FenceEntry      `json:"unfenced,omitempty"`
 	Action     *ActionEntry     `json:"action,omitempty"`
 	Protection *ProtectionEntry `json:"protection,omitempty"`
+	// Lost, with Primary, is the site a failover lost: the record tells
+	// the plan's protection that the plan runs on Primary with no
+	// replica (PlanRecorder).
+	Lost string `json:"lost,omitempty"`
 	// More are changes sent together with this one, applied after it in
 	// their order.
 	More []RecordChange `json:"more,omitempty"`
@@ -201,6 +205,7 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 		return err
 	}
 	ch := workflow.GetSignalChannel(ctx, SignalRecord)
+	telling := 0
 	for n := 0; ; n++ {
 		if n >= recordRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
 			// Take every change already delivered before moving on.
@@ -210,12 +215,44 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 					break
 				}
 				r.apply(c)
+				tellProtection(ctx, r.Plan, c, &telling)
+			}
+			// Temporal sends no signal of a run that has ended.
+			if err := workflow.Await(ctx, func() bool { return telling == 0 }); err != nil {
+				return err
 			}
 			return workflow.NewContinueAsNewError(ctx, PlanRecorder, PlanRecordInput{Record: r})
 		}
 		var c RecordChange
 		ch.Receive(ctx, &c)
 		r.apply(c)
+		tellProtection(ctx, r.Plan, c, &telling)
+	}
+}
+
+// tellProtection signals the plan's protection, for each primary a
+// failover made in c (Lost set), that the plan runs there with no
+// replica: protection follows the record's primary (see Protect). The
+// record does not wait for the answer; a plan without protection has
+// nothing to tell. Only a change that carries Lost makes a command, so
+// a record's history from before stays as it was.
+func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *int) {
+	for _, m := range append([]RecordChange{c}, c.More...) {
+		if m.Lost == "" || m.Primary == "" {
+			continue
+		}
+		at := m.At
+		if at.IsZero() {
+			at = workflow.Now(ctx)
+		}
+		f := workflow.SignalExternalWorkflow(ctx, ProtectID(plan), "", SignalRetarget, Retarget{Primary: m.Primary, Lost: m.Lost, At: at})
+		*telling++
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			defer func() { *telling-- }()
+			if err := f.Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Info("no protection told of the failover", "plan", plan, "error", err)
+			}
+		})
 	}
 }
 
@@ -446,8 +483,7 @@ func (s *RecordSender) SendRecordChange(ctx context.Context, in RecordSend) erro
 	return err
 }
 
-// settle waits until the record has taken every change sent aside (and
-// the plan's protection a failover's word, see unprotected), and
+// settle waits until the record has taken every change sent aside, and
 // sends again, as a step that pauses like any other when it cannot, the
 // changes of state (fences, the primary) that it did not take. An
 // action's own start is best effort, as before.
@@ -491,13 +527,15 @@ func (r *run) settle(ctx workflow.Context) error {
 }
 
 // notePrimary records that site's copies are now primary, as a step (a
-// record that cannot be written pauses the action like any step).
-func (r *run) notePrimary(ctx workflow.Context, site string) error {
+// record that cannot be written pauses the action like any step); lost,
+// from a failover, is the site the plan lost: the record tells the
+// plan's protection.
+func (r *run) notePrimary(ctx workflow.Context, site, lost string) error {
 	if !r.recording {
 		return nil
 	}
 	return r.step(ctx, recordPrimaryStep(site), false, func(ctx workflow.Context) (string, error) {
-		if err := r.record(ctx, RecordChange{Primary: site}); err != nil {
+		if err := r.record(ctx, RecordChange{Primary: site, Lost: lost}); err != nil {
 			return "", err
 		}
 		if r.aside != nil {
