@@ -36,6 +36,12 @@
 //     round the primary does not answer is watched (the lag grows from
 //     the last sync known, the primary is reported unreachable);
 //     ReadProtect gives a failover the recorded clients and last sync.
+//     When a failover records its new primary (with the site it lost),
+//     the record signals Protect (a retarget naming the lost site), so
+//     that a small failover still runs in one workflow task: Protect
+//     goes on unprotected on the new primary, polling no replication
+//     and not the lost site, until a reprotect retargets it to the same
+//     primary.
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:

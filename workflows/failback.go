@@ -106,7 +106,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("failback to %q rolled back: %s", to, res.Reason), ErrRolledBack, nil)
 	}
 
-	if err := r.notePrimary(ctx, to); err != nil {
+	if err := r.notePrimary(ctx, to, ""); err != nil {
 		return err
 	}
 	if err := unfence(ctx, r, p, to, from, in.Fenced); err != nil {

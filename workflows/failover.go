@@ -215,7 +215,9 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	if err := promoteAll(ctx, r, p, to, true); err != nil {
 		return err
 	}
-	if err := r.notePrimary(ctx, to); err != nil {
+	// The record tells the plan's protection: the plan runs on to with
+	// no replica, from lost (see PlanRecorder).
+	if err := r.notePrimary(ctx, to, from); err != nil {
 		return err
 	}
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -55,6 +56,10 @@ type fixture struct {
 	// moment the call arrives, whichever activity made it.
 	onRPC func(site, method string, req any, handle func() (any, error)) (any, error)
 	rpcMu sync.Mutex
+	// retargets holds what the actions told the plan's protection.
+	retargets []workflows.Retarget
+	// metrics, when set, takes the workflows' metrics in testEnv.
+	metrics client.MetricsHandler
 }
 
 // intercept is the gRPC interceptor of site's storage that hands each
@@ -181,6 +186,9 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	if f.metrics != nil {
+		ts.SetMetricsHandler(f.metrics)
+	}
 	env := ts.NewTestWorkflowEnvironment()
 	workflows.Register(env)
 	env.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
@@ -279,6 +287,16 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 			f.record = append(f.record, more...)
 			return nil
 		})
+	// So is each plan's protection: the environment keeps what a
+	// failover tells it (a site action's plans each tell their own).
+	anyProtect := mock.MatchedBy(func(id string) bool { return strings.HasPrefix(id, workflows.ProtectIDPrefix) })
+	env.OnSignalExternalWorkflow(mock.Anything, anyProtect, "", workflows.SignalRetarget, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error {
+			f.recordMu.Lock()
+			defer f.recordMu.Unlock()
+			f.retargets = append(f.retargets, arg.(workflows.Retarget))
+			return nil
+		}).Maybe()
 	// Single storage calls run as local activities; their arguments come
 	// unencoded.
 	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, args []any) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/activities"
@@ -98,12 +99,27 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 	if !fo.RPOKnown || !slices.Equal(fo.Fenced, []string{"127.0.0.2/32"}) {
 		t.Fatalf("failover fenced %v, RPO known %v; want the clients Protect recorded and an RPO", fo.Fenced, fo.RPOKnown)
 	}
+	// Protection follows the failover: unprotected on west, with no
+	// poll of east, fenced and lost, and the record says so.
+	simtest.Eventually(t, time.Minute, "protection unprotected on west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && ps.Primary == "west" && ps.Unprotected != nil && ps.Unprotected.Lost == "east" && ps.Polls > 0 && !ps.OutOfRPO
+	})
+	simtest.Eventually(t, time.Minute, "the record to say the plan is unprotected", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil && rec.Primary == "west" && rec.Protection != nil && rec.Protection.Primary == "west" && rec.Protection.Unprotected != nil
+	})
 	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateStopProtect,
 		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	mustOK(t, err)
 	mustOK(t, uh.Get(ctx, nil))
 	mustOK(t, prot.Get(ctx, nil))
 	record(t, ctx, srv.Client, prot, "protect"+suffix)
+	// The run before it took the failover's word and continued as new.
+	it := srv.Client.GetWorkflowHistory(ctx, prot.GetID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	first, err := it.Next()
+	mustOK(t, err)
+	recordRun(t, ctx, srv.Client, prot.GetID(), first.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(), "protect-failover"+suffix)
 	t.Logf("failover of %d groups: RTO %v, RPO estimate %v, %d steps", len(f.plan.VolumeGroups), fo.RTO, fo.RPO, len(fo.Steps))
 
 	west, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")

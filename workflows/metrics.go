@@ -23,6 +23,10 @@ const (
 	// MetricPrimaryUnreachable is 1 while the storage of a protected
 	// plan's primary does not answer Protect's polls; tags plan and site.
 	MetricPrimaryUnreachable = "drover_primary_unreachable"
+	// MetricUnprotected is the seconds since a failover left a plan
+	// without a replica, set each poll interval until a reprotect; 0
+	// while the plan is protected. Tag plan.
+	MetricUnprotected = "drover_unprotected"
 )
 
 func (r *run) tags() map[string]string {

@@ -99,6 +99,24 @@ type ProtectState struct {
 	// at promotion (ceph-csi) ships them no more, so their lag grows.
 	// Protection asks again at the start of each run.
 	Unpromoted map[string]string `json:"unpromoted,omitempty"`
+	// Unprotected is set after a failover: the plan runs on Primary with
+	// no replica until a reprotect. Protection then polls no replication
+	// (the lost site is no primary, and the new one has no peer to ship
+	// to): nothing is out of RPO, the plan is unprotected.
+	Unprotected *Unprotection `json:"unprotected,omitempty"`
+}
+
+// Unprotection is a plan left without a replica by a failover.
+type Unprotection struct {
+	// Lost is the site the failover left; Since is when the failover
+	// made the plan's copies on the primary primary (its signal to
+	// protection), By the failover's workflow id.
+	Lost  string    `json:"lost"`
+	Since time.Time `json:"since"`
+	By    string    `json:"by,omitempty"`
+	// LastSync is the last sync known to have reached Lost before the
+	// loss (zero when none was known): no copy holds anything newer.
+	LastSync time.Time `json:"lastSync,omitzero"`
 }
 
 // LastSync is the oldest last sync over the groups: what a failover now
@@ -130,6 +148,15 @@ type StopProtect struct {
 // out of RPO past the target, and refreshes each site's GetFenceClients.
 // It continues as new to keep its history small, and ends on a "stop"
 // update, disabling replication only when asked.
+//
+// Protection follows the record's primary: when a failover records its
+// new primary, with the site it lost, the plan's record signals Protect
+// (a retarget naming the lost site), which continues as new unprotected
+// on the new primary. It then
+// polls no replication (the lost site is fenced and no primary; the new
+// primary has no replica to ship to) and reports the plan unprotected
+// each interval, until a reprotect retargets it to the same primary,
+// which enables replication and polls it again.
 func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	p := in.Plan
 	s := in.State
@@ -184,16 +211,29 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	// A retarget signal (sent by Reprotect and Failback when the primary
 	// moved) makes Protect continue from the new primary.
 	var retarget string
+	var lost *Unprotection
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, SignalRetarget)
 		for {
 			var rt Retarget
 			ch.Receive(ctx, &rt)
-			if p.Site(rt.Primary) == nil || rt.Primary == in.Primary {
+			// The same primary is a move only between protected and
+			// unprotected: a reprotect ends an unprotection, a
+			// failover starts one.
+			if p.Site(rt.Primary) == nil || (rt.Primary == in.Primary && (rt.Lost == "") == (s.Unprotected == nil)) {
 				log.Warn("retarget ignored", "primary", rt.Primary)
 				continue
 			}
-			retarget = rt.Primary
+			retarget, lost = rt.Primary, nil
+			if rt.Lost != "" {
+				lost = &Unprotection{Lost: rt.Lost, Since: rt.At, By: rt.By, LastSync: s.LastSync()}
+				if s.Unprotected != nil {
+					lost.LastSync = s.Unprotected.LastSync
+				}
+				if lost.Since.IsZero() {
+					lost.Since = workflow.Now(ctx)
+				}
+			}
 			if cancelRound != nil {
 				cancelRound()
 			}
@@ -201,10 +241,18 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	})
 	moved := func() bool { return retarget != "" && stop == nil }
 	again := func() error {
-		return workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval})
+		next := ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval}
+		if lost != nil {
+			next.State = &ProtectState{Primary: retarget, Groups: map[string]GroupHealth{}, Clients: s.Clients,
+				Runs: s.Runs, By: s.By, Trust: s.Trust, RPOTarget: s.RPOTarget, Unprotected: lost}
+		}
+		return workflow.NewContinueAsNewError(ctx, Protect, next)
 	}
 
-	if !s.Enabled {
+	switch {
+	case s.Unprotected != nil:
+		// Nothing to enable: the plan's peer is lost until a reprotect.
+	case !s.Enabled:
 		r, err := newRun(ctx, "protect", p)
 		if err != nil {
 			return nil, err
@@ -216,7 +264,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if in.Promote {
 			s.Unpromoted = promoteForSyncs(ctx, r, p, in.Primary, nil)
 		}
-	} else if in.Promote && len(s.Unpromoted) > 0 {
+	case in.Promote && len(s.Unpromoted) > 0:
 		// A run continued with groups the storage would not promote:
 		// ask again, once a run.
 		r, err := newRun(ctx, "protect", p)
@@ -245,8 +293,10 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		// the primary is reported unreachable while its storage does not
 		// answer.
 		s.RPOTarget = p.Policy.RPOTarget.D()
-		workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
-		pollReplication(round, p, s)
+		if s.Unprotected == nil {
+			workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
+			pollReplication(round, p, s)
+		}
 		pollClients(round, p, s)
 		ended = true
 		cancel()
@@ -396,6 +446,12 @@ func disableAll(ctx workflow.Context, r *run, p *plans.Plan, site string) *disab
 // Retarget is the retarget signal's payload.
 type Retarget struct {
 	Primary string `json:"primary"`
+	// Lost is set by a failover: the plan now runs on Primary, at At,
+	// with no replica (Lost is fenced and no primary); By is the
+	// failover's workflow id.
+	Lost string    `json:"lost,omitempty"`
+	At   time.Time `json:"at,omitzero"`
+	By   string    `json:"by,omitempty"`
 }
 
 // protectFrom is the last step of Reprotect and Failback: protection of
@@ -509,10 +565,13 @@ func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.
 			next[g] = health(h, s.Groups[g], now, p)
 		}
 		s.record(next)
-		if s.Unreachable == "" {
+		if s.Unreachable == "" || s.UnreachableSince.IsZero() {
 			s.UnreachableSince = start
 		}
-		s.Unreachable = fmt.Sprintf("the storage of %s has not answered a poll for %v", s.Primary, now.Sub(start).Round(time.Second))
+		// Counted from the first poll left unanswered, not from this
+		// round's start: a primary down for minutes has been silent for
+		// minutes.
+		s.Unreachable = fmt.Sprintf("the storage of %s has not answered a poll for %v", s.Primary, now.Sub(s.UnreachableSince).Round(time.Second))
 		s.report(ctx, p.Metadata.Name)
 	}
 }
@@ -569,9 +628,21 @@ func (s *ProtectState) record(next map[string]GroupHealth) {
 	}
 }
 
-// report sets the replication metrics from a complete round.
+// report sets the replication metrics from a complete round. An
+// unprotected plan has no replica: no lag, nothing out of RPO (which is
+// only about a replica that exists), and MetricUnprotected counts the
+// seconds since the failover; a protected one sets it to 0.
 func (s *ProtectState) report(ctx workflow.Context, plan string) {
 	m := workflow.GetMetricsHandler(ctx)
+	if u := s.Unprotected; u != nil {
+		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(0)
+		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricUnprotected).Update(max(workflow.Now(ctx).Sub(u.Since), 0).Seconds())
+		return
+	}
+	// One series per plan, as drover_out_of_rpo: the 0 of a reprotected
+	// plan replaces its count at once (a series of its own would stay
+	// on /metrics, and the alert firing, for the metrics' ttl).
+	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricUnprotected).Update(0)
 	// Sorted keys: the metrics are set in one order on every replay.
 	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
@@ -599,9 +670,13 @@ func groupNames(p *plans.Plan) []string {
 }
 
 // pollClients refreshes the clients each site's storage reports, which a
-// failover fences when the plan lists no CIDRs.
+// failover fences when the plan lists no CIDRs. The site a failover lost
+// is not asked: it is fenced, and its clients were recorded before.
 func pollClients(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 	for _, site := range p.Sites {
+		if s.Unprotected != nil && site.Name == s.Unprotected.Lost {
+			continue
+		}
 		e, err := activities.EndpointFor(p, site.Name, activities.RPCGetFenceClients)
 		if err != nil {
 			continue

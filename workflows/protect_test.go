@@ -340,3 +340,161 @@ func stateThenStop(t *testing.T, env *testsuite.TestWorkflowEnvironment, d time.
 	t.Helper()
 	return stateAt(t, env, d, func() { send(t, env, workflows.UpdateStopProtect, workflows.StopProtect{}, nil, nil) })
 }
+
+// TestFailoverTellsProtection: a failover records its new primary with
+// the site it lost, and the record, taking that change, tells the plan's
+// protection that the plan runs on west without a replica, east lost.
+func TestFailoverTellsProtection(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	var res workflows.FailoverResult
+	_, err := f.run(t, workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"}, &res)
+	mustOK(t, err)
+	f.recordMu.Lock()
+	var primary []workflows.RecordChange
+	for _, c := range f.record {
+		if c.Primary != "" {
+			primary = append(primary, c)
+		}
+	}
+	f.recordMu.Unlock()
+	if len(primary) != 1 || primary[0].Primary != "west" || primary[0].Lost != "east" {
+		t.Fatalf("the failover recorded the primaries %+v, want west with east lost", primary)
+	}
+
+	// The record takes it (sent with the change after it, as the
+	// actions send them together) and tells protection.
+	env, _ := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, workflows.RecordChange{At: env.Now(), Fenced: &workflows.FenceEntry{Site: "east", CIDRs: []string{"127.0.0.2/32"}, Via: "west"},
+			More: []workflows.RecordChange{primary[0]}}))
+	}, time.Second)
+	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, time.Minute)
+	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
+	f.recordMu.Lock()
+	defer f.recordMu.Unlock()
+	if len(f.retargets) != 1 {
+		t.Fatalf("the record told protection %+v, want one retarget", f.retargets)
+	}
+	if rt := f.retargets[0]; rt.Primary != "west" || rt.Lost != "east" || !rt.At.Equal(primary[0].At) {
+		t.Fatalf("the record told protection %+v, want west primary with east lost at %v", rt, primary[0].At)
+	}
+}
+
+// TestProtectFollowsAFailover: a failover's retarget (naming the lost
+// site) moves Protect at once to the new primary, unprotected: it polls
+// no replication on either site (the lost one is no primary, the new one
+// has no replica), enables nothing, is never out of RPO, says since when
+// it is unprotected and what synced last, in its state, the record and
+// the drover_unprotected gauge; a reprotect's retarget to the same
+// primary then protects it anew.
+func TestProtectFollowsAFailover(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(5 * time.Second)
+	m := &gauges{vals: map[string]float64{}}
+	f.metrics = m
+	env, _ := f.testEnv(t)
+	start := env.Now()
+	lostAt := start.Add(15 * time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: "west", Lost: "east", At: lostAt, By: "drover-shop"})
+	}, 15*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v, want continue-as-new on the failover's word", err)
+	}
+	if took := env.Now().Sub(start); took >= 20*time.Second {
+		t.Fatalf("continued after %v of workflow time: not at once", took)
+	}
+	var next workflows.ProtectInput
+	mustOK(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	u := next.State.Unprotected
+	if next.Primary != "west" || next.State == nil || u == nil || u.Lost != "east" || !u.Since.Equal(lostAt) || u.LastSync.IsZero() {
+		t.Fatalf("continued as %+v with state %+v, want unprotected on west since the failover, with east's last sync", next, next.State)
+	}
+
+	// The next run, unprotected on west.
+	env, calls := f.testEnv(t)
+	start = env.Now()
+	got := stateAt(t, env, 35*time.Second, func() {
+		env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: "west", Lost: "east", At: lostAt}) // told again: ignored
+	})
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: "west"}) // the reprotect's
+	}, 36*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, next)
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v, want continue-as-new on the reprotect's word", err)
+	}
+	seen := *got
+	if seen == nil || seen.Unprotected == nil || seen.Primary != "west" || seen.OutOfRPO || len(seen.Groups) != 0 || seen.Polls != 4 {
+		t.Fatalf("state 35 s into the unprotected run: %+v, want four polls on west, unprotected, no groups, not out of RPO", seen)
+	}
+	for _, name := range []string{"SurveyReplication", "GetVolumeReplicationInfo", "EnableVolumeReplication", "PromoteVolume"} {
+		if i := indexOf(*calls, name, "", ""); i >= 0 {
+			t.Fatalf("an unprotected protection called %v", (*calls)[i])
+		}
+	}
+	// Nothing asks the lost site, fenced: its clients were recorded.
+	if i := indexOf(*calls, "GetFenceClients", "east", ""); i >= 0 || indexOf(*calls, "GetFenceClients", "west", "") < 0 {
+		t.Fatalf("an unprotected protection asked east's clients, or not west's: %v", *calls)
+	}
+	if !slices.Contains(seen.Clients["east"], "127.0.0.2/32") {
+		t.Fatalf("east's clients %v were not kept", seen.Clients)
+	}
+	// Last reported at the poll at 30 s of this run.
+	if v, want := m.get(workflows.MetricUnprotected, "shop"), start.Add(30*time.Second).Sub(lostAt).Seconds(); v < want-1 || v > want+1 {
+		t.Errorf("drover_unprotected %v, want the seconds since the failover, %v", v, want)
+	}
+	if v := m.get(workflows.MetricOutOfRPO, "shop"); v != 0 {
+		t.Errorf("drover_out_of_rpo %v while unprotected", v)
+	}
+	f.recordMu.Lock()
+	var last *workflows.ProtectionEntry
+	for _, c := range f.record {
+		if c.Protection != nil {
+			last = c.Protection
+		}
+	}
+	f.recordMu.Unlock()
+	if last == nil || last.Primary != "west" || last.Unprotected == nil || last.Unprotected.Lost != "east" || last.OutOfRPO || !last.LastSync.Equal(u.LastSync) {
+		t.Errorf("the record was told %+v, want west unprotected since east was lost", last)
+	}
+	var again workflows.ProtectInput
+	mustOK(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &again))
+	if again.Primary != "west" || again.State != nil {
+		t.Fatalf("after the reprotect continued as %+v, want a new protection from west", again)
+	}
+}
+
+// TestProtectCountsSilenceFromTheFirstUnansweredPoll: while the primary
+// stays silent over several poll rounds, "has not answered a poll for"
+// counts from the first poll it left unanswered, not from the start of
+// the round that hangs now.
+func TestProtectCountsSilenceFromTheFirstUnansweredPoll(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(time.Second) // the watch ticks every 500 ms
+	env, _ := f.testEnv(t)
+	start := env.Now()
+	env.RegisterDelayedCallback(func() {
+		mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "UNAVAILABLE", Count: 1000, Message: "injected"}}))
+	}, 5*time.Second)
+	env.RegisterDelayedCallback(func() {
+		mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Latency: 3 * time.Second, Count: 1000}}))
+	}, 15*time.Second)
+	// The poll at 10 s fails; the one at 20 s hangs, watched from 20.5 s.
+	got := stateThenStop(t, env, 21200*time.Millisecond)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	seen := *got
+	if seen == nil || seen.Polls != 2 {
+		t.Fatalf("state at 21.2 s: %+v, want two polls done and a third hanging", seen)
+	}
+	if since := seen.UnreachableSince.Sub(start).Round(100 * time.Millisecond); since != 10*time.Second {
+		t.Errorf("unreachable since %v after the start, want since the first unanswered poll at 10s", since)
+	}
+	if want := "has not answered a poll for 11s"; !strings.Contains(seen.Unreachable, want) {
+		t.Errorf("unreachable %q at 21 s, want %q (since 10 s)", seen.Unreachable, want)
+	}
+}

@@ -80,6 +80,10 @@ type ProtectionEntry struct {
 	LastSync time.Time     `json:"lastSync,omitzero"`
 	Lag      time.Duration `json:"lag"`
 	Checked  time.Time     `json:"checked,omitzero"`
+	// Unprotected: a failover left the plan on Primary with no replica
+	// (ProtectState.Unprotected); LastSync is then the last sync that
+	// reached the lost site, and nothing is out of RPO.
+	Unprotected *Unprotection `json:"unprotected,omitempty"`
 }
 
 // PlanRecord is a plan's recorded DR state.
@@ -131,6 +135,10 @@ type RecordChange struct {
 	Unfenced   *FenceEntry      `json:"unfenced,omitempty"`
 	Action     *ActionEntry     `json:"action,omitempty"`
 	Protection *ProtectionEntry `json:"protection,omitempty"`
+	// Lost, with Primary, is the site a failover lost: the record tells
+	// the plan's protection that the plan runs on Primary with no
+	// replica (PlanRecorder).
+	Lost string `json:"lost,omitempty"`
 	// More are changes sent together with this one, applied after it in
 	// their order.
 	More []RecordChange `json:"more,omitempty"`
@@ -182,8 +190,9 @@ func (r *PlanRecord) apply(c RecordChange) {
 	}
 	if p := c.Protection; p != nil {
 		r.Protection = p
-		// Protection names the primary only until an action does: it
-		// polls the site it was started from, which a failover leaves.
+		// Protection names the primary only until an action does: the
+		// actions record the primary they make, and protection follows
+		// them (a failover tells it), a moment later.
 		if r.Primary == "" && p.Primary != "" && p.Enabled {
 			r.Primary = p.Primary
 		}
@@ -271,9 +280,11 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 		}
 	}
 	ready = true
+	telling := 0
 	take := func(c RecordChange) {
 		if sealed = sealed || workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1; !sealed {
 			r.apply(c)
+			tellProtection(ctx, r.Plan, c, &telling)
 			return
 		}
 		if err := ps.check(ctx, RecordProofCheck{Plan: r.Plan, Change: &c}, c.Proof); err != nil {
@@ -287,6 +298,7 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 		}
 		c.Proof = nil
 		r.apply(c)
+		tellProtection(ctx, r.Plan, c, &telling)
 	}
 	ch := workflow.GetSignalChannel(ctx, SignalRecord)
 	for n := 0; ; n++ {
@@ -304,11 +316,41 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 				}
 				take(c)
 			}
+			// Temporal sends no signal of a run that has ended.
+			if err := workflow.Await(ctx, func() bool { return telling == 0 }); err != nil {
+				return err
+			}
 			return workflow.NewContinueAsNewError(ctx, PlanRecorder, PlanRecordInput{Record: r, Seen: ps.seen})
 		}
 		var c RecordChange
 		ch.Receive(ctx, &c)
 		take(c)
+	}
+}
+
+// tellProtection signals the plan's protection, for each primary a
+// failover made in c (Lost set), that the plan runs there with no
+// replica: protection follows the record's primary (see Protect). The
+// record does not wait for the answer; a plan without protection has
+// nothing to tell. Only a change that carries Lost makes a command, so
+// a record's history from before stays as it was.
+func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *int) {
+	for _, m := range append([]RecordChange{c}, c.More...) {
+		if m.Lost == "" || m.Primary == "" {
+			continue
+		}
+		at := m.At
+		if at.IsZero() {
+			at = workflow.Now(ctx)
+		}
+		f := workflow.SignalExternalWorkflow(ctx, ProtectID(plan), "", SignalRetarget, Retarget{Primary: m.Primary, Lost: m.Lost, At: at})
+		*telling++
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			defer func() { *telling-- }()
+			if err := f.Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Info("no protection told of the failover", "plan", plan, "error", err)
+			}
+		})
 	}
 }
 
@@ -653,13 +695,15 @@ func (r *run) settle(ctx workflow.Context) error {
 }
 
 // notePrimary records that site's copies are now primary, as a step (a
-// record that cannot be written pauses the action like any step).
-func (r *run) notePrimary(ctx workflow.Context, site string) error {
+// record that cannot be written pauses the action like any step); lost,
+// from a failover, is the site the plan lost: the record tells the
+// plan's protection.
+func (r *run) notePrimary(ctx workflow.Context, site, lost string) error {
 	if !r.recording {
 		return nil
 	}
 	return r.step(ctx, recordPrimaryStep(site), false, func(ctx workflow.Context) (string, error) {
-		if err := r.record(ctx, RecordChange{Primary: site}); err != nil {
+		if err := r.record(ctx, RecordChange{Primary: site, Lost: lost}); err != nil {
 			return "", err
 		}
 		if r.aside != nil {
@@ -685,8 +729,11 @@ func noteProtection(ctx workflow.Context, plan string, s *ProtectState, running 
 	for _, g := range s.Groups {
 		e.Lag = max(e.Lag, g.Lag)
 	}
+	if u := s.Unprotected; u != nil {
+		e.Unprotected, e.LastSync, e.Lag, e.OutOfRPO = u, u.LastSync, 0, false
+	}
 	if n := s.noted; n != nil && n.Primary == e.Primary && n.Running == e.Running && n.Enabled == e.Enabled && n.OutOfRPO == e.OutOfRPO &&
-		s.Polls%protectNoteEvery != 0 {
+		(n.Unprotected == nil) == (e.Unprotected == nil) && s.Polls%protectNoteEvery != 0 {
 		return
 	}
 	if err := note(ctx, plan, RecordChange{Protection: e}); err != nil {

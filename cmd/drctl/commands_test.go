@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -496,10 +497,14 @@ policy:
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	// Under the names deploy/prometheus/drover-rules.yaml alerts on.
-	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{"} {
+	for _, want := range []string{"drover_action_duration_seconds_count{", `action="failback"`, "drover_step_failures_total{", "drover_replication_lag_seconds{", "drover_out_of_rpo{", "drover_unprotected{"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// Protected again after the failover's unprotected spell: 0.
+	if m := regexp.MustCompile(`\ndrover_unprotected\{[^}]*plan="shop"[^}]*\} (\S+)\n`).FindSubmatch(body); m == nil || string(m[1]) != "0" {
+		t.Errorf("drover_unprotected of the reprotected plan: %q, want 0", m)
 	}
 	declined(t, c, "protect", "stop", "shop", "--disable")
 	c.ok(nil, "protect", "stop", "shop")

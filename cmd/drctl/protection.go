@@ -24,9 +24,9 @@ func groupLag(h workflows.GroupHealth, now time.Time) time.Duration {
 }
 
 // unreachableText says why the primary is taken as unreachable. Protect's
-// watch words it "has not answered a poll for" the time since the hung
-// round began, which restarts with every round: the time is counted here
-// from UnreachableSince, when the primary stopped answering.
+// watch words it "has not answered a poll for" the time since
+// UnreachableSince at its last tick: the time is counted here from
+// UnreachableSince to now, so that it grows by the wall clock.
 func unreachableText(ps *workflows.ProtectState, now time.Time) string {
 	why := oneLine(ps.Unreachable)
 	if strings.Contains(why, "has not answered a poll for") && !ps.UnreachableSince.IsZero() {
@@ -54,12 +54,33 @@ func protectionAt(ps *workflows.ProtectState, now time.Time) *workflows.ProtectS
 	return &c
 }
 
+// unprotectedText names the state of a plan a failover left without a
+// replica, at now: where it runs, since when it has none, what last
+// reached the lost site, and the command that protects it again. Status
+// (its record and protection lines) and the dashboard say it alike.
+func unprotectedText(plan, primary string, u *workflows.Unprotection, now time.Time) string {
+	last := "no sync of it was known"
+	if !u.LastSync.IsZero() {
+		last = "its last sync known " + u.LastSync.Local().Format(time.DateTime)
+	}
+	return fmt.Sprintf("UNPROTECTED: running on %s, no replica since %s (%v): %s was lost (%s); next: drctl reprotect %s once %s is back",
+		primary, u.Since.Local().Format(time.DateTime), max(now.Sub(u.Since), 0).Round(time.Second), u.Lost, last, plan, u.Lost)
+}
+
 // renderProtection writes what a plan's protection knows at now. The lag
 // grows from the last sync known (groupLag), whether or not the primary
 // answers, and a group past the plan's RPO target is out of RPO by it;
 // an unreachable primary gets a line of its own, and a group the storage
 // reports unhealthy shows why.
-func renderProtection(w io.Writer, ps *workflows.ProtectState, now time.Time) error {
+func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now time.Time) error {
+	if u := ps.Unprotected; u != nil {
+		// No replica: nothing to lag, nothing out of RPO.
+		fmt.Fprintf(w, "  primary %s, %d polls%s\n  %s\n", ps.Primary, ps.Polls, byText(ps.By), unprotectedText(plan, ps.Primary, u, now))
+		if ps.Trust != "" {
+			fmt.Fprintf(w, "  %s\n", ps.Trust)
+		}
+		return nil
+	}
 	lag := func(h workflows.GroupHealth) time.Duration { return groupLag(h, now) }
 	past := func(h workflows.GroupHealth) bool {
 		return h.OutOfRPO || (ps.RPOTarget > 0 && lag(h) > ps.RPOTarget)

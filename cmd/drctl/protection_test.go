@@ -25,7 +25,7 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 			"logs": {LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second), Lag: time.Second, Status: "ERROR", Message: "image split-brain detected"},
 		}}
 	var b strings.Builder
-	if err := renderProtection(&b, ps, now); err != nil {
+	if err := renderProtection(&b, "shop", ps, now); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -49,7 +49,7 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 	}
 	// Ten seconds later, the lag has grown by ten seconds.
 	b.Reset()
-	if err := renderProtection(&b, ps, now.Add(10*time.Second)); err != nil {
+	if err := renderProtection(&b, "shop", ps, now.Add(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "  db     ") || !strings.Contains(b.String(), " 35s ") || !strings.Contains(b.String(), "for 35s") {
@@ -108,6 +108,40 @@ func TestRecordShowsWhatItRefused(t *testing.T) {
 	for _, want := range []string{"plan version: signed ", "by key 10bef59f99336889", "REFUSED: 1 attempt(s)", "from workflow not-drover: a newer version of the plan was accepted"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRenderUnprotected: after a failover the plan runs on west with no
+// replica. Status says so in its protection and record lines: since when
+// (the time grows with the clock), the last sync that reached east, and
+// the command that protects it again; nothing is out of RPO.
+func TestRenderUnprotected(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	u := &workflows.Unprotection{Lost: "east", Since: now.Add(-2 * time.Minute), LastSync: now.Add(-130 * time.Second), By: "drover-action-shop"}
+	ps := &workflows.ProtectState{Primary: "west", Polls: 4, RPOTarget: 10 * time.Second, Groups: map[string]workflows.GroupHealth{}, Unprotected: u}
+	r := &workflows.PlanRecord{Plan: "shop", Primary: "west", Protection: &workflows.ProtectionEntry{
+		Primary: "west", Running: true, LastSync: u.LastSync, Checked: now.Add(-time.Minute), Unprotected: u}}
+	for _, at := range []time.Duration{0, time.Minute} {
+		var b strings.Builder
+		if err := renderProtection(&b, "shop", ps, now.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		renderRecord(&b, r, ps.RPOTarget, now.Add(at))
+		out := b.String()
+		since := (2*time.Minute + at).String()
+		for _, want := range []string{
+			"\n  UNPROTECTED: running on west, no replica since " + u.Since.Local().Format(time.DateTime) + " (" + since + "): east was lost",
+			"  protection: running from west, UNPROTECTED: running on west, no replica since " + u.Since.Local().Format(time.DateTime) + " (" + since + ")",
+			"its last sync known " + u.LastSync.Local().Format(time.DateTime),
+			"next: drctl reprotect shop once east is back",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status %v later lacks %q:\n%s", at, want, out)
+			}
+		}
+		if strings.Contains(out, "RPO") || strings.Contains(out, "lag") {
+			t.Errorf("an unprotected plan is judged by its lag:\n%s", out)
 		}
 	}
 }

@@ -225,7 +225,9 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 		if note == "" {
 			note = s.Note
 		}
-		rs := ReportStep{ID: s.ID, Name: s.Name, State: s.State, Start: s.Start, End: s.End, Tries: s.Attempts, Note: note}
+		// Tries as status and the dashboard count them: every call of
+		// the step's work, retries within a run included.
+		rs := ReportStep{ID: s.ID, Name: s.Name, State: s.State, Start: s.Start, End: s.End, Tries: tries(s), Note: note}
 		if !s.Start.IsZero() && !s.End.IsZero() {
 			rs.Took = s.End.Sub(s.Start)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -29,6 +30,10 @@ func TestReport(t *testing.T) {
 	st.east.Down()
 	c.ok(nil, "--by", "operator@example", "failover", shop, "--to", "west", "--yes")
 	c.eventually("the promotion gate", "shop", func(s statusOut) bool { return stepIn(s, workflows.StateWaiting) })
+	// The promotion fails twice, then goes through: three tries.
+	if err := st.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Count: 2, Message: "injected"}}); err != nil {
+		t.Fatal(err)
+	}
 	c.ok(nil, "--by", "auditor@example", "approve", "shop", "--yes")
 	var o outcome
 	c.ok(&o, "watch", "shop")
@@ -68,6 +73,12 @@ func TestReport(t *testing.T) {
 		r.RTO != int64(res.RTO) || len(r.Fenced) != 1 || r.Fenced[0] != simtest.NodeA+"/32" || len(r.Steps) != len(res.Steps) {
 		t.Fatalf("report data: %+v\nwant digest %s, RTO %v, %d steps", r, digest, res.RTO, len(res.Steps))
 	}
+	// Tries count every call, as status and the dashboard count them.
+	for _, s := range r.Steps {
+		if s.ID == "promote/west/data" && s.Tries != 3 {
+			t.Errorf("the promotion's tries in the report's data: %d, want 3 (two failed calls and the one that went through)", s.Tries)
+		}
+	}
 
 	// Markdown.
 	code, md, errs := c.run("report", "shop")
@@ -79,6 +90,9 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("the Markdown report lacks %q:\n%s", want, md)
 		}
+	}
+	if m := regexp.MustCompile(`\n\| promote data on west \| done \|[^|\n]*\|[^|\n]*\|[^|\n]*\| (\d+) \|`).FindStringSubmatch(md); m == nil || m[1] != "3" {
+		t.Errorf("the Markdown report's promotion tries: %q, want 3", m)
 	}
 	if n := strings.Count(md, "\n    ") - 2; n != len(res.Steps) { // the chart's rows, less its two settings
 		t.Errorf("the chart has %d rows for %d steps", n, len(res.Steps))
@@ -98,6 +112,9 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(html, want) {
 			t.Errorf("the HTML report lacks %q", want)
 		}
+	}
+	if m := regexp.MustCompile(`promote/west/data</code></td><td class="state-done">done</td><td>[^<]*</td><td>[^<]*</td><td>[^<]*</td><td>(\d+)</td>`).FindStringSubmatch(html); m == nil || m[1] != "3" {
+		t.Errorf("the HTML report's promotion tries: %q, want 3", m)
 	}
 	if n := strings.Count(html, "<rect "); n != len(res.Steps) {
 		t.Errorf("the timeline has %d bars for %d steps", n, len(res.Steps))

@@ -797,7 +797,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	if x := st.ProtectRun; x != nil {
 		fmt.Fprintf(a.stdout, "\nprotection: %s (workflow %s)\n", x.Status, x.WorkflowID)
 		if ps := st.Protection; ps != nil {
-			return renderProtection(a.stdout, ps, time.Now())
+			if err := renderProtection(a.stdout, name, ps, time.Now()); err != nil {
+				return err
+			}
 		}
 	}
 	if drift {
@@ -837,6 +839,10 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 		state := "stopped"
 		if pr.Running {
 			state = "running"
+		}
+		if u := pr.Unprotected; u != nil {
+			fmt.Fprintf(w, "  protection: %s from %s, %s\n", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now))
+			return
 		}
 		lag, asOf := pr.Lag, fmt.Sprintf("as of %s", pr.Checked.Local().Format(time.DateTime))
 		if pr.Running && !pr.LastSync.IsZero() {

@@ -166,6 +166,9 @@ type planView struct {
 	RPO     time.Duration
 	Groups  []groupView
 	Note    string
+	// Unprotected names the state a failover left the plan in (no
+	// replica), as status does; empty while it is protected.
+	Unprotected string
 }
 
 type groupView struct {
@@ -200,6 +203,9 @@ func (d *dashboard) protections(ctx context.Context) ([]planView, error) {
 		now := time.Now()
 		if ps.Unreachable != "" {
 			pv.Note = "primary unreachable: " + unreachableText(ps, now)
+		}
+		if u := ps.Unprotected; u != nil {
+			pv.Unprotected = unprotectedText(x.Plan, ps.Primary, u, now)
 		}
 		d.mu.Lock()
 		for _, g := range slices.Sorted(mapKeys(ps.Groups)) {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -209,6 +210,53 @@ func TestDashboard(t *testing.T) {
 	if s := text(t, ctx, `document.getElementById("live").textContent`); !strings.Contains(s, "ended") {
 		t.Fatalf("the page still says %q", s)
 	}
+
+	// The plan now runs on west with no replica: unprotected, not out of
+	// RPO, in status (text and JSON) and on the overview, which names
+	// what to do next. Protection follows the failover's word at its
+	// next task: wait for it.
+	var js struct {
+		Record *struct {
+			Primary    string
+			Protection *struct{ Unprotected *struct{ Lost string } }
+		}
+		Protection *struct {
+			Primary     string
+			OutOfRPO    bool
+			Unprotected *struct{ Lost string }
+		}
+	}
+	simtest.Eventually(t, 30*time.Second, "status to say the plan is unprotected", func() bool {
+		code, out, _ := c.run("-o", "json", "status", "shop")
+		js.Protection, js.Record = nil, nil
+		return code == 0 && json.Unmarshal([]byte(out), &js) == nil && js.Protection != nil && js.Protection.Unprotected != nil &&
+			js.Record != nil && js.Record.Protection != nil && js.Record.Protection.Unprotected != nil
+	})
+	if js.Record.Primary != "west" || js.Record.Protection.Unprotected.Lost != "east" {
+		t.Errorf("the record after the failover: primary %q, protection's %+v", js.Record.Primary, *js.Record.Protection.Unprotected)
+	}
+	if p := js.Protection; p.Primary != "west" || p.Unprotected.Lost != "east" || p.OutOfRPO {
+		t.Errorf("status -o json's protection after the failover: %+v, want unprotected on west, east lost, not out of RPO", *p)
+	}
+	if _, out, _ := c.run("status", "shop"); !strings.Contains(out, "protection: running from west, UNPROTECTED: running on west, no replica since") ||
+		!strings.Contains(out, "\n  UNPROTECTED: running on west") || strings.Contains(out, "OUT OF RPO") || !strings.Contains(out, "drctl reprotect shop once east is back") {
+		t.Errorf("status after the failover:\n%s", out)
+	}
+	unprotected := `(function(){var c=document.querySelector('tr.plan[data-plan="shop"] td.unprotected');return c?c.textContent:"";})()`
+	simtest.Eventually(t, 30*time.Second, "the overview to say the plan is unprotected", func() bool {
+		if err := chromedp.Run(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`tr.plan[data-plan="shop"]`)); err != nil {
+			t.Fatal(err)
+		}
+		return text(t, ctx, unprotected) != ""
+	})
+	if s := text(t, ctx, unprotected); !strings.Contains(s, "running on west, no replica since") || !strings.Contains(s, "east was lost") ||
+		!strings.Contains(s, "drctl reprotect shop once east is back") {
+		t.Errorf("the overview's unprotected plan: %q", s)
+	}
+	if row := text(t, ctx, `document.querySelector('tr.plan[data-plan="shop"]').innerText`); !strings.Contains(row, "west") || strings.Contains(row, "out of RPO") {
+		t.Errorf("the overview's row after the failover: %q", row)
+	}
+	screenshot(t, ctx, "dashboard-unprotected.png")
 
 	// The overview's past actions come from Temporal's visibility, which
 	// learns of the end a moment after the run: load it until it has.

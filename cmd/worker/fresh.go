@@ -20,7 +20,7 @@ import (
 )
 
 // freshGauges are the gauges a Protect workflow sets on each round
-// (replication lag, out of RPO, primary unreachable), which /metrics
+// (replication lag, out of RPO, primary unreachable, unprotected), which /metrics
 // shows only while they are fresh: one not set again within ttl is
 // dropped. Through tally a gauge keeps its last value until the worker
 // exits, so after protect stop a plan went on reporting what it last
@@ -43,12 +43,13 @@ type freshValue struct {
 }
 
 // freshNames are the gauges freshGauges keeps.
-var freshNames = []string{workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable}
+var freshNames = []string{workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable, workflows.MetricUnprotected}
 
 var freshHelp = map[string]string{
 	workflows.MetricReplicationLag:     "Seconds since a protected group's last completed sync, as the plan's Protect workflow last saw it.",
 	workflows.MetricOutOfRPO:           "1 while a protected plan's replication is behind its RPO target.",
 	workflows.MetricPrimaryUnreachable: "1 while a protected plan's primary site's storage does not answer.",
+	workflows.MetricUnprotected:        "Seconds since a failover left the plan without a replica (until a reprotect); 0 while it is protected.",
 }
 
 // sanitizeOptions are tally's Prometheus rules for metric and label
