@@ -2,13 +2,19 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -157,6 +163,336 @@ func TestSitesAsNetworks(t *testing.T) {
 		ps, err := workflows.ReadProtect(context.Background(), ce, "sites")
 		return err == nil && ps != nil && len(ps.Groups) == len(groups) && !ps.LastSync().IsZero()
 	})
-	r.say("protected; east says active %q, west says active %q", activeAt(ce), activeAt(cw))
-	_ = fmt.Sprint
+	r.say("protected; east's cluster says the namespace is active at %q, west's at %q", activeAt(ce), activeAt(cw))
+
+	// West's worker polls nothing while its cluster is standby.
+	r.waitLog("worker-west", "paused: the namespace is not active on this worker's Temporal cluster", time.Minute)
+	if west.workerReady() {
+		t.Fatal("west's worker says ready (polling) while its cluster is standby for the namespace")
+	}
+	r.say("west's worker is paused: its cluster is standby")
+
+	vols := make([]string, len(groups))
+	for i, g := range groups {
+		vols[i] = g.Volumes[0]
+	}
+	apps := r.startApps(vols)
+	apps.wait(t, "east", "acknowledged", acked, 40)
+
+	// East is cut off: a partition, every process of east runs on.
+	cutAt := time.Now()
+	if err := r.net.cut("east"); err != nil {
+		t.Fatal(err)
+	}
+	r.zombie = east
+	r.say("PARTITION: east cut off from the WAN at %s (its processes run on)", cutAt.UTC().Format("15:04:05.000"))
+	apps.wait(t, "east", "acknowledged by east's storage, cut off", acked, 20)
+
+	// At west: the namespace is active on a cluster drctl cannot reach.
+	out, code := r.drctl(west, "failover", plan, "--to", "west", "--yes")
+	if code != 1 || !strings.Contains(out, "is active on Temporal cluster east") || !strings.Contains(out, "--take-over-namespace") {
+		t.Fatalf("failover at west with the namespace active on unreachable east: exit %d, want 1 naming the cluster and the flag:\n%s", code, out)
+	}
+	if a := activeAt(cw); a != "east" {
+		t.Fatalf("after a refused failover west's cluster says active %q, want east (nothing changed)", a)
+	}
+	r.say("drctl failover at west without --take-over-namespace: refused (exit 1), namespace still active at east")
+
+	foStart := time.Now()
+	out = r.mustDrctl(west, "failover", plan, "--to", "west", "--yes", "--wait", "--take-over-namespace")
+	foWall := time.Since(foStart)
+	takeover := takeoverTime(t, out)
+	var res workflows.FailoverResult
+	if err := cw.GetWorkflow(context.Background(), workflows.ActionID("sites"), "").Get(context.Background(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.RTO <= 0 {
+		t.Fatalf("failover result: RTO %v", res.RTO)
+	}
+	r.say("FAILOVER at west: namespace takeover %v, failover RTO %v (RPO estimate %v, known %v); drctl start to workloads healthy %v",
+		takeover, res.RTO, res.RPO, res.RPOKnown, foWall.Round(time.Millisecond))
+	if !r.runningOn("west") {
+		t.Fatal("the application does not run on west")
+	}
+	apps.wait(t, "west", "acknowledged", acked, 40)
+
+	// The zombie side: east's cluster still names itself active, its
+	// worker still polls it, its application still writes on its storage.
+	if a := activeAt(ce); a != "east" {
+		t.Fatalf("east's isolated cluster says active %q; want east (it cannot know)", a)
+	}
+	if !east.workerReady() {
+		t.Fatal("east's worker stopped polling its isolated cluster, which still names itself active")
+	}
+	apps.wait(t, "east", "acknowledged by the zombie east", acked, 10)
+	r.say("ZOMBIE: east's cluster says active %q, its worker polls, its application writes on (%v)", activeAt(ce), apps.counts("east"))
+
+	// Heal: the namespace moves to west on east's cluster too, east's
+	// worker pauses, Temporal keeps west's history.
+	healAt := time.Now()
+	if err := r.net.heal("east"); err != nil {
+		t.Fatal(err)
+	}
+	r.say("HEAL: east back on the WAN at %s, after a partition of %v", healAt.UTC().Format("15:04:05.000"), healAt.Sub(cutAt).Round(time.Millisecond))
+	simtest.Eventually(t, 2*time.Minute, "east's cluster to learn that the namespace is active at west", func() bool { return activeAt(ce) == "west" })
+	learned := time.Since(healAt)
+	r.waitLog("worker-east", "paused: the namespace is not active on this worker's Temporal cluster", time.Minute)
+	r.say("east's cluster says active west %v after the heal; east's worker paused", learned.Round(time.Millisecond))
+	simtest.Eventually(t, 2*time.Minute, "west's failover to replicate to east's cluster", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d, err := ce.DescribeWorkflowExecution(ctx, workflows.ActionID("sites"), "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	})
+
+	// Temporal keeps west's history: the protection east's zombie worker
+	// went on running is west's on both clusters.
+	var hl int64
+	simtest.Eventually(t, 2*time.Minute, "the protection's history to be west's on both clusters", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		de, err1 := ce.DescribeWorkflowExecution(ctx, workflows.ProtectID("sites"), "")
+		dw, err2 := cw.DescribeWorkflowExecution(ctx, workflows.ProtectID("sites"), "")
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		ie, iw := de.GetWorkflowExecutionInfo(), dw.GetWorkflowExecutionInfo()
+		hl = iw.GetHistoryLength()
+		return ie.GetExecution().GetRunId() == iw.GetExecution().GetRunId() && ie.GetHistoryLength() == iw.GetHistoryLength()
+	})
+	r.say("HISTORY: the protection's run on east's cluster is west's (%d events on both)", hl)
+
+	// East's clients are fenced on west's storage.
+	probe := sim.NewClientVia(west.data(), "east-app", dialer(east.ns, east.client))
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := probe.Write(pctx, vols[0], 0, []byte("east after the heal"))
+	pcancel()
+	if !errors.Is(err, sim.ErrFenced) {
+		t.Fatalf("a write from east's client on west's storage: %v, want refused by the fence", err)
+	}
+	rep, zw := r.check()
+	if n := lostOn(rep, "west"); n != 0 {
+		t.Fatalf("writes west acknowledged were lost: %v", rep.Lost)
+	}
+	apps.wait(t, "east", "refused by the fence east learned at the heal", fenced, 5)
+	r.say("INVARIANTS after the heal: a write from east's client on west's storage refused by the fence; east's own writes refused since the heal; "+
+		"%d writes east's storage accepted while cut off after west's promotion (the partition's split brain, before east could learn of the fence), %d writes east acknowledged after its last sync lost, as the RPO allows; no other violation (%d units, %d writes, %d promotions)",
+		zw, lostOn(rep, "east"), rep.Units, rep.Writes, rep.Promotions)
+
+	r.mustDrctl(west, "reprotect", plan, "--yes", "--wait")
+	simtest.Eventually(t, time.Minute, "east's copies to be in-sync secondaries", func() bool {
+		for _, st := range r.states() {
+			for _, u := range st.Units {
+				if (st.Site == "east") != (u.Role == sim.RoleSecondary) || (u.Role == sim.RoleSecondary && !u.InSync) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	r.check()
+	apps.wait(t, "east", "refused by east's secondary copies", readOnly, 5)
+	r.say("REPROTECT at west: east's copies are in-sync secondaries")
+	rep, _ = r.check()
+	before := lostOn(rep, "west")
+	r.mustDrctl(west, "failback", plan, "--to", "east", "--yes", "--wait")
+	apps.wait(t, "east", "acknowledged after the failback", acked, 40)
+	if !r.runningOn("east") || r.runningOn("west") {
+		t.Fatalf("the application runs on east %v, on west %v; want east only", r.runningOn("east"), r.runningOn("west"))
+	}
+	apps.stop()
+	rep, zw = r.check()
+	if lost := lostOn(rep, "west") - before; lost != 0 {
+		t.Fatalf("the failback lost %d acknowledged writes: %v", lost, rep.Lost)
+	}
+	r.say("FAILBACK to east: no write west acknowledged lost; %d units, %d writes, %d promotions, the partition's %d writes on east the only violations", rep.Units, rep.Writes, rep.Promotions, zw)
+	r.viewsAgree(east, west, plan)
+}
+
+// takeoverRE is drctl's line once the namespace is active here.
+var takeoverRE = regexp.MustCompile(`namespace \S+ is active on \S+ \(failover version \d+ -> \d+\) after (\S+)`)
+
+// takeoverTime is how long drctl's namespace takeover took, as it says.
+func takeoverTime(t *testing.T, out string) time.Duration {
+	t.Helper()
+	m := takeoverRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("drctl did not say it took the namespace over:\n%s", out)
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitLog waits until a process's log holds text.
+func (r *rig) waitLog(name, text string, limit time.Duration) {
+	r.t.Helper()
+	simtest.Eventually(r.t, limit, name+" to log "+strconv.Quote(text), func() bool {
+		b, _ := os.ReadFile(filepath.Join(r.dir, name+".log"))
+		return strings.Contains(string(b), text)
+	})
+}
+
+// runningOn reports whether the application's marker says it runs on
+// site.
+func (r *rig) runningOn(site string) bool {
+	_, err := os.Stat(filepath.Join(r.dir, "app-running."+site))
+	return err == nil
+}
+
+// states reads both sites' storage state, each from inside its site.
+func (r *rig) states() []*sim.State {
+	r.t.Helper()
+	var out []*sim.State
+	for _, s := range r.up {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := s.control_().State(ctx)
+		cancel()
+		if err != nil {
+			r.t.Fatalf("state of %s: %v", s.name, err)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// check runs the simulator's invariant checker over both sites. Once
+// east has been cut off (zombie set) it allows one kind of violation
+// only, the partition's own: east's storage, which nothing could reach,
+// accepted writes from east's own clients after west was promoted,
+// until it learned of the fence from west when the link came back.
+// Those writes are the RPO's loss (reprotect discards them). Every other
+// violation fails the test, and so does a write east accepted after it
+// learned of the fence, or one on west from east's clients.
+func (r *rig) check() (*sim.Report, int) {
+	r.t.Helper()
+	states := r.states()
+	rep := sim.Check(states...)
+	if rep.OK() {
+		return rep, 0
+	}
+	if r.zombie == nil {
+		r.t.Fatalf("invariants violated:\n%v", rep)
+	}
+	zombie := r.zombie
+	var east, west *sim.State
+	for _, st := range states {
+		switch st.Site {
+		case zombie.name:
+			east = st
+		default:
+			west = st
+		}
+	}
+	// When east learned that its clients are fenced.
+	learned := time.Time{}
+	for _, e := range east.FenceLog {
+		if e.Fenced && strings.HasPrefix(e.CIDR, zombie.client+"/") {
+			learned = e.Learned
+			if learned.IsZero() {
+				learned = e.Time
+			}
+			break
+		}
+	}
+	writes := 0
+	for _, u := range east.Units {
+		wu := west.Unit(u.Key())
+		if wu == nil {
+			continue
+		}
+		for _, w := range u.Writes {
+			// As the checker has it: west promoted past the write's
+			// epoch before east accepted it.
+			after := slices.ContainsFunc(wu.RoleChanges, func(rc sim.RoleChange) bool {
+				return rc.Role == sim.RolePrimary && rc.Epoch > w.Epoch && rc.Time.Before(w.Time)
+			})
+			if !after {
+				continue
+			}
+			if w.Client != zombie.client {
+				r.t.Fatalf("%s on east: write seq %d from %s after west's promotion, not from east's own clients", u.Key(), w.Seq, w.Client)
+			}
+			if learned.IsZero() || w.Time.After(learned) {
+				r.t.Fatalf("%s on east: write seq %d at %s accepted after east learned of the fence (%s)", u.Key(), w.Seq, w.Time.Format(time.RFC3339Nano), learned.Format(time.RFC3339Nano))
+			}
+			writes++
+		}
+	}
+	for _, v := range rep.Violations {
+		if v.Kind != sim.SplitBrain || v.Site != zombie.name {
+			r.t.Fatalf("invariants violated beyond the partition's own writes on east:\n%v", rep)
+		}
+	}
+	if len(rep.Violations) != writes {
+		r.t.Fatalf("%d violations, %d writes east accepted while cut off after west's promotion: they must be the same:\n%v", len(rep.Violations), writes, rep)
+	}
+	return rep, writes
+}
+
+// apps are the sites' applications, each writing from its site's client
+// address to its site's storage every 20 ms.
+type apps struct {
+	w    map[string]*stack.Writer
+	stop func()
+}
+
+func (r *rig) startApps(vols []string) *apps {
+	a := &apps{w: map[string]*stack.Writer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var done []chan struct{}
+	for _, s := range r.up {
+		w := s.writer(vols)
+		a.w[s.name] = w
+		ch := make(chan struct{})
+		done = append(done, ch)
+		go func() { defer close(ch); w.Run(ctx, 20*time.Millisecond) }()
+	}
+	a.stop = func() {
+		cancel()
+		for _, ch := range done {
+			<-ch
+		}
+	}
+	r.t.Cleanup(a.stop)
+	return a
+}
+
+func (a *apps) counts(site string) stack.WriteCounts { return a.w[site].Counts() }
+
+// wait waits until site's application saw more of what field picks.
+func (a *apps) wait(t *testing.T, site, what string, field func(stack.WriteCounts) int, more int) {
+	t.Helper()
+	from := field(a.counts(site))
+	simtest.Eventually(t, time.Minute, fmt.Sprintf("%d more writes %s on %s", more, what, site), func() bool { return field(a.counts(site)) >= from+more })
+}
+
+// viewsAgree: drctl at either site lists the same actions and tells the
+// same record and last action, and the record agrees with both sites'
+// storage (status --verify, at the active cluster: a verify started
+// through a standby is forwarded to the active one, and the standby
+// knows of it only once it has replicated).
+func (r *rig) viewsAgree(east, west *siteNet, plan string) {
+	r.t.Helper()
+	drctl := filepath.Join(bin, "drctl")
+	view := func(s *siteNet) (string, bool) {
+		list, c1 := r.run(s, time.Minute, s.temporalEnv(), drctl, "list", "--plan", "sites", "-o", "json")
+		status, c2 := r.run(s, time.Minute, s.temporalEnv(), drctl, "status", "sites", "-o", "json")
+		var st map[string]json.RawMessage
+		if c1 != 0 || c2 != 0 || json.Unmarshal([]byte(status), &st) != nil {
+			return "", false
+		}
+		return list + string(st["record"]) + string(st["action"]), true
+	}
+	var e, w string
+	simtest.Eventually(r.t, time.Minute, "drctl list and status at east and at west to agree", func() bool {
+		var oke, okw bool
+		e, oke = view(east)
+		w, okw = view(west)
+		return oke && okw && e == w
+	})
+	r.mustDrctl(west, "status", plan, "--verify")
+	r.say("VIEWS: drctl list, the record and the last action agree at east and at west; drctl status --verify: the record matches both sites' storage")
 }

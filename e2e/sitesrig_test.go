@@ -59,6 +59,8 @@ type rig struct {
 	// up are the sites, east (the primary, the namespace's active
 	// cluster) first.
 	up []*siteNet
+	// zombie is the site cut off while the other took over (check).
+	zombie *siteNet
 }
 
 type rigProc struct {
