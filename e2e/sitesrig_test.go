@@ -249,92 +249,34 @@ func pgUser(t *testing.T) *syscall.Credential {
 	return &syscall.Credential{Uid: uid, Gid: g}
 }
 
-// startTemporal starts the site's Temporal cluster: its own name, its
-// own initial failover version, global namespaces on.
+// startTemporal starts the site's Temporal cluster with the production
+// configuration, deploy/temporal/config/production.yaml, set for two
+// clusters as the README says: its own name, its own initial failover
+// version, global namespaces, and the dynamic configuration beside it.
 func (r *rig) startTemporal(s *siteNet, initialVersion int) {
 	r.t.Helper()
 	root := filepath.Join(r.dir, "temporal-"+s.name)
 	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
 		r.t.Fatal(err)
 	}
-	dyn := filepath.Join(root, "dynamicconfig.yaml")
-	if err := os.WriteFile(dyn, []byte(sitesDynamicConfig), 0o644); err != nil {
-		r.t.Fatal(err)
+	for _, f := range []struct{ from, to string }{
+		{filepath.Join("..", "deploy", "temporal", "config", "production.yaml"), filepath.Join(root, "config", "production.yaml")},
+		{filepath.Join("..", "deploy", "temporal", "config", "dynamicconfig", "two-clusters.yaml"), filepath.Join(root, "two-clusters.yaml")},
+	} {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if err := os.WriteFile(f.to, b, 0o644); err != nil {
+			r.t.Fatal(err)
+		}
 	}
-	cfg := clusterConfig(s.name, s.host, initialVersion, dyn)
-	if err := os.WriteFile(filepath.Join(root, "config", s.name+".yaml"), []byte(cfg), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-	r.spawn("temporal-"+s.name, s, false, nil, filepath.Join(sitesBin, "temporal-server"),
-		"--root", root, "--config", "config", "--env", s.name, "--allow-no-auth", "start")
-}
-
-// sitesDynamicConfig: the standby's long polls hold a worker's polls for
-// up to matching.longPollExpirationInterval after a takeover (default a
-// minute); a cluster added with operator cluster upsert is seen at the
-// next cluster metadata refresh (default a minute).
-const sitesDynamicConfig = `matching.longPollExpirationInterval:
-  - value: 10s
-system.clusterMetadataRefreshInterval:
-  - value: 5s
-matching.numTaskqueueReadPartitions:
-  - value: 1
-matching.numTaskqueueWritePartitions:
-  - value: 1
-`
-
-// clusterConfig is one cluster's server configuration, as
-// deploy/temporal/config/production.yaml has it for two clusters.
-func clusterConfig(name, host string, initialVersion int, dynamic string) string {
-	store := func(db string, conns int) string {
-		return fmt.Sprintf(`      sql:
-        pluginName: postgres12
-        databaseName: %s
-        connectAddr: "127.0.0.1:%s"
-        connectProtocol: tcp
-        user: temporal
-        password: temporal
-        maxConns: %d
-        maxIdleConns: %d
-        maxConnLifetime: 1h
-`, db, pgPort, conns, conns)
-	}
-	svc := func(svc string, grpcPort, membership int, extra string) string {
-		return fmt.Sprintf("  %s:\n    rpc:\n      grpcPort: %d\n      membershipPort: %d\n      bindOnIP: %s\n%s", svc, grpcPort, membership, host, extra)
-	}
-	return `log:
-  stdout: true
-  level: warn
-persistence:
-  defaultStore: default
-  visibilityStore: visibility
-  numHistoryShards: 4
-  datastores:
-    default:
-` + store("temporal", 20) + `    visibility:
-` + store("temporal_visibility", 10) + `global:
-  membership:
-    maxJoinDuration: 30s
-    broadcastAddress: ` + host + `
-services:
-` + svc("frontend", frontendPort, 6933, "      httpPort: 7243\n") + svc("history", 7234, 6934, "") + svc("matching", 7235, 6935, "") + svc("worker", 7239, 6939, "") +
-		fmt.Sprintf(`clusterMetadata:
-  enableGlobalNamespace: true
-  failoverVersionIncrement: 10
-  masterClusterName: %s
-  currentClusterName: %s
-  clusterInformation:
-    %s:
-      enabled: true
-      initialFailoverVersion: %d
-      rpcName: frontend
-      rpcAddress: "%s:%d"
-dcRedirectionPolicy:
-  policy: selected-apis-forwarding
-dynamicConfigClient:
-  filepath: %s
-  pollInterval: 10s
-`, name, name, name, initialVersion, host, frontendPort, dynamic)
+	env := []string{"POSTGRES_HOST=127.0.0.1", "POSTGRES_PORT=" + pgPort, "POSTGRES_USER=temporal", "POSTGRES_PASSWORD=temporal",
+		"TEMPORAL_BIND_IP=" + s.host, fmt.Sprintf("TEMPORAL_PORT=%d", frontendPort), "TEMPORAL_METRICS=" + s.host + ":8000",
+		"TEMPORAL_CLUSTER_NAME=" + s.name, fmt.Sprintf("TEMPORAL_INITIAL_FAILOVER_VERSION=%d", initialVersion),
+		"TEMPORAL_GLOBAL_NAMESPACES=true", "TEMPORAL_DYNAMIC_CONFIG=" + filepath.Join(root, "two-clusters.yaml")}
+	r.spawn("temporal-"+s.name, s, false, env, filepath.Join(sitesBin, "temporal-server"),
+		"--root", root, "--config", "config", "--env", "production", "--allow-no-auth", "start")
 }
 
 // startSim starts the site's storage: its groups, replication to the
