@@ -307,6 +307,18 @@ func TestSitesAsNetworks(t *testing.T) {
 	}
 	r.say("FAILBACK to east: no write west acknowledged lost; %d units, %d writes, %d promotions, the partition's %d writes on east the only violations", rep.Units, rep.Writes, rep.Promotions, zw)
 	r.viewsAgree(east, west, plan)
+
+	// The namespace back at east, both sides up: east's worker polls
+	// again, west's pauses, and east's acts (a drill).
+	r.tool(west, filepath.Join(bin, "temporal"), "operator", "namespace", "update", "--address", west.frontend(), "--namespace", sitesNamespace, "--active-cluster", "east")
+	simtest.Eventually(t, time.Minute, "both clusters to name east active", func() bool { return activeAt(ce) == "east" && activeAt(cw) == "east" })
+	r.waitLog("worker-east", "resumed: the namespace is active on this worker's Temporal cluster again", time.Minute)
+	simtest.Eventually(t, time.Minute, "east's worker to poll again and west's to pause", func() bool {
+		b, _ := os.ReadFile(filepath.Join(r.dir, "worker-west.log"))
+		return east.workerReady() && !west.workerReady() && strings.Count(string(b), "paused: the namespace is not active") >= 2
+	})
+	r.mustDrctl(east, "drill", plan, "--to", "west", "--wait")
+	r.say("NAMESPACE BACK at east: east's worker resumed, west's paused; a drill from east ran on east's worker")
 }
 
 // takeoverRE is drctl's line once the namespace is active here.

@@ -43,6 +43,11 @@
 // the workers instead of running the new build beside the old. A site
 // worker stays unversioned.
 //
+// With a global namespace (a Temporal cluster at each site) the worker
+// polls only while its own cluster names the namespace active there
+// (active.go): it asks every --active-check-interval, stops polling when
+// the namespace is active elsewhere and polls anew when it comes back.
+//
 // The HTTP endpoint answers only requests for localhost, the loopback
 // addresses, its own address and the names given with --allowed-host
 // (421 otherwise, as drctl ui answers), so that a web page cannot read
