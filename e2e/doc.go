@@ -51,7 +51,9 @@
 // storage taking its own clients' writes after west's promotion, before
 // it could learn of the fence. It needs root and ip netns, and skips
 // unless DROVER_E2E_SITES names the directory of the Temporal server and
-// its SQL tool.
+// its SQL tool. TestSitesWithTemporalOutside runs the same cycle with
+// the other layout: the one Temporal cluster in a third namespace on the
+// WAN, polled by both sites' workers; the failover needs no takeover.
 //
 // The tests need the Temporal CLI (make temporal); make test builds it.
 // make e2e-sql runs TestScenarios on the production path instead: the

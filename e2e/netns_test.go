@@ -101,6 +101,9 @@ type siteNet struct {
 	host, client string
 	// wanIf is the site's veth end in the WAN's namespace.
 	wanIf string
+	// temporal is where the site's worker and drctl find Temporal: the
+	// site itself, or a third location.
+	temporal *siteNet
 }
 
 // newWAN makes the WAN namespace and its bridge.
@@ -133,6 +136,7 @@ func (w *wan) addNS(name string) error {
 // end delays by wanDelay.
 func (w *wan) addSite(name string, n int) (*siteNet, error) {
 	s := &siteNet{name: name, ns: netnsPrefix() + name, host: fmt.Sprintf("10.213.0.%d", n), client: fmt.Sprintf("10.213.0.%d", 100+n)}
+	s.temporal = s
 	if err := w.addNS(s.ns); err != nil {
 		return s, err
 	}

@@ -28,8 +28,11 @@ import (
 // sitesUp brings up the rig: the network, then at each site PostgreSQL,
 // its Temporal cluster, its storage and its worker; the two clusters
 // joined, the drover namespace global and active at east, Drover's
-// search attributes registered once, on east.
-func sitesUp(t *testing.T, groups []sim.GroupSpec) *rig {
+// search attributes registered once, on east. With outside, Temporal
+// lives in a third location instead (a namespace of its own on the WAN,
+// with its PostgreSQL and the only cluster), which both sites' workers
+// poll.
+func sitesUp(t *testing.T, groups []sim.GroupSpec, outside bool) *rig {
 	if sitesBin == "" {
 		t.Skip("the sites-as-networks test runs with make e2e-sites (DROVER_E2E_SITES names the directory of temporal-server and temporal-sql-tool)")
 	}
@@ -82,36 +85,25 @@ func sitesUp(t *testing.T, groups []sim.GroupSpec) *rig {
 		r.net.ns, r.net.delay(), east.ns, east.host, east.client, west.ns, west.host, west.client)
 	r.keys()
 	start := time.Now()
-	for i, s := range r.up {
-		r.startPostgres(s, pgBin)
-		r.startTemporal(s, i+1)
-	}
 	temporal := filepath.Join(bin, "temporal")
-	for _, s := range r.up {
-		r.retry(s, 2*time.Minute, temporal, "operator", "cluster", "health", "--address", s.frontend())
+	if outside {
+		dc, err := r.net.addSite("dc3", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.say("Temporal outside both sites: %s (%s)", dc.ns, dc.host)
+		for _, s := range r.up {
+			s.temporal = dc
+		}
+		r.startPostgres(dc, pgBin)
+		r.startTemporal(dc, 1, false)
+		r.retry(dc, 2*time.Minute, temporal, "operator", "cluster", "health", "--address", dc.frontend())
+		r.retry(dc, 2*time.Minute, temporal, "operator", "namespace", "create", "--address", dc.frontend(), "--namespace", sitesNamespace, "--retention", "72h")
+		r.retry(dc, time.Minute, temporal, r.searchAttributes(dc)...)
+		r.say("the one Temporal cluster serves namespace %s with the search attributes (%v)", sitesNamespace, time.Since(start).Round(time.Millisecond))
+	} else {
+		r.twoClusters(pgBin, start)
 	}
-	r.say("both Temporal clusters serve (%v)", time.Since(start).Round(time.Millisecond))
-	// Each cluster learns the other; without --enable-connection the
-	// CLI registers it disabled.
-	r.tool(east, temporal, "operator", "cluster", "upsert", "--address", east.frontend(), "--frontend-address", west.frontend(), "--enable-connection")
-	r.tool(west, temporal, "operator", "cluster", "upsert", "--address", west.frontend(), "--frontend-address", east.frontend(), "--enable-connection")
-	// east's frontend takes --cluster west once its cluster metadata
-	// cache has refreshed (system.clusterMetadataRefreshInterval).
-	r.retry(east, 2*time.Minute, temporal, "operator", "namespace", "create", "--address", east.frontend(), "--namespace", sitesNamespace,
-		"--global", "--cluster", "east", "--cluster", "west", "--active-cluster", "east", "--retention", "72h")
-	r.retry(west, time.Minute, temporal, "operator", "namespace", "describe", "--address", west.frontend(), "--namespace", sitesNamespace)
-	// The search attributes once, on the active cluster: registered on
-	// both, each cluster would map them to columns of its own.
-	sa := []string{"operator", "search-attribute", "create", "--address", east.frontend(), "--namespace", sitesNamespace}
-	for _, name := range names.SearchAttributes {
-		sa = append(sa, "--name", name, "--type", "Keyword")
-	}
-	r.retry(east, time.Minute, temporal, sa...)
-	simtest.Eventually(t, time.Minute, "the search attributes to replicate to west", func() bool {
-		out, code := r.run(west, 30*time.Second, nil, temporal, "operator", "namespace", "describe", "--address", west.frontend(), "--namespace", sitesNamespace, "-o", "json")
-		return code == 0 && strings.Contains(out, names.SearchAttributes[len(names.SearchAttributes)-1])
-	})
-	r.say("namespace %s global, active at east, known at west, search attributes registered at east (%v)", sitesNamespace, time.Since(start).Round(time.Millisecond))
 	for i, s := range r.up {
 		r.startSim(s, r.up[1-i], i == 0, groups)
 	}
@@ -151,9 +143,17 @@ func activeAt(c client.Client) string {
 // active. The link returns: Temporal keeps west's history, east's
 // clients are fenced on west's storage, reprotect and failback work, and
 // every invariant holds.
-func TestSitesAsNetworks(t *testing.T) {
+func TestSitesAsNetworks(t *testing.T) { sitesCycle(t, false) }
+
+// TestSitesWithTemporalOutside is the same with the other layout: the
+// one Temporal cluster in a third location (a namespace of its own on
+// the WAN), both sites' workers polling it. East's loss changes nothing
+// for Temporal: drctl failover at west fails over as always.
+func TestSitesWithTemporalOutside(t *testing.T) { sitesCycle(t, true) }
+
+func sitesCycle(t *testing.T, outside bool) {
 	groups := sim.GenerateGroups(4, 1)
-	r := sitesUp(t, groups)
+	r := sitesUp(t, groups, outside)
 	east, west := r.up[0], r.up[1]
 	ce, cw := r.client(east), r.client(west)
 	plan := r.sitesPlan(groups)
@@ -163,14 +163,23 @@ func TestSitesAsNetworks(t *testing.T) {
 		ps, err := workflows.ReadProtect(context.Background(), ce, "sites")
 		return err == nil && ps != nil && len(ps.Groups) == len(groups) && !ps.LastSync().IsZero()
 	})
-	r.say("protected; east's cluster says the namespace is active at %q, west's at %q", activeAt(ce), activeAt(cw))
-
-	// West's worker polls nothing while its cluster is standby.
-	r.waitLog("worker-west", "paused: the namespace is not active on this worker's Temporal cluster", time.Minute)
-	if west.workerReady() {
-		t.Fatal("west's worker says ready (polling) while its cluster is standby for the namespace")
+	if outside {
+		r.say("protected; the one cluster outside serves the namespace")
+	} else {
+		r.say("protected; east's cluster says the namespace is active at %q, west's at %q", activeAt(ce), activeAt(cw))
 	}
-	r.say("west's worker is paused: its cluster is standby")
+
+	if outside {
+		simtest.Eventually(t, time.Minute, "west's worker to poll the cluster outside", west.workerReady)
+		r.say("both sites' workers poll the one cluster outside")
+	} else {
+		// West's worker polls nothing while its cluster is standby.
+		r.waitLog("worker-west", "paused: the namespace is not active on this worker's Temporal cluster", time.Minute)
+		if west.workerReady() {
+			t.Fatal("west's worker says ready (polling) while its cluster is standby for the namespace")
+		}
+		r.say("west's worker is paused: its cluster is standby")
+	}
 
 	vols := make([]string, len(groups))
 	for i, g := range groups {
@@ -187,6 +196,38 @@ func TestSitesAsNetworks(t *testing.T) {
 	r.zombie = east
 	r.say("PARTITION: east cut off from the WAN at %s (its processes run on)", cutAt.UTC().Format("15:04:05.000"))
 	apps.wait(t, "east", "acknowledged by east's storage, cut off", acked, 20)
+
+	if outside {
+		// West fails over as always: Temporal is not at east.
+		foStart := time.Now()
+		out := r.mustDrctl(west, "failover", plan, "--to", "west", "--yes", "--wait")
+		foWall := time.Since(foStart)
+		if strings.Contains(out, "taking namespace") || strings.Contains(out, "is active on Temporal cluster") {
+			t.Fatalf("drctl spoke of a namespace takeover with one cluster outside both sites:\n%s", out)
+		}
+		var res workflows.FailoverResult
+		if err := cw.GetWorkflow(context.Background(), workflows.ActionID("sites"), "").Get(context.Background(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.RTO <= 0 {
+			t.Fatalf("failover result: RTO %v", res.RTO)
+		}
+		r.say("FAILOVER at west (no takeover: Temporal lives outside): failover RTO %v (RPO estimate %v, known %v); drctl start to workloads healthy %v",
+			res.RTO, res.RPO, res.RPOKnown, foWall.Round(time.Millisecond))
+		if !r.runningOn("west") {
+			t.Fatal("the application does not run on west")
+		}
+		apps.wait(t, "west", "acknowledged", acked, 40)
+		apps.wait(t, "east", "acknowledged by the cut-off east", acked, 10)
+		r.say("ZOMBIE: east's worker cannot reach Temporal; its application writes on (%v)", apps.counts("east"))
+		healAt := time.Now()
+		if err := r.net.heal("east"); err != nil {
+			t.Fatal(err)
+		}
+		r.say("HEAL: east back on the WAN at %s, after a partition of %v", healAt.UTC().Format("15:04:05.000"), healAt.Sub(cutAt).Round(time.Millisecond))
+		r.afterHeal(t, plan, apps, vols)
+		return
+	}
 
 	// At west: the namespace is active on a cluster drctl cannot reach.
 	out, code := r.drctl(west, "failover", plan, "--to", "west", "--yes")
@@ -262,51 +303,7 @@ func TestSitesAsNetworks(t *testing.T) {
 	})
 	r.say("HISTORY: the protection's run on east's cluster is west's (%d events on both)", hl)
 
-	// East's clients are fenced on west's storage.
-	probe := sim.NewClientVia(west.data(), "east-app", dialer(east.ns, east.client))
-	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := probe.Write(pctx, vols[0], 0, []byte("east after the heal"))
-	pcancel()
-	if !errors.Is(err, sim.ErrFenced) {
-		t.Fatalf("a write from east's client on west's storage: %v, want refused by the fence", err)
-	}
-	rep, zw := r.check()
-	if n := lostOn(rep, "west"); n != 0 {
-		t.Fatalf("writes west acknowledged were lost: %v", rep.Lost)
-	}
-	apps.wait(t, "east", "refused by the fence east learned at the heal", fenced, 5)
-	r.say("INVARIANTS after the heal: a write from east's client on west's storage refused by the fence; east's own writes refused since the heal; "+
-		"%d writes east's storage accepted while cut off after west's promotion (the partition's split brain, before east could learn of the fence), %d writes east acknowledged after its last sync lost, as the RPO allows; no other violation (%d units, %d writes, %d promotions)",
-		zw, lostOn(rep, "east"), rep.Units, rep.Writes, rep.Promotions)
-
-	r.mustDrctl(west, "reprotect", plan, "--yes", "--wait")
-	simtest.Eventually(t, time.Minute, "east's copies to be in-sync secondaries", func() bool {
-		for _, st := range r.states() {
-			for _, u := range st.Units {
-				if (st.Site == "east") != (u.Role == sim.RoleSecondary) || (u.Role == sim.RoleSecondary && !u.InSync) {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	r.check()
-	apps.wait(t, "east", "refused by east's secondary copies", readOnly, 5)
-	r.say("REPROTECT at west: east's copies are in-sync secondaries")
-	rep, _ = r.check()
-	before := lostOn(rep, "west")
-	r.mustDrctl(west, "failback", plan, "--to", "east", "--yes", "--wait")
-	apps.wait(t, "east", "acknowledged after the failback", acked, 40)
-	if !r.runningOn("east") || r.runningOn("west") {
-		t.Fatalf("the application runs on east %v, on west %v; want east only", r.runningOn("east"), r.runningOn("west"))
-	}
-	apps.stop()
-	rep, zw = r.check()
-	if lost := lostOn(rep, "west") - before; lost != 0 {
-		t.Fatalf("the failback lost %d acknowledged writes: %v", lost, rep.Lost)
-	}
-	r.say("FAILBACK to east: no write west acknowledged lost; %d units, %d writes, %d promotions, the partition's %d writes on east the only violations", rep.Units, rep.Writes, rep.Promotions, zw)
-	r.viewsAgree(east, west, plan)
+	r.afterHeal(t, plan, apps, vols)
 
 	// The namespace back at east, both sides up: east's worker polls
 	// again, west's pauses, and east's acts (a drill).
@@ -507,4 +504,100 @@ func (r *rig) viewsAgree(east, west *siteNet, plan string) {
 	})
 	r.mustDrctl(west, "status", plan, "--verify")
 	r.say("VIEWS: drctl list, the record and the last action agree at east and at west; drctl status --verify: the record matches both sites' storage")
+}
+
+// twoClusters starts a Temporal cluster at each site and joins them:
+// each learns the other, the namespace global and active at east, the
+// search attributes registered once, on east.
+func (r *rig) twoClusters(pgBin string, start time.Time) {
+	t := r.t
+	t.Helper()
+	east, west := r.up[0], r.up[1]
+	for i, s := range r.up {
+		r.startPostgres(s, pgBin)
+		r.startTemporal(s, i+1, true)
+	}
+	temporal := filepath.Join(bin, "temporal")
+	for _, s := range r.up {
+		r.retry(s, 2*time.Minute, temporal, "operator", "cluster", "health", "--address", s.frontend())
+	}
+	r.say("both Temporal clusters serve (%v)", time.Since(start).Round(time.Millisecond))
+	// Each cluster learns the other; without --enable-connection the
+	// CLI registers it disabled.
+	r.tool(east, temporal, "operator", "cluster", "upsert", "--address", east.frontend(), "--frontend-address", west.frontend(), "--enable-connection")
+	r.tool(west, temporal, "operator", "cluster", "upsert", "--address", west.frontend(), "--frontend-address", east.frontend(), "--enable-connection")
+	// east's frontend takes --cluster west once its cluster metadata
+	// cache has refreshed (system.clusterMetadataRefreshInterval).
+	r.retry(east, 2*time.Minute, temporal, "operator", "namespace", "create", "--address", east.frontend(), "--namespace", sitesNamespace,
+		"--global", "--cluster", "east", "--cluster", "west", "--active-cluster", "east", "--retention", "72h")
+	r.retry(west, time.Minute, temporal, "operator", "namespace", "describe", "--address", west.frontend(), "--namespace", sitesNamespace)
+	// The search attributes once, on the active cluster: registered on
+	// both, each cluster would map them to columns of its own.
+	r.retry(east, time.Minute, temporal, r.searchAttributes(east)...)
+	simtest.Eventually(t, time.Minute, "the search attributes to replicate to west", func() bool {
+		out, code := r.run(west, 30*time.Second, nil, temporal, "operator", "namespace", "describe", "--address", west.frontend(), "--namespace", sitesNamespace, "-o", "json")
+		return code == 0 && strings.Contains(out, names.SearchAttributes[len(names.SearchAttributes)-1])
+	})
+	r.say("namespace %s global, active at east, known at west, search attributes registered at east (%v)", sitesNamespace, time.Since(start).Round(time.Millisecond))
+}
+
+// searchAttributes is the temporal CLI's command registering Drover's
+// search attributes on s's cluster.
+func (r *rig) searchAttributes(s *siteNet) []string {
+	sa := []string{"operator", "search-attribute", "create", "--address", s.frontend(), "--namespace", sitesNamespace}
+	for _, name := range names.SearchAttributes {
+		sa = append(sa, "--name", name, "--type", "Keyword")
+	}
+	return sa
+}
+
+// afterHeal checks the invariants once the link is back, then runs
+// reprotect and failback at west and checks that every view agrees.
+func (r *rig) afterHeal(t *testing.T, plan string, apps *apps, vols []string) {
+	east, west := r.up[0], r.up[1]
+	// East's clients are fenced on west's storage.
+	probe := sim.NewClientVia(west.data(), "east-app", dialer(east.ns, east.client))
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := probe.Write(pctx, vols[0], 0, []byte("east after the heal"))
+	pcancel()
+	if !errors.Is(err, sim.ErrFenced) {
+		t.Fatalf("a write from east's client on west's storage: %v, want refused by the fence", err)
+	}
+	rep, zw := r.check()
+	if n := lostOn(rep, "west"); n != 0 {
+		t.Fatalf("writes west acknowledged were lost: %v", rep.Lost)
+	}
+	apps.wait(t, "east", "refused by the fence east learned at the heal", fenced, 5)
+	r.say("INVARIANTS after the heal: a write from east's client on west's storage refused by the fence; east's own writes refused since the heal; "+
+		"%d writes east's storage accepted while cut off after west's promotion (the partition's split brain, before east could learn of the fence), %d writes east acknowledged after its last sync lost, as the RPO allows; no other violation (%d units, %d writes, %d promotions)",
+		zw, lostOn(rep, "east"), rep.Units, rep.Writes, rep.Promotions)
+
+	r.mustDrctl(west, "reprotect", plan, "--yes", "--wait")
+	simtest.Eventually(t, time.Minute, "east's copies to be in-sync secondaries", func() bool {
+		for _, st := range r.states() {
+			for _, u := range st.Units {
+				if (st.Site == "east") != (u.Role == sim.RoleSecondary) || (u.Role == sim.RoleSecondary && !u.InSync) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	r.check()
+	apps.wait(t, "east", "refused by east's secondary copies", readOnly, 5)
+	r.say("REPROTECT at west: east's copies are in-sync secondaries")
+	rep, _ = r.check()
+	before := lostOn(rep, "west")
+	r.mustDrctl(west, "failback", plan, "--to", "east", "--yes", "--wait")
+	apps.wait(t, "east", "acknowledged after the failback", acked, 40)
+	if !r.runningOn("east") || r.runningOn("west") {
+		t.Fatalf("the application runs on east %v, on west %v; want east only", r.runningOn("east"), r.runningOn("west"))
+	}
+	apps.stop()
+	rep, zw = r.check()
+	if lost := lostOn(rep, "west") - before; lost != 0 {
+		t.Fatalf("the failback lost %d acknowledged writes: %v", lost, rep.Lost)
+	}
+	r.say("FAILBACK to east: no write west acknowledged lost; %d units, %d writes, %d promotions, the partition's %d writes on east the only violations", rep.Units, rep.Writes, rep.Promotions, zw)
+	r.viewsAgree(east, west, plan)
 }

@@ -253,7 +253,7 @@ func pgUser(t *testing.T) *syscall.Credential {
 // configuration, deploy/temporal/config/production.yaml, set for two
 // clusters as the README says: its own name, its own initial failover
 // version, global namespaces, and the dynamic configuration beside it.
-func (r *rig) startTemporal(s *siteNet, initialVersion int) {
+func (r *rig) startTemporal(s *siteNet, initialVersion int, global bool) {
 	r.t.Helper()
 	root := filepath.Join(r.dir, "temporal-"+s.name)
 	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
@@ -273,8 +273,10 @@ func (r *rig) startTemporal(s *siteNet, initialVersion int) {
 	}
 	env := []string{"POSTGRES_HOST=127.0.0.1", "POSTGRES_PORT=" + pgPort, "POSTGRES_USER=temporal", "POSTGRES_PASSWORD=temporal",
 		"TEMPORAL_BIND_IP=" + s.host, fmt.Sprintf("TEMPORAL_PORT=%d", frontendPort), "TEMPORAL_METRICS=" + s.host + ":8000",
-		"TEMPORAL_CLUSTER_NAME=" + s.name, fmt.Sprintf("TEMPORAL_INITIAL_FAILOVER_VERSION=%d", initialVersion),
-		"TEMPORAL_GLOBAL_NAMESPACES=true", "TEMPORAL_DYNAMIC_CONFIG=" + filepath.Join(root, "two-clusters.yaml")}
+		"TEMPORAL_CLUSTER_NAME=" + s.name, fmt.Sprintf("TEMPORAL_INITIAL_FAILOVER_VERSION=%d", initialVersion)}
+	if global {
+		env = append(env, "TEMPORAL_GLOBAL_NAMESPACES=true", "TEMPORAL_DYNAMIC_CONFIG="+filepath.Join(root, "two-clusters.yaml"))
+	}
 	r.spawn("temporal-"+s.name, s, false, env, filepath.Join(sitesBin, "temporal-server"),
 		"--root", root, "--config", "config", "--env", "production", "--allow-no-auth", "start")
 }
@@ -298,7 +300,7 @@ func (r *rig) startSim(s, peer *siteNet, primary bool, groups []sim.GroupSpec) {
 
 // temporalEnv points a Temporal tool at the site's own cluster.
 func (s *siteNet) temporalEnv() []string {
-	return []string{"TEMPORAL_ADDRESS=" + s.frontend(), "TEMPORAL_NAMESPACE=" + sitesNamespace}
+	return []string{"TEMPORAL_ADDRESS=" + s.temporal.frontend(), "TEMPORAL_NAMESPACE=" + sitesNamespace}
 }
 
 // startWorker starts the site's worker against its own cluster.
@@ -328,7 +330,7 @@ func (r *rig) client(s *siteNet) client.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dial := dialer(s.ns, "")
-	c, err := client.DialContext(ctx, client.Options{HostPort: s.frontend(), Namespace: sitesNamespace, DataConverter: codec.Converter(),
+	c, err := client.DialContext(ctx, client.Options{HostPort: s.temporal.frontend(), Namespace: sitesNamespace, DataConverter: codec.Converter(),
 		Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return dial(ctx, "tcp", addr)
