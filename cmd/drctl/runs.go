@@ -216,6 +216,10 @@ func (a *app) follow(ctx context.Context, c client.Client, id, run string) error
 	interrupted := func() error {
 		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, runArg(id))}
 	}
+	if run != "" {
+		// A run drctl has just started, perhaps through a standby.
+		waitVisible(ctx, c, id, run)
+	}
 	if run == "" {
 		d, err := c.DescribeWorkflowExecution(ctx, id, "")
 		if ctx.Err() != nil {
@@ -846,6 +850,7 @@ func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *work
 	if err != nil {
 		return nil, temporalError("start the verification of plan "+p.Metadata.Name, err)
 	}
+	waitVisible(vctx, c, run.GetID(), run.GetRunID())
 	var v workflows.VerifyResult
 	if err := run.Get(vctx, &v); err != nil {
 		if ctx.Err() != nil {

@@ -152,3 +152,29 @@ func (a *app) takeOver(ctx context.Context, c client.Client, ns *namespaceSite) 
 		}
 	}
 }
+
+// replicationWait bounds how long drctl waits for a run it started to
+// show on the cluster it talks to.
+const replicationWait = 30 * time.Second
+
+// waitVisible waits until the cluster drctl talks to knows the run: on
+// a standby cluster a start is forwarded to the active one, and the
+// standby knows of the run only once it has replicated (at once on a
+// single cluster). It gives up after replicationWait and lets the next
+// call say what is wrong.
+func waitVisible(ctx context.Context, c client.Client, id, run string) {
+	deadline := time.Now().Add(replicationWait)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.DescribeWorkflowExecution(dctx, id, run)
+		cancel()
+		if !isNotFound(err) || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
