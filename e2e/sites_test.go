@@ -502,7 +502,16 @@ func (r *rig) viewsAgree(east, west *siteNet, plan string) {
 		return oke && okw && e == w
 	})
 	for _, s := range r.up {
-		r.mustDrctl(s, "status", plan, "--verify")
+		// A query a standby forwards can fail on the way right after
+		// the heal (its connection to the active cluster cut by the
+		// partition): drctl says it could not read the record; ask again.
+		simtest.Eventually(r.t, time.Minute, "drctl status --verify at "+s.name+" to read the record and find no drift", func() bool {
+			out, code := r.drctl(s, "status", plan, "--verify")
+			if code != 0 && !strings.Contains(out, "read the record of plan") {
+				r.t.Fatalf("drctl status --verify at %s: exit %d", s.name, code)
+			}
+			return code == 0
+		})
 	}
 	r.say("VIEWS: drctl list, the record and the last action agree at east and at west; drctl status --verify at each: the record matches both sites' storage")
 }
@@ -557,10 +566,16 @@ func (r *rig) searchAttributes(s *siteNet) []string {
 func (r *rig) afterHeal(t *testing.T, plan string, apps *apps, vols []string) {
 	east, west := r.up[0], r.up[1]
 	// East's clients are fenced on west's storage.
+	// The link has just come back: until the sites' neighbour entries
+	// are learnt again a connection may find no route; retry those.
 	probe := sim.NewClientVia(west.data(), "east-app", dialer(east.ns, east.client))
-	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := probe.Write(pctx, vols[0], 0, []byte("east after the heal"))
-	pcancel()
+	var err error
+	simtest.Eventually(t, 30*time.Second, "a write from east's client to reach west's storage", func() bool {
+		pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer pcancel()
+		_, err = probe.Write(pctx, vols[0], 0, []byte("east after the heal"))
+		return !errors.Is(err, sim.ErrUnavailable)
+	})
 	if !errors.Is(err, sim.ErrFenced) {
 		t.Fatalf("a write from east's client on west's storage: %v, want refused by the fence", err)
 	}

@@ -699,6 +699,12 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 		rec, rerr := workflows.ReadRecord(rctx, c, name)
 		rcancel()
+		if rerr != nil && verify {
+			// Not "no record yet": the record could not be read (a
+			// query the worker did not answer, or one a standby
+			// cluster forwarded that failed on the way).
+			return temporalError("verify plan "+name, rerr)
+		}
 		if rerr != nil && !a.json() {
 			fmt.Fprintf(a.stderr, "drctl: %v\n", rerr)
 		}
