@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph e2e-upgrade temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph e2e-upgrade e2e-sites temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -65,6 +65,19 @@ e2e-ceph: $(BIN)/temporal ## the DR cycle on real Ceph and ceph-csi (CEPH_CSI or
 E2E_UPGRADE_FROM ?= f920b4a06ddd3ebe0f0c7b07a9b7e7ae733e01da
 e2e-upgrade: $(BIN)/temporal ## upgrade from E2E_UPGRADE_FROM's build to this one and back, a failover at its gate (log in .run/e2e-upgrade.log)
 	@E2E_UPGRADE_FROM=$(E2E_UPGRADE_FROM) GO=$(GO) CI=$${CI:-true} bash scripts/e2e-upgrade.sh
+
+# Drover surviving the disaster it manages: two sites as network
+# namespaces joined by a bridge (the WAN), each with its own PostgreSQL,
+# Temporal cluster (joined for multi-cluster replication, the namespace
+# global), storage and worker; east cut off while it writes, the
+# namespace taken over at west, the failover, the heal, reprotect and
+# failback. Needs root and ip netns (it says it skipped otherwise); it
+# deletes its namespaces and stops all it started. Log: .run/e2e-sites.log.
+e2e-sites: $(BIN)/temporal $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## two sites as networks, a Temporal cluster in each, east partitioned (root; log in .run/e2e-sites.log)
+	@mkdir -p .run
+	@set -o pipefail; DROVER_E2E_SITES=$(abspath $(BIN)) $(GO) test $(E2E_FLAGS) -v -run '^TestSites(AsNetworks|WithTemporalOutside)$$' ./e2e 2>&1 | tee .run/e2e-sites.log \
+	  | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- | sites: |SKIP' \
+	  || { echo "== the end of .run/e2e-sites.log"; tail -n 150 .run/e2e-sites.log; exit 1; }
 
 temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
 

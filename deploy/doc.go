@@ -2,7 +2,9 @@
 // the files docker-compose.yaml mounts from deploy/compose (the simulated
 // sites' configurations and the demo plan with the Compose network's
 // addresses); the Temporal server's configuration on PostgreSQL
-// (deploy/temporal); the Nomad jobs of deploy/nomad (the central worker,
+// (deploy/temporal: one cluster, or one of two named clusters joined for
+// multi-cluster replication, with the dynamic configuration they need;
+// make e2e-sites runs both sites' clusters from it); the Nomad jobs of deploy/nomad (the central worker,
 // and a site's own worker, as service jobs with their settings and
 // secrets from Nomad Variables and health checks on /healthz and
 // /readyz; the central worker one group per build it runs, two side by

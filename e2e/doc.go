@@ -43,6 +43,27 @@
 // current, a new action runs there, and a build's worker stops only once
 // Temporal lists nothing running on it and calls it drained.
 //
+// TestSitesAsNetworks (make e2e-sites) makes the sites networks: a
+// network namespace per site and one for the WAN (a bridge, veths into
+// it, netem delay where the kernel has netem), and in each site its own
+// PostgreSQL, Temporal cluster (from deploy/temporal's production
+// configuration, the two joined for multi-cluster replication, the
+// drover namespace global and active at east, the search attributes
+// registered once, at east), storage and worker. East is cut off while
+// it writes; drctl failover at west is refused naming the unreachable
+// active cluster, then takes the namespace over and fails over; the
+// zombie east runs on; after the heal east's cluster names west active,
+// east's worker pauses, the protection's history is west's, east's
+// clients are fenced on west's storage, reprotect and failback lose no
+// write west acknowledged, and drctl at either site tells the same.
+// The only invariant violations allowed are the partition's own: east's
+// storage taking its own clients' writes after west's promotion, before
+// it could learn of the fence. It needs root and ip netns, and skips
+// unless DROVER_E2E_SITES names the directory of the Temporal server and
+// its SQL tool. TestSitesWithTemporalOutside runs the same cycle with
+// the other layout: the one Temporal cluster in a third namespace on the
+// WAN, polled by both sites' workers; the failover needs no takeover.
+//
 // The tests need the Temporal CLI (make temporal); make test builds it.
 // make e2e-sql runs TestScenarios on the production path instead: the
 // Temporal server built from its Go module on PostgreSQL, its schemas,

@@ -46,6 +46,17 @@ func NewClient(dataAddr, localIP, id string) (*Client, error) {
 	return &Client{base: "http://" + dataAddr, id: id, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}}, nil
 }
 
+// DialFunc makes a connection, as net.Dialer.DialContext does.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// NewClientVia is NewClient whose connections dial makes: a client in
+// another network namespace, say, whose dial also picks the source
+// address.
+func NewClientVia(dataAddr, id string, dial DialFunc) *Client {
+	tr := &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 2}
+	return &Client{base: "http://" + dataAddr, id: id, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+}
+
 // Close drops idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
@@ -130,6 +141,11 @@ type Control struct {
 // NewControl returns a client of the control API at addr.
 func NewControl(addr string) *Control {
 	return &Control{base: "http://" + addr, http: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// NewControlVia is NewControl whose connections dial makes.
+func NewControlVia(addr string, dial DialFunc) *Control {
+	return &Control{base: "http://" + addr, http: &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}}
 }
 
 func (c *Control) call(ctx context.Context, method, path string, in, out any) error {

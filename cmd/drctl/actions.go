@@ -25,7 +25,10 @@ import (
 
 // actionFlags are the flags every DR action takes.
 type actionFlags struct {
-	to       string
+	to string
+	// takeOver makes the cluster drctl reaches active for a global
+	// namespace active on a cluster that does not answer (failover).
+	takeOver bool
 	yes      bool
 	wait     bool
 	override bool
@@ -65,6 +68,7 @@ func (a *app) actionCommands() []*cobra.Command {
 		"Unplanned failover: fence the other site, force-promote on SITE, start the workloads there",
 		&fo, true, true, func(ctx context.Context, plan string) error { return a.failover(ctx, plan, fo, confirmUnfenced) })
 	failover.Flags().BoolVar(&confirmUnfenced, "confirm-unfenced", false, "accept a forced promotion without a fence, for a lost site the plan says cannot be fenced")
+	failover.Flags().BoolVar(&fo.takeOver, "take-over-namespace", false, "when the namespace is global and active on a Temporal cluster that does not answer (the lost site's), make the cluster drctl reaches active for it first (at once, before the failover's confirmation)")
 	failover.Flags().StringVar(&lost, "site", "", "fail over every plan (files, or directories of them) that uses this lost site, tier by tier, as one site action")
 	failover.Flags().IntVar(&plansAtOnce, "plans-at-once", workflows.DefaultSiteParallelism, "with --site: the plans of a tier that fail over at once")
 	failover.Args = cobra.MinimumNArgs(1)
@@ -226,6 +230,9 @@ func (a *app) prepare(ctx context.Context, file, toFlag string) (*plans.Plan, st
 func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmUnfenced bool) error {
 	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
+		return err
+	}
+	if err := a.activeHere(ctx, c, f.takeOver); err != nil {
 		return err
 	}
 	if err := a.checkDirection(ctx, c, file, p, "failover", from, to, f.override); err != nil {

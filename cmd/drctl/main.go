@@ -37,6 +37,12 @@
 // minutes (the workflows' queue, a site's own queue): the action would
 // wait there silently until a worker comes.
 //
+// With Temporal at both sites (a global namespace), drctl failover run
+// against the surviving site's cluster checks where the namespace is
+// active: on a cluster that does not answer it refuses, naming it, and
+// with --take-over-namespace makes its own cluster active first
+// (takeover.go).
+//
 // Exit codes: 0 done, 1 the action failed (or a drill found problems),
 // 2 bad input (including a declined confirmation), 3 Temporal cannot be
 // reached, refuses drctl's credentials or has no such namespace; 130 when interrupted while following

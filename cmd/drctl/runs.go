@@ -218,6 +218,10 @@ func (a *app) follow(ctx context.Context, c client.Client, id, run string) error
 	interrupted := func() error {
 		return &exitError{exitInterrupted, fmt.Errorf("stopped following %s; the action goes on (drctl watch %s)", id, runArg(id))}
 	}
+	if run != "" {
+		// A run drctl has just started, perhaps through a standby.
+		waitVisible(ctx, c, id, run)
+	}
 	if run == "" {
 		d, err := c.DescribeWorkflowExecution(ctx, id, "")
 		if ctx.Err() != nil {
@@ -709,6 +713,12 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 		rec, rerr := workflows.ReadRecord(rctx, c, name)
 		rcancel()
+		if rerr != nil && verify {
+			// Not "no record yet": the record could not be read (a
+			// query the worker did not answer, or one a standby
+			// cluster forwarded that failed on the way).
+			return temporalError("verify plan "+name, rerr)
+		}
 		if rerr != nil && !a.json() {
 			fmt.Fprintf(a.stderr, "drctl: %v\n", rerr)
 		}
@@ -880,6 +890,7 @@ func verifyRecord(ctx context.Context, c client.Client, p *plans.Plan, rec *work
 	if err != nil {
 		return nil, temporalError("start the verification of plan "+p.Metadata.Name, err)
 	}
+	waitVisible(vctx, c, run.GetID(), run.GetRunID())
 	var v workflows.VerifyResult
 	if err := run.Get(vctx, &v); err != nil {
 		if ctx.Err() != nil {

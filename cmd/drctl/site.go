@@ -145,6 +145,11 @@ func (a *app) siteAction(ctx context.Context, action string, args []string, site
 	if err != nil {
 		return err
 	}
+	if action == workflows.SiteFailoverAction {
+		if err := a.activeHere(ctx, c, f.takeOver); err != nil {
+			return err
+		}
+	}
 	in := workflows.SiteFailoverInput{Origin: workflows.Origin{By: a.identity()}, From: site, To: to, Parallelism: plansAtOnce}
 	if action != workflows.SiteFailoverAction {
 		in.Action = action

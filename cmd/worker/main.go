@@ -43,6 +43,11 @@
 // the workers instead of running the new build beside the old. A site
 // worker stays unversioned.
 //
+// With a global namespace (a Temporal cluster at each site) the worker
+// polls only while its own cluster names the namespace active there
+// (active.go): it asks every --active-check-interval, stops polling when
+// the namespace is active elsewhere and polls anew when it comes back.
+//
 // The HTTP endpoint answers only requests for localhost, the loopback
 // addresses, its own address and the names given with --allowed-host
 // (421 otherwise, as drctl ui answers), so that a web page cannot read
@@ -113,8 +118,11 @@ type config struct {
 	identity   string
 	connect    time.Duration
 	stopAfter  time.Duration
-	cors       string
-	version    bool
+	// activeEvery is how often the worker asks its cluster where the
+	// namespace is active (gate); 0 never asks.
+	activeEvery time.Duration
+	cors        string
+	version     bool
 	// planKeys are the files of the public keys whose plan signatures
 	// the worker trusts; allowUnsigned runs unsigned plans (development).
 	planKeys      multi
@@ -175,6 +183,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.identity, "identity", "", "worker identity shown in Temporal (default pid@host)")
 	fs.DurationVar(&c.connect, "connect-timeout", 30*time.Second, "how long to wait at start for Temporal and its namespace")
 	fs.DurationVar(&c.stopAfter, "stop-timeout", longestCall(), "on SIGINT or SIGTERM, how long running activities may go on before they are cancelled; by default the longest default call deadline and its grace")
+	fs.DurationVar(&c.activeEvery, "active-check-interval", 5*time.Second, "how often to ask the worker's Temporal cluster whether a global namespace is active there: the worker polls only while it is (Temporal at both sites); 0 never asks")
 	fs.StringVar(&c.cors, "codec-cors-origin", "", "origin allowed to call the /codec endpoint from a browser (the Temporal UI's, e.g. http://localhost:8233); empty sends no CORS headers")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.Var(&c.planKeys, "trusted-plan-key", "PEM file of ed25519 public keys whose plan signatures this worker trusts (repeatable; also DROVER_TRUSTED_PLAN_KEYS, comma-separated)")
@@ -213,6 +222,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.metricsTTL <= 0 {
 		return c, fmt.Errorf("--metrics-ttl %v: want a positive duration", c.metricsTTL)
+	}
+	if c.activeEvery < 0 {
+		return c, fmt.Errorf("--active-check-interval %v: want zero or a positive duration", c.activeEvery)
 	}
 	if c.stopAfter < 0 {
 		return c, fmt.Errorf("--stop-timeout %v: want zero or a positive duration", c.stopAfter)
@@ -409,18 +421,29 @@ func run(args []string, stderr io.Writer) int {
 	}
 	defer cl.Close()
 
+	storage := activities.NewStorage()
+	defer storage.Close()
+	workloads := activities.NewWorkloads()
+	// build makes the SDK worker: again each time the gate resumes it.
 	// A site worker runs activities only: it does not poll for workflow
 	// tasks at all, which it could only fail.
-	w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != "",
-		DeploymentOptions: deploymentOptions(c), Interceptors: interceptors})
+	build := func() worker.Worker {
+		w := worker.New(cl, c.taskQueue, worker.Options{WorkerStopTimeout: c.stopAfter, DisableWorkflowWorker: c.site != "",
+			DeploymentOptions: deploymentOptions(c), Interceptors: interceptors})
+		if c.site == "" {
+			workflows.Register(w)
+			w.RegisterActivity(c.trust)
+			w.RegisterActivity(&workflows.RecordSender{Client: cl, Key: c.recordSecret})
+			w.RegisterActivity(&workflows.RunReader{Client: cl})
+		}
+		w.RegisterActivity(storage)
+		w.RegisterActivity(workloads)
+		return w
+	}
 	if c.site == "" {
-		workflows.Register(w)
-		w.RegisterActivity(c.trust)
-		w.RegisterActivity(&workflows.RecordSender{Client: cl, Key: c.recordSecret})
 		if c.recordSecret == nil {
 			logger.Warn("no --record-key: this worker seals the changes it sends to plans' records with a key of its own, which no other worker holds; with more than one workflow worker, give them all the same --record-key FILE, or the records refuse each other's changes")
 		}
-		w.RegisterActivity(&workflows.RunReader{Client: cl})
 		ids := make([]string, len(c.trust.Keys))
 		for i, k := range c.trust.Keys {
 			ids[i] = plans.KeyID(k)
@@ -431,16 +454,26 @@ func run(args []string, stderr io.Writer) int {
 			logger.Info("plans must be signed", "trustedKeys", ids)
 		}
 	}
-	storage := activities.NewStorage()
-	defer storage.Close()
-	w.RegisterActivity(storage)
-	w.RegisterActivity(activities.NewWorkloads())
 
 	what := "workflows and activities"
 	if c.site != "" {
 		what = "activities of site " + c.site
 	}
-	if err := w.Start(); err != nil {
+	// The worker polls only while its cluster names the namespace
+	// active there (Temporal at both sites, a global namespace).
+	g := &gate{every: c.activeEvery, build: build, logger: logger, ns: namespace(opts),
+		check: func(ctx context.Context) (clusterView, error) { return readClusterView(ctx, cl, namespace(opts)) }}
+	gctx, gcancel := context.WithCancel(context.Background())
+	defer gcancel()
+	go func() { <-quit; gcancel() }()
+	if c.activeEvery > 0 && !g.waitActive(gctx) {
+		if why.err != nil {
+			return httpFailed()
+		}
+		logger.Info("worker stopped before it started")
+		return 0
+	}
+	if err := g.start(); err != nil {
 		logger.Error("worker did not start", "taskQueue", c.taskQueue, "error", err)
 		return 1
 	}
@@ -464,24 +497,34 @@ func run(args []string, stderr io.Writer) int {
 	}
 	logger.Info("worker started", append([]any{"taskQueue", c.taskQueue, "runs", what, "namespace", namespace(opts), "identity", opts.Identity}, versioned...)...)
 	polled := make(chan struct{})
-	go func() {
+	waitReady := func() {
 		if waitPolling(cl, c.taskQueue, c.site == "", opts.Identity, polled) {
 			// Said before /readyz turns 200, so that whoever sees ready
 			// finds the line in the log.
 			logger.Info("worker ready: Temporal lists it among the pollers of its task queues", "taskQueue", c.taskQueue)
 			ready.Store(true)
 		}
-	}()
+	}
+	go waitReady()
+	watched := make(chan struct{})
+	if c.activeEvery > 0 {
+		g.onPause = func() { ready.Store(false) }
+		g.onResume = func() { go waitReady() }
+		go func() { g.watch(gctx); close(watched) }()
+	} else {
+		close(watched)
+	}
 	<-quit
+	<-watched
 	ready.Store(false)
 	close(polled)
 	if why.err != nil {
 		code := httpFailed()
-		w.Stop()
+		g.stop()
 		return code
 	}
 	logger.Info("stopping: letting running activities finish", "signal", why.sig.String(), "upTo", c.stopAfter)
-	w.Stop()
+	g.stop()
 	if httpSrv != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = httpSrv.Shutdown(sctx)
@@ -537,7 +580,7 @@ func endpoints(metrics http.Handler, ready *atomic.Bool, corsOrigin string) http
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "not ready: not yet polling its task queues, or stopping", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: not yet polling its task queues, paused (its Temporal cluster is not the namespace's active one), or stopping", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

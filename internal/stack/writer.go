@@ -47,6 +47,12 @@ func NewWriter(site SiteLayout, volumes []string) (*Writer, error) {
 	return &Writer{Site: site.Name, Volumes: volumes, client: c}, nil
 }
 
+// NewWriterVia is NewWriter on a client of the caller's (one that dials
+// from another network namespace, say).
+func NewWriterVia(site string, volumes []string, c *sim.Client) *Writer {
+	return &Writer{Site: site, Volumes: volumes, client: c}
+}
+
 // Run writes every interval until ctx ends.
 func (w *Writer) Run(ctx context.Context, interval time.Duration) {
 	defer w.client.Close()
