@@ -60,11 +60,18 @@ func (u *upgrade) eventually(within time.Duration, what string, cond func() (boo
 // old build's worker), Protect and the plan's record must move to the new
 // build and carry on there, a new action must run on the new build, and
 // the old build's worker is stopped only once Temporal lists nothing
-// running on it and calls it drained. Then the same backwards: a
-// failback waits at its gate on the new build, the previous build's
-// worker starts again and is made current (a rollback), and the failback
-// ends on the new build, Protect and the record move back, a drill runs
-// on the previous build, and the new build's worker stops once drained.
+// running on it and calls it drained. Then a rollback, as the README
+// says of it: a failback waits at its gate on the new build, the
+// previous build's worker starts again and is made current, and the
+// failback ends on the new build and a drill runs on the previous one;
+// Protect and the record, which took a path on the new build that the
+// previous one does not have, stay on the new build, their workflow
+// tasks failing on the previous one (Temporal's describe and history
+// show it, drctl status says what to do) and nothing completed there,
+// while runs that did not take it (if any) move back. Once the new
+// build is current again (roll forward) Protect syncs and the record
+// takes the changes sent meanwhile, and the previous build's worker
+// stops once drained.
 func TestUpgrade(t *testing.T) {
 	prevBin := os.Getenv("DROVER_E2E_UPGRADE_FROM")
 	rev := os.Getenv("DROVER_E2E_UPGRADE_REV")
