@@ -58,7 +58,10 @@ e2e-ceph: $(BIN)/temporal ## the DR cycle on real Ceph and ceph-csi (CEPH_CSI or
 # files (kept in .run/upgrade/), run a protected plan; this checkout's
 # worker starts beside them and is made current; the failover ends on the
 # build it started on, Protect and the record move, and each build's
-# worker stops once nothing runs on it. Then back again. The commit is
+# worker stops once nothing runs on it. Then a rollback: new actions go
+# back to the old build, the runs that took the new path wait on the new
+# one until it is current again (roll forward), and the old build's
+# worker stops once nothing runs on it. The commit is
 # the merge that brought Worker Versioning, the earliest build that can
 # take part; move it to the last release once there are releases. It
 # needs the clone's history (not a shallow clone). Log: .run/e2e-upgrade.log.

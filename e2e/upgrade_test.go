@@ -60,11 +60,18 @@ func (u *upgrade) eventually(within time.Duration, what string, cond func() (boo
 // old build's worker), Protect and the plan's record must move to the new
 // build and carry on there, a new action must run on the new build, and
 // the old build's worker is stopped only once Temporal lists nothing
-// running on it and calls it drained. Then the same backwards: a
-// failback waits at its gate on the new build, the previous build's
-// worker starts again and is made current (a rollback), and the failback
-// ends on the new build, Protect and the record move back, a drill runs
-// on the previous build, and the new build's worker stops once drained.
+// running on it and calls it drained. Then a rollback, as the README
+// says of it: a failback waits at its gate on the new build, the
+// previous build's worker starts again and is made current, and the
+// failback ends on the new build and a drill runs on the previous one;
+// Protect and the record, which took a path on the new build that the
+// previous one does not have, stay on the new build, their workflow
+// tasks failing on the previous one (Temporal's describe and history
+// show it, drctl status says what to do) and nothing completed there,
+// while runs that did not take it (if any) move back. Once the new
+// build is current again (roll forward) Protect syncs and the record
+// takes the changes sent meanwhile, and the previous build's worker
+// stops once drained.
 func TestUpgrade(t *testing.T) {
 	prevBin := os.Getenv("DROVER_E2E_UPGRADE_FROM")
 	rev := os.Getenv("DROVER_E2E_UPGRADE_REV")
@@ -138,31 +145,213 @@ func TestUpgrade(t *testing.T) {
 		u.must("failback", u.plan, "--to", "east", "--yes")
 		u.waitGate("beforeDemote")
 		u.on(workflows.ActionID("e2e"), u.this, enumspb.VERSIONING_BEHAVIOR_PINNED)
-		u.switchTo(t, u.prev, u.this, u.prevProc, u.thisProc, func() { u.restart(u.prevProc) })
-		u.pinnedActionEnds(t, workflows.ActionID("e2e"), u.this, u.thisProc)
-		u.eventually(time.Minute, "the record to hold the failback to east", func() (bool, string) {
-			rec, err := workflows.ReadRecord(context.Background(), u.c, "e2e")
-			if err != nil || rec == nil {
-				return false, fmt.Sprint(err)
+		before, err := workflows.ReadProtect(context.Background(), u.c, "e2e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		recBefore, err := workflows.ReadRecord(context.Background(), u.c, "e2e")
+		if err != nil || recBefore == nil {
+			t.Fatalf("the record before the rollback: %v", err)
+		}
+		// Which of the two auto-upgrade runs took the new path on this
+		// build (what the previous build cannot replay): those stay, the
+		// others move back. Protect must have: its sealed record
+		// changes are what this half proves a rollback cannot undo.
+		var stay, move []string
+		for _, id := range []string{workflows.ProtectID("e2e"), workflows.RecordID("e2e")} {
+			if why := u.newPath(t, id, "record-proof", names.UpdatePlanVersion); why != "" {
+				t.Logf("upgrade: %s took the new path on %s: %s", id, u.this, why)
+				stay = append(stay, id)
+			} else {
+				move = append(move, id)
 			}
-			a := rec.LastAction
-			return rec.Primary == "east" && a != nil && a.Action == "failback" && a.Outcome == "completed", fmt.Sprintf("%+v %+v", rec, a)
+		}
+		if !slices.Contains(stay, workflows.ProtectID("e2e")) {
+			t.Fatalf("Protect did not take the patch on %s; the rollback would prove nothing of the README's promise", u.this)
+		}
+		t.Logf("upgrade: took the new path on %s: %v; did not: %v", u.this, stay, move)
+		marks := map[string]int64{}
+		for _, id := range stay {
+			marks[id] = u.lastEvent(id)
+		}
+
+		// The README's rollback: the previous build's workers beside
+		// the new build's, then made current.
+		u.restart(u.prevProc)
+		u.current(u.this)
+		u.temporal("worker", "deployment", "set-current-version", "--deployment-name", names.Deployment, "--build-id", u.prev, "--yes")
+		u.current(u.prev)
+		for _, id := range move {
+			u.on(id, u.prev, enumspb.VERSIONING_BEHAVIOR_AUTO_UPGRADE)
+		}
+		// Protect's workflow tasks go to the previous build and fail
+		// there: it stays on this build, Temporal shows the failure.
+		u.stuck(t, workflows.ProtectID("e2e"), marks[workflows.ProtectID("e2e")])
+		out, code := u.drctl("status", "e2e")
+		if code == 0 || !strings.Contains(out, `the protection state of plan "e2e" cannot be read on the current build `+u.prev) ||
+			!strings.Contains(out, "--build-id "+u.this) {
+			t.Fatalf("drctl status during the rollback exited %d; want it to say that the protection state cannot be read on %s and to make %s current:\n%s", code, u.prev, u.this, out)
+		}
+
+		// The failback pinned to this build finishes on it.
+		u.eventually(time.Minute, u.this+" draining, the failback on it", func() (bool, string) {
+			running, status := u.drainage(u.this)
+			return status == client.WorkerDeploymentVersionDrainageStatusDraining && slices.Contains(running, workflows.ActionID("e2e")),
+				fmt.Sprintf("%v, running %v", status, running)
 		})
-		u.on(workflows.RecordID("e2e"), u.prev, enumspb.VERSIONING_BEHAVIOR_AUTO_UPGRADE)
-		u.lastTaskBy(t, workflows.RecordID("e2e"), u.prevProc)
+		u.mark = u.lastEvent(workflows.ActionID("e2e"))
+		u.must("approve", "e2e", "--yes")
+		u.pinnedActionEnds(t, workflows.ActionID("e2e"), u.this, u.thisProc)
 		if !u.runningOn("east") || u.runningOn("west") {
 			t.Fatalf("after the failback the application runs on east %v, on west %v; want east only", u.runningOn("east"), u.runningOn("west"))
+		}
+		// Its change reached the record, whose tasks fail on the
+		// previous build too if it took the new path.
+		for _, id := range stay {
+			u.stuck(t, id, marks[id])
 		}
 
 		// A new action starts on the build rolled back to.
 		u.must("drill", u.plan, "--to", "west", "--wait")
 		u.on(workflows.ActionID("e2e"), u.prev, enumspb.VERSIONING_BEHAVIOR_PINNED)
 		u.allTasksBy(t, workflows.ActionID("e2e"), 0, u.prevProc)
+		drill := u.lastEvent(workflows.ActionID("e2e"))
+		dd, err := u.c.DescribeWorkflowExecution(context.Background(), workflows.ActionID("e2e"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		drillRun := dd.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		for _, id := range stay {
+			u.stuck(t, id, marks[id]) // still: nothing done on the previous build
+		}
 
-		u.drainAndStop(t, u.this, u.thisProc)
+		// Roll forward: this build current again, the stuck runs carry
+		// on from where they stopped, nothing lost.
+		u.temporal("worker", "deployment", "set-current-version", "--deployment-name", names.Deployment, "--build-id", u.this, "--yes")
+		u.current(u.this)
+		u.eventually(time.Minute, "protection to record a sync on "+u.this+" again", func() (bool, string) {
+			ps, err := workflows.ReadProtect(context.Background(), u.c, "e2e")
+			if err != nil {
+				return false, err.Error()
+			}
+			return ps.LastSync().After(before.LastSync()) && u.lastTaskIs(workflows.ProtectID("e2e"), u.thisProc),
+				fmt.Sprintf("last sync %v (before the rollback %v)", ps.LastSync(), before.LastSync())
+		})
+		u.on(workflows.ProtectID("e2e"), u.this, enumspb.VERSIONING_BEHAVIOR_AUTO_UPGRADE)
+		// The record takes the changes sent while it waited: the drill's
+		// (the previous build's, unsealed: held as the last action, or
+		// listed as refused if the record took the sealed path; either
+		// way not lost) and the failback's before it.
+		u.eventually(time.Minute, "the record to take the changes sent while it waited, on "+u.this, func() (bool, string) {
+			rec, err := workflows.ReadRecord(context.Background(), u.c, "e2e")
+			if err != nil || rec == nil {
+				return false, fmt.Sprint(err)
+			}
+			a := rec.LastAction
+			held := a != nil && a.RunID == drillRun && a.Outcome == "completed"
+			for _, r := range rec.Refused {
+				held = held || r.From == workflows.ActionID("e2e") && rec.RefusedCount > recBefore.RefusedCount
+			}
+			return rec.Primary == "east" && rec.Changes > recBefore.Changes && held && u.lastTaskIs(workflows.RecordID("e2e"), u.thisProc),
+				fmt.Sprintf("%+v %+v", rec, a)
+		})
+		u.on(workflows.RecordID("e2e"), u.this, enumspb.VERSIONING_BEHAVIOR_AUTO_UPGRADE)
+		rec, _ := workflows.ReadRecord(context.Background(), u.c, "e2e")
+		t.Logf("upgrade: rolled forward to %s: the record took %d changes since the rollback began, last action %+v, refused %d", u.this, rec.Changes-recBefore.Changes, rec.LastAction, rec.RefusedCount)
+		if n := u.lastEvent(workflows.ActionID("e2e")); n != drill {
+			t.Fatalf("the drill's history grew after it ended (%d events, then %d)", drill, n)
+		}
+
+		u.drainAndStop(t, u.prev, u.prevProc)
 		u.check()
-		t.Logf("upgrade: rollback to %s done (%v in)", u.prev, time.Since(t0).Round(time.Second))
+		t.Logf("upgrade: rollback to %s and forward again done (%v in)", u.prev, time.Since(t0).Round(time.Second))
 	}
+}
+
+// newPath says what in the workflow's latest run the previous build
+// cannot replay, "" if nothing: the workflow.GetVersion marker of
+// change, or an accepted update of a kind the previous build has no
+// handler for (the plan version a newer action presents to the record).
+func (u *upgrade) newPath(t *testing.T, id, change, update string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it := u.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == update {
+			return fmt.Sprintf("update %s accepted (event %d)", update, e.GetEventId())
+		}
+		m := e.GetMarkerRecordedEventAttributes()
+		if e.GetEventType() != enumspb.EVENT_TYPE_MARKER_RECORDED || m.GetMarkerName() != "Version" {
+			continue
+		}
+		for _, p := range m.GetDetails()["change-id"].GetPayloads() {
+			if strings.Contains(string(p.GetData()), change) {
+				return fmt.Sprintf("version marker %s (event %d)", change, e.GetEventId())
+			}
+		}
+	}
+	return ""
+}
+
+// stuck waits until the workflow, a run that took a path the current
+// (previous) build does not have, shows what the README says of it: its
+// workflow task failed on the previous build's worker and is being
+// tried again (Temporal's describe), it stays on this build (no task of
+// it completed since event after, by anyone), and it still runs.
+func (u *upgrade) stuck(t *testing.T, id string, after int64) {
+	t.Helper()
+	prevID := u.st.WorkerIdentity(u.prevProc)
+	u.eventually(time.Minute, id+"'s workflow tasks failing on "+u.prev, func() (bool, string) {
+		d, err := u.c.DescribeWorkflowExecution(context.Background(), id, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		info := d.GetWorkflowExecutionInfo()
+		vi := info.GetVersioningInfo()
+		wt := d.GetPendingWorkflowTask()
+		failed, cause := u.taskFailures(t, id, after, prevID)
+		return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && vi.GetDeploymentVersion().GetBuildId() == u.this &&
+				wt != nil && wt.GetAttempt() >= 2 && failed > 0,
+			fmt.Sprintf("%v on %s, pending workflow task attempt %d, %d failed by %s (%s)", info.GetStatus(),
+				vi.GetDeploymentVersion().GetBuildId(), wt.GetAttempt(), failed, u.prevProc, cause)
+	})
+	by, _, err := u.tasks(id, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range by {
+		if w == prevID {
+			t.Fatalf("%s: a task ran to completion on %s after the rollback", id, u.prevProc)
+		}
+	}
+	d, _ := u.c.DescribeWorkflowExecution(context.Background(), id, "")
+	_, cause := u.taskFailures(t, id, after, prevID)
+	t.Logf("upgrade: %s stays on %s, its workflow task attempt %d failing on %s: %s", id, u.this, d.GetPendingWorkflowTask().GetAttempt(), u.prev, cause)
+}
+
+// taskFailures counts the workflow task failures by identity after event
+// after, and gives the last one's cause and message.
+func (u *upgrade) taskFailures(t *testing.T, id string, after int64, identity string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it := u.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	n, last := 0, ""
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return n, err.Error()
+		}
+		if f := e.GetWorkflowTaskFailedEventAttributes(); e.GetEventId() > after && f != nil && f.GetIdentity() == identity {
+			n++
+			last = fmt.Sprintf("%v: %s", f.GetCause(), f.GetFailure().GetMessage())
+		}
+	}
+	return n, last
 }
 
 // switchTo moves the deployment from build from to build to while an

@@ -5,7 +5,8 @@
 # approval gate (e2e TestUpgrade): builds the worker and drctl of an
 # earlier commit of this repository, E2E_UPGRADE_FROM (the Makefile names
 # it), from that commit's files alone (git archive), and runs the test,
-# which upgrades from that build to this checkout's and back. The build
+# which upgrades from that build to this checkout's, rolls back to it
+# and forward again (README, "Upgrading"). The build
 # is kept in .run/upgrade/COMMIT/ for the next run. The test's log goes
 # to .run/e2e-upgrade.log.
 #

@@ -709,17 +709,20 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		name, actionID = plan, id
 	}
 	st := planStatus{Plan: name}
+	// what could not be read because the current build cannot run it
+	var unreadable []string
 	if !siteAction {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 		rec, rerr := workflows.ReadRecord(rctx, c, name)
 		rcancel()
-		if rerr != nil && verify {
+		if why := otherBuild(ctx, c, "record", name, workflows.RecordID(name), rerr); why != "" {
+			unreadable = append(unreadable, why)
+		} else if rerr != nil && verify {
 			// Not "no record yet": the record could not be read (a
 			// query the worker did not answer, or one a standby
 			// cluster forwarded that failed on the way).
 			return temporalError("verify plan "+name, rerr)
-		}
-		if rerr != nil && !a.json() {
+		} else if rerr != nil && !a.json() {
 			fmt.Fprintf(a.stderr, "drctl: %v\n", rerr)
 		}
 		st.Record = rec
@@ -744,8 +747,13 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		if err == nil {
 			x := executionOf(d.GetWorkflowExecutionInfo())
 			st.ProtectRun = &x
-			if ps, qerr := workflows.ReadProtect(ctx, c, name); qerr == nil {
+			qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+			ps, qerr := workflows.ReadProtect(qctx, c, name)
+			qcancel()
+			if qerr == nil {
 				st.Protection = ps
+			} else if why := otherBuild(ctx, c, "protection state", name, workflows.ProtectID(name), qerr); why != "" {
+				unreadable = append(unreadable, why)
 			}
 		} else if !isNotFound(err) {
 			return temporalError("describe the protection of plan "+name, err)
@@ -774,6 +782,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 			st.Protection = protectionAt(st.Protection, time.Now())
 		}
 		writeJSON(a.stdout, st)
+		if len(unreadable) > 0 {
+			return &exitError{exitFailed, errors.New(strings.Join(unreadable, "\n"))}
+		}
 		if drift {
 			return silent(exitFailed)
 		}
@@ -807,10 +818,13 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	if x := st.ProtectRun; x != nil {
 		fmt.Fprintf(a.stdout, "\nprotection: %s (workflow %s)\n", x.Status, x.WorkflowID)
 		if ps := st.Protection; ps != nil {
-			if err := renderProtection(a.stdout, name, ps, time.Now()); err != nil {
+			if err := renderProtection(a.stdout, name, ps, time.Now()); err != nil || len(unreadable) == 0 {
 				return err
 			}
 		}
+	}
+	if len(unreadable) > 0 {
+		return &exitError{exitFailed, errors.New(strings.Join(unreadable, "\n"))}
 	}
 	if drift {
 		return silent(exitFailed)
@@ -911,4 +925,43 @@ func byText(by string) string {
 func isNotFound(err error) bool {
 	var nf *serviceerror.NotFound
 	return errors.As(err, &nf)
+}
+
+// otherBuild explains a query that failed on a run of Protect or of a
+// record (they follow the current build) that is still on another build
+// than the Worker Deployment's current one: after a rollback to a build
+// that does not have a path the run took on a newer build (a
+// workflow.GetVersion change, an update the older build has no handler
+// for), its workflow tasks and queries fail on the current build and it
+// waits, nothing lost, until a build that has the path is current again
+// (README, "Upgrading"). "" when the run is on the current build (or
+// Temporal does not say).
+func otherBuild(ctx context.Context, c client.Client, what, plan, id string, err error) string {
+	if err == nil {
+		return ""
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	d, derr := c.DescribeWorkflowExecution(dctx, id, "")
+	if derr != nil {
+		return ""
+	}
+	vi := d.GetWorkflowExecutionInfo().GetVersioningInfo()
+	ran := vi.GetDeploymentVersion().GetBuildId()
+	dd, derr := c.WorkerDeploymentClient().GetHandle(names.Deployment).Describe(dctx, client.WorkerDeploymentDescribeOptions{})
+	if derr != nil || dd.Info.RoutingConfig.CurrentVersion == nil || vi.GetBehavior() != enums.VERSIONING_BEHAVIOR_AUTO_UPGRADE {
+		return ""
+	}
+	current := dd.Info.RoutingConfig.CurrentVersion.BuildID
+	if ran == "" || ran == current {
+		return ""
+	}
+	tasks := "it has not moved there"
+	if n := d.GetPendingWorkflowTask().GetAttempt(); n > 1 {
+		tasks = fmt.Sprintf("its workflow task fails there (attempt %d)", n)
+	}
+	return fmt.Sprintf("the %s of plan %q cannot be read on the current build %s: workflow %s ran last on build %s and %s; "+
+		"after a rollback that is a run that took a path of the newer build which %s does not have, and it waits, nothing lost: "+
+		"make the newer build current again (roll forward): temporal worker deployment set-current-version --deployment-name %s --build-id %s --yes\n  (%v)",
+		what, plan, current, id, ran, tasks, current, names.Deployment, ran, err)
 }
