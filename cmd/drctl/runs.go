@@ -818,7 +818,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	if x := st.ProtectRun; x != nil {
 		fmt.Fprintf(a.stdout, "\nprotection: %s (workflow %s)\n", x.Status, x.WorkflowID)
 		if ps := st.Protection; ps != nil {
-			if err := renderProtection(a.stdout, name, ps, time.Now()); err != nil || len(unreadable) == 0 {
+			if err := renderProtection(a.stdout, name, ps, time.Now()); err != nil {
 				return err
 			}
 		}
