@@ -215,7 +215,14 @@ type PlanRecordInput struct {
 
 // proofVersion is the change of the record and of the actions that
 // brought seals (proof.go) and plan versions: runs of the record from
-// before it go on as they did until they continue as new.
+// before it go on as they did until they continue as new. It is one of
+// the patches allowed in the two auto-upgrading workflows (Protect and
+// the record; see Register): a run of either moves to a new build on its
+// next task, so a change of the commands it makes needs GetVersion. To
+// retire it: once the README's "Upgrading" query lists no run of Protect
+// or of a record started before the build that brought it, drop the
+// GetVersion calls (here, in PlanRecorder and in sealing) and keep the
+// sealed path.
 const proofVersion = "record-proof"
 
 // PlanRecorder keeps a plan's record: it applies the changes the actions
@@ -223,6 +230,7 @@ const proofVersion = "record-proof"
 // recordRunLength changes (or a long history). It never ends by itself,
 // but for a start without a worker's seal, which it refuses at once.
 func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
+	// Patch proofVersion (see there for why, and how to retire it).
 	sealed := workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1
 	info := workflow.GetInfo(ctx)
 	// A start, not a continuation of the record's own run (which only
@@ -282,6 +290,8 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 	ready = true
 	telling := 0
 	take := func(c RecordChange) {
+		// A run from before proofVersion takes the patch at its next
+		// change (see proofVersion).
 		if sealed = sealed || workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1; !sealed {
 			r.apply(c)
 			tellProtection(ctx, r.Plan, c, &telling)
