@@ -290,8 +290,9 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 	ready = true
 	telling := 0
 	take := func(c RecordChange) {
-		// A run from before proofVersion takes the patch at its next
-		// change (see proofVersion).
+		// A run from before proofVersion goes on unsealed until it
+		// continues as new: GetVersion answers a change ID as it first
+		// did in the run (see proofVersion).
 		if sealed = sealed || workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1; !sealed {
 			r.apply(c)
 			tellProtection(ctx, r.Plan, c, &telling)
