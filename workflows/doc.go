@@ -41,7 +41,9 @@
 //     that a small failover still runs in one workflow task: Protect
 //     goes on unprotected on the new primary, polling no replication
 //     and not the lost site, until a reprotect retargets it to the same
-//     primary.
+//     primary. Protect takes a retarget only with a worker's seal made
+//     for the plan as a retarget (proof.go), once, and keeps what it
+//     refused in its state.
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:
@@ -146,7 +148,7 @@
 //
 // Reprotect and Failback end by protecting the plan from its new primary:
 // they start Protect (a child that outlives them) or signal the running
-// one to retarget.
+// one to retarget, with the retarget sealed by the worker.
 //
 // Scale and speed (calls.go, groups.go):
 //   - a single storage call (rpcCall) makes its attempts itself

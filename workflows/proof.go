@@ -33,6 +33,15 @@ import (
 // plan, an old or a repeated one) and keeps the refusal for the operator
 // (PlanRecord.Refused, drctl status).
 //
+// Protection takes a retarget (a move to another primary, or to
+// unprotected after a failover) only with a seal of the same kind:
+// whoever sends one (protectFrom, the record's tellProtection) has the
+// worker seal it first (SealRetarget), for the plan and as a retarget,
+// so that a record change's seal is no retarget's and the other way
+// round; Protect checks it with CheckRecordProof, keeps the seals it
+// took within proofWindow across its runs, and keeps what it refused in
+// its state (ProtectState.Refused, drctl status).
+//
 // Every workflow worker of a namespace must hold the same key
 // (worker --record-key FILE); a worker without one makes a key of its
 // own at start, good for as long as it runs and for it alone.
@@ -130,11 +139,37 @@ func (s *RecordSender) SealRecordChange(_ context.Context, in RecordSend) (Recor
 	return s.SealAt(in.Plan, in.Change, time.Now())
 }
 
-// RecordProofCheck is a change or a plan version the record checks.
+// SealRetargetAt seals a retarget for plan's protection as made at now.
+func (s *RecordSender) SealRetargetAt(plan string, rt Retarget, now time.Time) (Retarget, error) {
+	rt.Proof = nil
+	sent := now.UTC()
+	m, err := mac(s.key(), "retarget", plan, sent, rt)
+	if err != nil {
+		return rt, err
+	}
+	rt.Proof = &Proof{Sent: sent, MAC: m}
+	return rt, nil
+}
+
+// RetargetSend is a retarget for a plan's protection, to be sealed.
+type RetargetSend struct {
+	Plan     string   `json:"plan"`
+	Retarget Retarget `json:"retarget"`
+}
+
+// SealRetarget is the activity that seals a retarget a workflow sends
+// to the plan's protection.
+func (s *RecordSender) SealRetarget(_ context.Context, in RetargetSend) (Retarget, error) {
+	return s.SealRetargetAt(in.Plan, in.Retarget, time.Now())
+}
+
+// RecordProofCheck is a change or a plan version the record checks, or a
+// retarget protection checks.
 type RecordProofCheck struct {
-	Plan    string        `json:"plan"`
-	Change  *RecordChange `json:"change,omitempty"`
-	Version *PlanVersion  `json:"version,omitempty"`
+	Plan     string        `json:"plan"`
+	Change   *RecordChange `json:"change,omitempty"`
+	Version  *PlanVersion  `json:"version,omitempty"`
+	Retarget *Retarget     `json:"retarget,omitempty"`
 }
 
 // CheckRecordProof is the record's check of a seal, a local activity: nil
@@ -152,6 +187,10 @@ func (s *RecordSender) CheckRecordProof(_ context.Context, in RecordProofCheck) 
 		v := *in.Version
 		p, v.Proof = v.Proof, nil
 		kind, what = "plan version", v
+	case in.Retarget != nil:
+		rt := *in.Retarget
+		p, rt.Proof = rt.Proof, nil
+		kind, what = "retarget", rt
 	}
 	if p == nil || len(p.MAC) == 0 {
 		return temporal.NewNonRetryableApplicationError("it carries no worker's seal", ErrRecordRefused, nil)
@@ -190,6 +229,18 @@ func seal(ctx workflow.Context, plan string, c RecordChange) (RecordChange, erro
 	return out, nil
 }
 
+// sealRetarget has the worker seal a retarget the workflow sends to
+// plan's protection.
+func sealRetarget(ctx workflow.Context, plan string, rt Retarget) (Retarget, error) {
+	var rs *RecordSender
+	var out Retarget
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, sealOptions), rs.SealRetarget, RetargetSend{Plan: plan, Retarget: rt}).Get(ctx, &out)
+	if err != nil {
+		return rt, fmt.Errorf("seal the retarget for the protection of plan %q: %w", plan, err)
+	}
+	return out, nil
+}
+
 // RefusedEntry is something the record refused: a change, a start or a
 // plan version, with why and, when it says, from which run.
 type RefusedEntry struct {
@@ -204,11 +255,16 @@ const refusedKept = 20
 
 // refuse keeps a refusal in the record.
 func (r *PlanRecord) refuse(e RefusedEntry) {
-	r.Refused = append(r.Refused, e)
-	r.RefusedCount++
-	if len(r.Refused) > refusedKept {
-		r.Refused = r.Refused[len(r.Refused)-refusedKept:]
+	r.Refused, r.RefusedCount = keepRefused(r.Refused, r.RefusedCount, e)
+}
+
+// keepRefused adds a refusal to the latest ones kept, and to the count.
+func keepRefused(kept []RefusedEntry, count int, e RefusedEntry) ([]RefusedEntry, int) {
+	kept = append(kept, e)
+	if len(kept) > refusedKept {
+		kept = kept[len(kept)-refusedKept:]
 	}
+	return kept, count + 1
 }
 
 // seenSeal is a seal the record took, kept for proofWindow.
@@ -269,6 +325,28 @@ func sealing(ctx workflow.Context) bool {
 	switch workflow.GetInfo(ctx).WorkflowType.Name {
 	case names.Protect, names.PlanRecorder:
 		return workflow.GetVersion(ctx, proofVersion, workflow.DefaultVersion, 1) >= 1
+	}
+	return true
+}
+
+// retargetProofVersion is the change that brought sealed retargets: the
+// record seals the retarget it sends protection, and protection takes
+// only sealed ones, from the first retarget a run of theirs handles on a
+// build with it (a run that had taken seals of changes under
+// proofVersion before has no local activity for a retarget in its
+// history, so the seal of retargets needs a patch of its own).
+const retargetProofVersion = "retarget-proof"
+
+// sealsRetargets tells whether the running workflow seals the retargets
+// it sends (the record) or takes only sealed ones (Protect): always for
+// the pinned workflows (Reprotect, Failback), from the patch
+// retargetProofVersion on for the auto-upgrading ones. Called where the
+// first retarget is handled, so a run from before the patch follows it
+// from then on.
+func sealsRetargets(ctx workflow.Context) bool {
+	switch workflow.GetInfo(ctx).WorkflowType.Name {
+	case names.Protect, names.PlanRecorder:
+		return workflow.GetVersion(ctx, retargetProofVersion, workflow.DefaultVersion, 1) >= 1
 	}
 	return true
 }

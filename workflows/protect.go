@@ -56,6 +56,9 @@ type ProtectInput struct {
 	// its copies itself, and a protection that follows it (retarget)
 	// must not promote while another action may be moving the plan.
 	Promote bool `json:"promote,omitempty"`
+	// Seen are the retargets' seals the previous runs took lately: a
+	// seal is taken once (proof.go).
+	Seen []seenSeal `json:"seen,omitempty"`
 }
 
 // GroupHealth is the last look at one group's replication.
@@ -104,6 +107,11 @@ type ProtectState struct {
 	// (the lost site is no primary, and the new one has no peer to ship
 	// to): nothing is out of RPO, the plan is unprotected.
 	Unprotected *Unprotection `json:"unprotected,omitempty"`
+	// Refused are the latest retargets protection refused (without a
+	// worker's seal, with another's, an old or a repeated one), and how
+	// many it has refused in all: they stay across its runs.
+	Refused      []RefusedEntry `json:"refused,omitempty"`
+	RefusedCount int            `json:"refusedCount,omitempty"`
 }
 
 // Unprotection is a plan left without a replica by a failover.
@@ -162,6 +170,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	s := in.State
 	if s == nil || s.Primary != in.Primary {
 		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
+		if in.State != nil {
+			s.Refused, s.RefusedCount = in.State.Refused, in.State.RefusedCount
+		}
 	}
 	// The handlers come first: a stop or a query can arrive with a run's
 	// first workflow task (a run that continued as new when a failback
@@ -209,14 +220,34 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	}
 	log := workflow.GetLogger(ctx)
 	// A retarget signal (sent by Reprotect and Failback when the primary
-	// moved) makes Protect continue from the new primary.
+	// moved, and by the record after a failover) makes Protect continue
+	// from the new primary. Protection takes one only with a worker's
+	// seal (proof.go): anyone who may signal the workflow could otherwise
+	// make it stop polling replication, or poll another site.
 	var retarget string
 	var lost *Unprotection
+	ps := &proofs{plan: p.Metadata.Name, seen: in.Seen}
+	checking := 0
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, SignalRetarget)
 		for {
 			var rt Retarget
 			ch.Receive(ctx, &rt)
+			if sealsRetargets(ctx) {
+				checking++
+				err := ps.check(ctx, RecordProofCheck{Plan: p.Metadata.Name, Retarget: &rt}, rt.Proof)
+				checking--
+				if err != nil {
+					what := "retarget to " + rt.Primary
+					if rt.Lost != "" {
+						what += ", unprotected (" + rt.Lost + " lost)"
+					}
+					s.Refused, s.RefusedCount = keepRefused(s.Refused, s.RefusedCount,
+						RefusedEntry{What: what, Reason: err.Error(), From: rt.By, At: workflow.Now(ctx)})
+					log.Warn("protection refused a retarget", "plan", p.Metadata.Name, "primary", rt.Primary, "lost", rt.Lost, "reason", err.Error())
+					continue
+				}
+			}
 			// The same primary is a move only between protected and
 			// unprotected: a reprotect ends an unprotection, a
 			// failover starts one.
@@ -241,10 +272,15 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	})
 	moved := func() bool { return retarget != "" && stop == nil }
 	again := func() error {
-		next := ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval}
-		if lost != nil {
+		next := ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval, Seen: ps.seen}
+		switch {
+		case lost != nil:
 			next.State = &ProtectState{Primary: retarget, Groups: map[string]GroupHealth{}, Clients: s.Clients,
-				Runs: s.Runs, By: s.By, Trust: s.Trust, RPOTarget: s.RPOTarget, Unprotected: lost}
+				Runs: s.Runs, By: s.By, Trust: s.Trust, RPOTarget: s.RPOTarget, Unprotected: lost,
+				Refused: s.Refused, RefusedCount: s.RefusedCount}
+		case s.RefusedCount > 0:
+			// A new protection, which keeps only what was refused.
+			next.State = &ProtectState{Refused: s.Refused, RefusedCount: s.RefusedCount}
 		}
 		return workflow.NewContinueAsNewError(ctx, Protect, next)
 	}
@@ -282,8 +318,15 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			return nil, again()
 		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
+			// A retarget being checked is taken, or refused, in this run.
+			if err := workflow.Await(ctx, func() bool { return checking == 0 }); err != nil {
+				return s, err
+			}
+			if moved() {
+				return nil, again()
+			}
 			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: in.Primary, Interval: interval, State: s,
-				Promote: in.Promote && len(s.Unpromoted) > 0})
+				Promote: in.Promote && len(s.Unpromoted) > 0, Seen: ps.seen})
 		}
 		wasOut := s.OutOfRPO
 		round, cancel := workflow.WithCancel(ctx)
@@ -452,6 +495,9 @@ type Retarget struct {
 	Lost string    `json:"lost,omitempty"`
 	At   time.Time `json:"at,omitzero"`
 	By   string    `json:"by,omitempty"`
+	// Proof is the seal of the worker that sent the retarget (proof.go);
+	// protection refuses a retarget without a valid one.
+	Proof *Proof `json:"proof,omitempty"`
 }
 
 // protectFrom is the last step of Reprotect and Failback: protection of
@@ -470,7 +516,14 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 			return "", err
 		}
-		if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRetarget, Retarget{Primary: primary}).Get(ctx, nil); err != nil {
+		rt := Retarget{Primary: primary, By: workflow.GetInfo(ctx).WorkflowExecution.ID}
+		if sealsRetargets(ctx) {
+			var err error
+			if rt, err = sealRetarget(ctx, p.Metadata.Name, rt); err != nil {
+				return "", err
+			}
+		}
+		if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRetarget, rt).Get(ctx, nil); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("the running protection (workflow %s) now polls %s", id, primary), nil

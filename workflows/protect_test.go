@@ -173,7 +173,7 @@ func TestProtectRetargets(t *testing.T) {
 			f := newFixture(t)
 			env, _ := f.testEnv(t)
 			got := stateAt(t, env, 2*time.Minute+time.Second, func() {
-				env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: c.to})
+				env.SignalWorkflow(workflows.SignalRetarget, sealedRetarget(t, env, workflows.Retarget{Primary: c.to}))
 			})
 			start := env.Now()
 			env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east"})
@@ -397,7 +397,7 @@ func TestProtectFollowsAFailover(t *testing.T) {
 	start := env.Now()
 	lostAt := start.Add(15 * time.Second)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: "west", Lost: "east", At: lostAt, By: "drover-shop"})
+		env.SignalWorkflow(workflows.SignalRetarget, sealedRetarget(t, env, workflows.Retarget{Primary: "west", Lost: "east", At: lostAt, By: "drover-shop"}))
 	}, 15*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
 	var can *workflow.ContinueAsNewError
@@ -418,10 +418,10 @@ func TestProtectFollowsAFailover(t *testing.T) {
 	env, calls := f.testEnv(t)
 	start = env.Now()
 	got := stateAt(t, env, 35*time.Second, func() {
-		env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: "west", Lost: "east", At: lostAt}) // told again: ignored
+		env.SignalWorkflow(workflows.SignalRetarget, sealedRetarget(t, env, workflows.Retarget{Primary: "west", Lost: "east", At: lostAt})) // told again: ignored
 	})
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(workflows.SignalRetarget, workflows.Retarget{Primary: "west"}) // the reprotect's
+		env.SignalWorkflow(workflows.SignalRetarget, sealedRetarget(t, env, workflows.Retarget{Primary: "west"})) // the reprotect's
 	}, 36*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, next)
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {

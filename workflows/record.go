@@ -342,7 +342,8 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 // tellProtection signals the plan's protection, for each primary a
 // failover made in c (Lost set), that the plan runs there with no
 // replica: protection follows the record's primary (see Protect). The
-// record does not wait for the answer; a plan without protection has
+// retarget goes sealed by the worker (sealRetarget), as protection takes
+// no other; the record does not wait for the answer; a plan without protection has
 // nothing to tell. Only a change that carries Lost makes a command, so
 // a record's history from before stays as it was.
 func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *int) {
@@ -354,7 +355,23 @@ func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *
 		if at.IsZero() {
 			at = workflow.Now(ctx)
 		}
-		f := workflow.SignalExternalWorkflow(ctx, ProtectID(plan), "", SignalRetarget, Retarget{Primary: m.Primary, Lost: m.Lost, At: at})
+		rt := Retarget{Primary: m.Primary, Lost: m.Lost, At: at}
+		if sealsRetargets(ctx) {
+			// Protection takes only a retarget a worker sealed.
+			*telling++
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				defer func() { *telling-- }()
+				rt, err := sealRetarget(ctx, plan, rt)
+				if err == nil {
+					err = workflow.SignalExternalWorkflow(ctx, ProtectID(plan), "", SignalRetarget, rt).Get(ctx, nil)
+				}
+				if err != nil {
+					workflow.GetLogger(ctx).Info("no protection told of the failover", "plan", plan, "error", err)
+				}
+			})
+			continue
+		}
+		f := workflow.SignalExternalWorkflow(ctx, ProtectID(plan), "", SignalRetarget, rt)
 		*telling++
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			defer func() { *telling-- }()

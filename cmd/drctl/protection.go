@@ -79,6 +79,7 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 		if ps.Trust != "" {
 			fmt.Fprintf(w, "  %s\n", ps.Trust)
 		}
+		renderRefusedRetargets(w, ps)
 		return nil
 	}
 	lag := func(h workflows.GroupHealth) time.Duration { return groupLag(h, now) }
@@ -97,6 +98,7 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 	if ps.Trust != "" {
 		fmt.Fprintf(w, "  %s\n", ps.Trust)
 	}
+	renderRefusedRetargets(w, ps)
 	if ps.Unreachable != "" {
 		since := ""
 		if !ps.UnreachableSince.IsZero() {
@@ -129,6 +131,22 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 		tw.row("  "+g, last, lag(h).Round(time.Millisecond).String(), h.Status, oneLine(note))
 	}
 	return tw.flush()
+}
+
+// renderRefusedRetargets writes the latest retargets protection refused
+// (without a worker's seal: SECURITY.md), with who they say sent them.
+func renderRefusedRetargets(w io.Writer, ps *workflows.ProtectState) {
+	if ps.RefusedCount == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  REFUSED: %d retarget(s) without a worker's valid seal; the latest:\n", ps.RefusedCount)
+	for _, x := range ps.Refused[max(len(ps.Refused)-5, 0):] {
+		from := ""
+		if x.From != "" {
+			from = " said to be from " + x.From
+		}
+		fmt.Fprintf(w, "    %s %s%s: %s\n", x.At.Local().Format(time.DateTime), x.What, from, oneLine(x.Reason))
+	}
 }
 
 // oneLine puts a message on one line.

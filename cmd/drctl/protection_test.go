@@ -112,6 +112,28 @@ func TestRecordShowsWhatItRefused(t *testing.T) {
 	}
 }
 
+// TestProtectionShowsRefusedRetargets: drctl status shows the retargets
+// protection refused, protected or not, with why and who they name.
+func TestProtectionShowsRefusedRetargets(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	refused := []workflows.RefusedEntry{{What: "retarget to west, unprotected (east lost)", Reason: "it carries no worker's seal", From: "forged", At: now}}
+	for _, ps := range []*workflows.ProtectState{
+		{Primary: "west", Enabled: true, Polls: 3, Groups: map[string]workflows.GroupHealth{}, Refused: refused, RefusedCount: 2},
+		{Primary: "west", Polls: 3, Groups: map[string]workflows.GroupHealth{}, Refused: refused, RefusedCount: 2,
+			Unprotected: &workflows.Unprotection{Lost: "east", Since: now.Add(-time.Minute)}},
+	} {
+		var b strings.Builder
+		if err := renderProtection(&b, "shop", ps, now); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"REFUSED: 2 retarget(s)", "retarget to west, unprotected (east lost) said to be from forged: it carries no worker's seal"} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("status does not say %q:\n%s", want, b.String())
+			}
+		}
+	}
+}
+
 // TestRenderUnprotected: after a failover the plan runs on west with no
 // replica. Status says so in its protection and record lines: since when
 // (the time grows with the clock), the last sync that reached east, and
