@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -124,22 +126,58 @@ const ErrRolesUnknown = "RolesUnknown"
 func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, action string) error {
 	s := r.add(checkRolesStep(site), false)
 	s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
-	out, err := primaryThere(ctx, p, site, demoted, action)
-	s.Output, s.End = out, workflow.Now(ctx)
-	if err != nil {
-		s.State, s.LastError = StateFailed, ErrorText(err)
-		return err
+	// A copy that could not be asked for a passing reason (UNAVAILABLE,
+	// ABORTED, a deadline) is asked again under the plan's back-off,
+	// within its time limit, as any call is: a storage that answers
+	// late is no reason to give up an action.
+	rt := p.Policy.Retry
+	interval, most, coef, limit := rt.InitialInterval.D(), rt.MaximumInterval.D(), rt.BackoffCoefficient, rt.TimeLimit.D()
+	if interval <= 0 {
+		interval = time.Second
 	}
-	s.State = StateDone
-	return nil
+	if most <= 0 {
+		most = time.Minute
+	}
+	if coef < 1 {
+		coef = 2
+	}
+	if limit <= 0 {
+		limit = 10 * time.Minute
+	}
+	for {
+		out, again, err := primaryThere(ctx, p, site, demoted, action)
+		s.Output, s.End = out, workflow.Now(ctx)
+		if err == nil {
+			s.State, s.Note = StateDone, ""
+			return nil
+		}
+		s.LastError = ErrorText(err)
+		if !again || (rt.MaximumAttempts > 0 && s.Attempts >= rt.MaximumAttempts) || workflow.Now(ctx).Add(interval).Sub(s.Start) >= limit {
+			s.State, s.Note = StateFailed, ""
+			return err
+		}
+		s.Retries++
+		s.Note = fmt.Sprintf("retrying in %v: not every copy on %s answered", interval, site)
+		if err := workflow.Sleep(ctx, interval); err != nil {
+			return err
+		}
+		s.Attempts++
+		interval = min(time.Duration(float64(interval)*coef), most)
+	}
 }
 
-func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action string) (string, error) {
+// passing are the error types of a role query that may answer when
+// asked again.
+var passing = []string{activities.ErrOperationPending, activities.ErrUnavailable, activities.ErrDeadlineExceeded, activities.ErrResourceExhausted}
+
+// primaryThere asks site's storage for the roles of a sample of the
+// plan's copies; again tells whether an error may pass when asked again.
+func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action string) (out string, again bool, err error) {
 	var calls []activities.ReplicationInput
 	for _, g := range roleSample(p, max(p.Policy.Parallelism, surveyBatch)) {
 		ins, err := activities.GroupInputs(p, site, &g, activities.RPCGetVolumeReplicationInfo, false)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		calls = append(calls, ins...)
 		if len(calls) >= surveyBatch {
@@ -148,28 +186,34 @@ func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action str
 		}
 	}
 	if len(calls) == 0 {
-		return "no volume groups", nil
+		return "no volume groups", false, nil
 	}
 	o := activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo)
 	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
 	res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}, o.TaskQueue == "")
 	if err != nil {
-		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		return "", activities.Retryable(err), temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"could not ask %s's storage which copies are primary: %s. Nothing was done: a %s demotes %s only once %s's storage says it holds the primary copies; start it again when it answers",
 			site, ErrorText(err), action, demoted, site), ErrRolesUnknown, nil)
 	}
 	primary, notPrimary, failed := countRoles(res)
 	if notPrimary > 0 {
-		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		return "", false, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"the storage of %s reports %d of %d copies asked as not primary, where the %s needs %s to hold the primary copies before it demotes %s (which may hold the only primary ones). "+
 				"Nothing was done. The storage is the truth, whatever the plan's record says: see drctl status PLAN --verify",
 			site, notPrimary, len(calls), action, site, demoted), ErrWrongDirection, nil)
 	}
 	if failed > 0 {
-		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		again = true
+		for _, e := range res.Entries {
+			if e.Error != "" && e.Type != activities.ErrNotFound && e.Type != activities.ErrFailedPrecondition && !slices.Contains(passing, e.Type) {
+				again = false
+			}
+		}
+		return "", again, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"%d of %d copies asked on %s could not be asked which role they hold (%d answered as primary). Nothing was done: a %s demotes %s only once %s's storage says it holds every primary copy; start it again when it answers",
 			failed, len(calls), site, primary, action, demoted, site), ErrRolesUnknown, nil)
 	}
-	return fmt.Sprintf("%d of %d copies asked on %s are primary", primary, len(calls), site), nil
+	return fmt.Sprintf("%d of %d copies asked on %s are primary", primary, len(calls), site), false, nil
 }

@@ -149,4 +149,23 @@ func TestDemotionNeedsThePrimaryOnStorage(t *testing.T) {
 		}
 		roles(t, f.east, sim.RolePrimary)
 	})
+	// A storage that answers late is asked again under the plan's
+	// back-off: two UNAVAILABLE answers do not end the action.
+	t.Run("asked again", func(t *testing.T) {
+		mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "UNAVAILABLE", Count: 2, Message: "leader election"}}))
+		defer func() { mustOK(t, f.east.SetFaults(nil)) }()
+		calls, err := f.run(t, workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "west", To: "east"}, nil)
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && ae.Type() == workflows.ErrRolesUnknown {
+			t.Fatalf("%v: a passing error ended the check", err)
+		}
+		past := false
+		for _, cl := range calls {
+			past = past || (cl.name != "SurveyReplication" && cl.name != "GetVolumeReplicationInfo")
+		}
+		if !past {
+			t.Fatalf("the reprotect stopped at its check of the roles (%v): %v", err, calls)
+		}
+		roles(t, f.east, sim.RolePrimary)
+	})
 }
