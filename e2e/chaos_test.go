@@ -256,7 +256,11 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 					fmt.Fprintf(&steps, "\n  %s: %s, %d tries: %s%s", s.Name, s.State, s.Attempts, s.LastError, s.Output)
 				}
 			}
-			h.t.Fatalf("the %s ended %v: %+v%s", name, st, p, steps.String())
+			// The run's own error says why it ended.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			werr := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, nil)
+			cancel()
+			h.t.Fatalf("the %s ended %v: %v; progress %+v%s", name, st, werr, p, steps.String())
 		}
 		p, err := h.progress()
 		if err != nil {
