@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -95,6 +96,49 @@ func (e cephEnv) freeze(t *testing.T, site string, sig syscall.Signal) {
 		if err := syscall.Kill(pid, sig); err != nil {
 			t.Fatalf("signal %v to %s (%d): %v", sig, f, pid, err)
 		}
+	}
+}
+
+// resume resumes site's daemons (SIGCONT) and waits until its cluster
+// serves I/O again. A cluster whose daemons were paused, unlike one that
+// lost power or its network, comes back with its placement groups'
+// read leases expired: on a one-OSD cluster a PG can stay "laggy" with
+// its ops delayed for minutes (Ceph 16.2: the lease is renewed by peers
+// it does not have), where a returning site's restarted OSDs would peer
+// afresh. resume gives the PGs 30 s, then re-peers those still laggy,
+// as an operator would, and says so.
+func (e cephEnv) resume(t *testing.T, site string) {
+	t.Helper()
+	e.freeze(t, site, syscall.SIGCONT)
+	laggy := func() []string {
+		out := e.cli(t, site, "ceph", "pg", "dump", "pgs_brief", "-f", "json")
+		var d struct {
+			PGStats []struct {
+				PGID  string `json:"pgid"`
+				State string `json:"state"`
+			} `json:"pg_stats"`
+		}
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &d); err != nil {
+			t.Fatalf("ceph pg dump on %s: %v\n%s", site, err, out)
+		}
+		var ids []string
+		for _, pg := range d.PGStats {
+			if strings.Contains(pg.State, "laggy") {
+				ids = append(ids, pg.PGID)
+			}
+		}
+		return ids
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if len(laggy()) == 0 {
+			return
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for _, id := range laggy() {
+		t.Logf("ceph: PG %s of %s still laggy 30 s after the resume: re-peered", id, site)
+		e.cli(t, site, "ceph", "pg", "repeer", id)
 	}
 }
 
@@ -338,7 +382,7 @@ func TestRealCeph(t *testing.T) {
 
 	// East returns with its copies still primary and is written as
 	// primary: a split brain. Reprotect discards east's side.
-	e.freeze(t, "east", syscall.SIGCONT)
+	e.resume(t, "east")
 	splitOff := "67104768" // the images' last block, outside the writers'
 	// A cluster resumed after a stop needs a few seconds before it
 	// answers again (its monitor's lease, its OSD's heartbeats).
