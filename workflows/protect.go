@@ -174,6 +174,14 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			s.Refused, s.RefusedCount = in.State.Refused, in.State.RefusedCount
 		}
 	}
+	// A state carried over (continue as new) comes through JSON, where
+	// an empty map comes back nil.
+	if s.Groups == nil {
+		s.Groups = map[string]GroupHealth{}
+	}
+	if s.Clients == nil {
+		s.Clients = map[string][]string{}
+	}
 	// The handlers come first: a stop or a query can arrive with a run's
 	// first workflow task (a run that continued as new when a failback
 	// retargeted it, say), and an update that finds no handler when the

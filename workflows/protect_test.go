@@ -498,3 +498,24 @@ func TestProtectCountsSilenceFromTheFirstUnansweredPoll(t *testing.T) {
 		t.Errorf("unreachable %q at 21 s, want %q (since 10 s)", seen.Unreachable, want)
 	}
 }
+
+// TestProtectTakesACarriedStateWithoutMaps: a state carried over a
+// continue-as-new comes through JSON, where an empty map of groups or
+// clients comes back nil (an unprotected run's groups are empty; a site
+// that reported no clients leaves none). The run must go on polling, not
+// panic on the first answer it records.
+func TestProtectTakesACarriedStateWithoutMaps(t *testing.T) {
+	f := newFixture(t)
+	env, _ := f.testEnv(t)
+	got := stateThenStop(t, env, 25*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "west", Interval: 10 * time.Second,
+		State: &workflows.ProtectState{Primary: "west", Unprotected: &workflows.Unprotection{Lost: "east", Since: env.Now()}}})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil {
+		t.Fatal("no state read")
+	}
+	if _, asked := s.Clients["west"]; s.Polls < 2 || s.Unprotected == nil || !asked {
+		t.Fatalf("state %+v, want an unprotected run that polled and recorded west's clients", s)
+	}
+}
