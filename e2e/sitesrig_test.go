@@ -56,6 +56,9 @@ type rig struct {
 	token string // the sites' peer token
 	key   string // the plan signing key
 	pub   string
+	// record is the record key every workflow worker shares: a
+	// record refuses the changes another key sealed.
+	record string
 	// up are the sites, east (the primary, the namespace's active
 	// cluster) first.
 	up []*siteNet
@@ -306,7 +309,14 @@ func (s *siteNet) temporalEnv() []string {
 // startWorker starts the site's worker against its own cluster.
 func (r *rig) startWorker(s *siteNet) *rigProc {
 	r.t.Helper()
-	return r.spawn("worker-"+s.name, s, false, s.temporalEnv(), filepath.Join(bin, "worker"),
+	if r.record == "" {
+		k := make([]byte, 32)
+		if _, err := rand.Read(k); err != nil {
+			r.t.Fatal(err)
+		}
+		r.record = hex.EncodeToString(k)
+	}
+	return r.spawn("worker-"+s.name, s, false, append(s.temporalEnv(), "DROVER_RECORD_KEY="+r.record), filepath.Join(bin, "worker"),
 		"--metrics", s.metrics(), "--identity", "worker-"+s.name, "--trusted-plan-key", r.pub,
 		"--versioning=false", "--connect-timeout", "2m", "--stop-timeout", "10s")
 }
