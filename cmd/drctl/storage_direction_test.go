@@ -27,13 +27,7 @@ import (
 // reprotect from east goes on, saying why, and completes, leaving west
 // primary and east its replica.
 func TestDirectionChecksAskTheStorage(t *testing.T) {
-	bins := bintest.Build(t, "drctl", "worker")
-	srv := devserver.Start(t, nil)
-	east, west := eastWest(t)
-	shop := onePlan(t, filepath.Join(t.TempDir(), "shop.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "")
-	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
-	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+	_, c, shop, east, west := shopWithWorker(t)
 
 	c.ok(nil, "protect", "start", shop, "--primary", "east", "--interval", "200ms")
 	c.eventually("protection from east", "shop", func(s statusOut) bool {
@@ -89,13 +83,7 @@ func TestDirectionChecksAskTheStorage(t *testing.T) {
 // and west keeps the primary copy. (Were drctl to let it through, the
 // reprotect itself asks east's storage first: TestDemotionNeedsThePrimaryOnStorage.)
 func TestForgedRecordDoesNotAimAReprotect(t *testing.T) {
-	bins := bintest.Build(t, "drctl", "worker")
-	srv := devserver.Start(t, nil)
-	east, west := eastWest(t)
-	shop := onePlan(t, filepath.Join(t.TempDir(), "shop.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "")
-	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
-	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+	srv, c, shop, east, west := shopWithWorker(t)
 
 	c.ok(nil, "protect", "start", shop, "--primary", "east", "--interval", "100ms")
 	c.eventually("protection to record a sync", "shop", func(s statusOut) bool {
@@ -127,4 +115,19 @@ func TestForgedRecordDoesNotAimAReprotect(t *testing.T) {
 	if err != nil || rec.RefusedCount != 1 || rec.Primary != "west" || rec.Refused[0].From != "forged" {
 		t.Fatalf("the record after the forged change: %+v, %v; want west primary and the change refused", rec, err)
 	}
+}
+
+// shopWithWorker starts a dev server, two simulated sites, a worker
+// that runs unsigned plans and a plan "shop" over the sites, and gives
+// drctl against them.
+func shopWithWorker(t *testing.T) (srv *devserver.Server, c cli, shop string, east, west *simtest.Site) {
+	t.Helper()
+	bins := bintest.Build(t, "drctl", "worker")
+	srv = devserver.Start(t, nil)
+	east, west = eastWest(t)
+	shop = onePlan(t, filepath.Join(t.TempDir(), "shop.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "")
+	c = cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+	return srv, c, shop, east, west
 }
