@@ -166,6 +166,20 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 	}
 }
 
+// settle ends the workflow task before an action's first side effect, so
+// that the answers of the checks before it are in the history by then.
+// A check is a local activity, whose answer reaches the history only with
+// the task that asked it; a worker lost later in that same task, after
+// promotions or demotions, would leave the next worker to ask again and
+// find the copies in the roles the action itself gave them: a failover
+// would end as if it had done nothing, half done, and a failback would
+// pause on its own demotion. A timer of a millisecond costs one round
+// trip to the server. (Reprotect's check asks the site it keeps as the
+// primary, which the reprotect does not change.)
+func settle(ctx workflow.Context) error {
+	return workflow.Sleep(ctx, time.Millisecond)
+}
+
 // passing are the error types of a role query that may answer when
 // asked again.
 var passing = []string{activities.ErrOperationPending, activities.ErrUnavailable, activities.ErrDeadlineExceeded, activities.ErrResourceExhausted}

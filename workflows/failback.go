@@ -77,6 +77,9 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpCheck, Site: from}); err != nil {
 		return err
 	}
+	if err := settle(ctx); err != nil {
+		return err
+	}
 	if err := stopAll(ctx, r, p, from, "failback"); err != nil {
 		return err
 	}

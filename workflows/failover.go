@@ -128,6 +128,9 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		if cerr != nil {
 			return cerr
 		}
+		if err := settle(ctx); err != nil {
+			return err
+		}
 	} else if err := pre(ctx); err != nil {
 		return err
 	}
