@@ -106,7 +106,7 @@ func TestChaos(t *testing.T) {
 	// disruption, so a short run (a small DROVER_CHAOS_KILLS) covers all.
 	for c.KillsInAction < target || c.Actions < forcedKinds {
 		if time.Now().After(deadline) || c.Runs >= 4*target {
-			t.Fatalf("only %d of %d kills landed inside actions after %d runs", c.KillsInAction, target, c.Runs)
+			chaosFatalf(t, "only %d of %d kills landed inside actions after %d runs", c.KillsInAction, target, c.Runs)
 		}
 		c.Runs++
 		unplanned := rng.IntN(2) == 0
@@ -129,10 +129,10 @@ func TestChaos(t *testing.T) {
 		c.Violations += len(r.Violations)
 		fmt.Printf("chaos: run %d: %v\n", c.Runs, r)
 		if !r.OK() {
-			t.Fatalf("run %d broke the invariants:\n%v", c.Runs, r)
+			chaosFatalf(t, "run %d broke the invariants:\n%v", c.Runs, r)
 		}
 		if n := lostOn(r, "west"); n != 0 {
-			t.Fatalf("run %d: a failback lost %d acknowledged writes: %v", c.Runs, n, r.Lost)
+			chaosFatalf(t, "run %d: a failback lost %d acknowledged writes: %v", c.Runs, n, r.Lost)
 		}
 	}
 	fired, err := h.fired()
@@ -239,12 +239,12 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 	for ; ; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			p, _ := h.progress()
-			h.t.Fatalf("the %s did not end within 5 minutes: %+v", name, p)
+			chaosFatalf(h.t, "the %s did not end within 5 minutes: %+v", name, p)
 		}
 		switch st := h.actionStatus(); st {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 			if permanent {
-				h.t.Fatalf("the %s completed through a fault that does not heal", name)
+				chaosFatalf(h.t, "the %s completed through a fault that does not heal", name)
 			}
 			return
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED:
@@ -260,7 +260,7 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			werr := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, nil)
 			cancel()
-			h.t.Fatalf("the %s ended %v: %v; progress %+v%s", name, st, werr, p, steps.String())
+			chaosFatalf(h.t, "the %s ended %v: %v; progress %+v%s", name, st, werr, p, steps.String())
 		}
 		p, err := h.progress()
 		if err != nil {
@@ -278,9 +278,9 @@ func (h *harness) finish(c *chaosCounts, name string, permanent bool) {
 		for _, s := range paused {
 			switch {
 			case !permanent && !cleared:
-				h.t.Fatalf("the %s paused at %q with no permanent fault armed: %s", name, s.Name, s.LastError)
+				chaosFatalf(h.t, "the %s paused at %q with no permanent fault armed: %s", name, s.Name, s.LastError)
 			case !strings.Contains(s.LastError, permanentMessage):
-				h.t.Fatalf("the %s paused at %q for another reason: %s", name, s.Name, s.LastError)
+				chaosFatalf(h.t, "the %s paused at %q for another reason: %s", name, s.Name, s.LastError)
 			}
 		}
 		h.baseFaults(base)
@@ -310,4 +310,15 @@ func (h *harness) fired() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// chaosFatalf ends the chaos test with a message that is also printed as
+// a "chaos:" line, which make e2e shows: the reason for a failure is then
+// on the screen and in CI's log beside the seed that replays it, not only
+// deep in the full log.
+func chaosFatalf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	fmt.Printf("chaos: FAILED: %.2000s\n", strings.ReplaceAll(msg, "\n", "\nchaos:   "))
+	t.Fatal(msg)
 }
