@@ -165,7 +165,11 @@
 //     check is a local activity that returns at once, so a workload
 //     healthy at once costs no turn through the server. The failover's
 //     best-effort stop of a lost site's workloads makes its attempts the
-//     same way, within the stop deadline;
+//     same way, within the stop deadline. A local activity's answer
+//     reaches the history only with the task that ran it: a failover's
+//     and a failback's checks end their task (settle, a 1 ms timer)
+//     before the first side effect, so that a worker lost after a
+//     promotion or demotion never leaves the next one to ask them again;
 //   - an action's changes to the plan's record (its start, a fence, the
 //     primary, an unfence) go aside (record.go): sent from goroutines of
 //     their own while the action goes on; the end goes aside last, and
