@@ -44,6 +44,26 @@ func noPromotion(t *testing.T, f *fixture, calls []call) {
 	}
 }
 
+// failOverUntilAborted runs a failover of f's plan from east to west in
+// which the operator aborts step once it pauses: the step as it paused
+// (nil if nothing paused) and the storage calls made. The failover must
+// end with the operator's abort.
+func failOverUntilAborted(t *testing.T, f *fixture, step string) (*workflows.Step, *[]call) {
+	t.Helper()
+	env, calls := f.env(t)
+	var paused *workflows.Step
+	env.RegisterDelayedCallback(func() {
+		paused = pausedStep(t, env)
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: step, Action: workflows.DecisionAbort}, nil, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrAborted {
+		t.Fatalf("error %v, want the operator's abort", err)
+	}
+	return paused, calls
+}
+
 // TestFailoverNeedsReadyReplicatingStorage: a failover whose surviving
 // site's storage answers Probe not ready, or does not advertise volume
 // replication, stops at the preflight: nothing fenced, nothing promoted.
@@ -88,19 +108,9 @@ func TestFailoverWithNothingToFence(t *testing.T) {
 	f.east.Down()
 	f.plan.Sites[0].Fence = plans.Fence{}
 
-	env, calls := f.env(t)
-	var paused *workflows.Step
-	env.RegisterDelayedCallback(func() {
-		paused = pausedStep(t, env)
-		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "fence east", Action: workflows.DecisionAbort}, nil, nil)
-	}, time.Hour)
-	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	paused, calls := failOverUntilAborted(t, f, "fence east")
 	if paused == nil || paused.Name != "fence east" || !strings.Contains(paused.LastError, "no fence CIDRs and no clients") {
 		t.Fatalf("paused step %+v, want the fence step paused for want of anything to fence", paused)
-	}
-	var ae *temporal.ApplicationError
-	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrAborted {
-		t.Fatalf("error %v, want the operator's abort", err)
 	}
 	noPromotion(t, f, *calls)
 	if indexOf(*calls, "FenceClusterNetwork", "", "") >= 0 {
@@ -196,22 +206,12 @@ func TestFailoverVerifiesTheFence(t *testing.T) {
 	f := newFixture(t)
 	f.east.Down()
 	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "FenceClusterNetwork", Discard: true, Probability: 1}}))
-	env, calls := f.env(t)
-	var paused *workflows.Step
-	env.RegisterDelayedCallback(func() {
-		paused = pausedStep(t, env)
-		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: "verify fence of east", Action: workflows.DecisionAbort}, nil, nil)
-	}, time.Hour)
-	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	paused, calls := failOverUntilAborted(t, f, "verify fence of east")
 	if n := f.west.FaultCounts()["FenceClusterNetwork:DISCARDED"]; n == 0 {
 		t.Fatal("the storage was never asked to fence")
 	}
 	if paused == nil || paused.Name != "verify fence of east" || !strings.Contains(paused.LastError, "127.0.0.2/32") {
 		t.Fatalf("paused step %+v, want the verify step paused naming the missing CIDR", paused)
-	}
-	var ae *temporal.ApplicationError
-	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrAborted {
-		t.Fatalf("error %v, want the operator's abort", err)
 	}
 	noPromotion(t, f, *calls)
 	if got := f.west.FencedCIDRs(); len(got) != 0 {
