@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	enumspb "go.temporal.io/api/enums/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -51,20 +52,27 @@ func (e cephEnv) site(site, key string) string {
 	return e["DROVER_CEPH_"+strings.ToUpper(site)+"_"+key]
 }
 
-// cephCluster runs the ceph or rbd CLI as the admin of site's cluster.
+// cli runs the ceph or rbd CLI as the admin of site's cluster; an error
+// ends the test.
 func (e cephEnv) cli(t *testing.T, site, tool string, args ...string) string {
 	t.Helper()
+	out, err := e.try(site, tool, args...)
+	if err != nil {
+		t.Fatalf("%s %s on %s: %v\n%s", tool, strings.Join(args, " "), site, err, out)
+	}
+	return out
+}
+
+// try runs the ceph or rbd CLI as the admin of site's cluster, within a
+// minute: its output, and its standard error after it on failure.
+func (e cephEnv) try(site, tool string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, tool, append([]string{"-c", e.site(site, "CONF")}, args...)...).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("%s %s on %s: %v\n%s%s", tool, strings.Join(args, " "), site, err, out, stderr)
+	if ee, ok := err.(*exec.ExitError); ok {
+		out = append(out, ee.Stderr...)
 	}
-	return string(out)
+	return string(out), err
 }
 
 // appCmd is the shell command that runs the application's script with
@@ -100,46 +108,96 @@ func (e cephEnv) freeze(t *testing.T, site string, sig syscall.Signal) {
 }
 
 // resume resumes site's daemons (SIGCONT) and waits until its cluster
-// serves I/O again. A cluster whose daemons were paused, unlike one that
-// lost power or its network, comes back with its placement groups'
-// read leases expired: on a one-OSD cluster a PG can stay "laggy" with
-// its ops delayed for minutes (Ceph 16.2: the lease is renewed by peers
-// it does not have), where a returning site's restarted OSDs would peer
-// afresh. resume gives the PGs 30 s, then re-peers those still laggy,
-// as an operator would, and says so.
+// serves again. A cluster stopped whole, as a site that lost power or its
+// network, comes back with its placement groups' read leases expired: on
+// a one-OSD cluster an op can stay delayed for minutes behind a lease or
+// a map that will not come (a PG "laggy", or an unwatch on an image's
+// header that holds every later op on it), where a returning site's
+// restarted OSDs would peer afresh. resume gives the cluster 20 s, then,
+// when an OSD still holds an op older than 15 s or a PG is laggy, marks
+// the site's OSDs down so that they re-peer, as an operator would, says
+// so, and waits until they are up with no op held.
 func (e cephEnv) resume(t *testing.T, site string) {
 	t.Helper()
 	e.freeze(t, site, syscall.SIGCONT)
-	laggy := func() []string {
-		out := e.cli(t, site, "ceph", "pg", "dump", "pgs_brief", "-f", "json")
-		var d struct {
-			PGStats []struct {
-				PGID  string `json:"pgid"`
-				State string `json:"state"`
-			} `json:"pg_stats"`
-		}
-		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &d); err != nil {
-			t.Fatalf("ceph pg dump on %s: %v\n%s", site, err, out)
-		}
-		var ids []string
-		for _, pg := range d.PGStats {
-			if strings.Contains(pg.State, "laggy") {
-				ids = append(ids, pg.PGID)
+	time.Sleep(20 * time.Second)
+	osds := strings.Fields(e.cli(t, site, "ceph", "osd", "ls"))
+	held := func() []string {
+		var out []string
+		for _, id := range osds {
+			s, err := e.try(site, "ceph", "tell", "osd."+id, "dump_ops_in_flight", "-f", "json")
+			if err != nil {
+				out = append(out, fmt.Sprintf("osd.%s does not answer: %v", id, err))
+				continue
+			}
+			var d struct {
+				Ops []struct {
+					Description string  `json:"description"`
+					Age         float64 `json:"age"`
+				} `json:"ops"`
+			}
+			if err := json.Unmarshal([]byte(s[strings.Index(s, "{"):]), &d); err != nil {
+				t.Fatalf("ceph tell osd.%s dump_ops_in_flight on %s: %v\n%s", id, site, err, s)
+			}
+			for _, op := range d.Ops {
+				if op.Age > 15 {
+					out = append(out, fmt.Sprintf("osd.%s holds %s for %.0f s", id, op.Description, op.Age))
+				}
 			}
 		}
-		return ids
+		out = append(out, e.laggy(t, site)...)
+		return out
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if len(laggy()) == 0 {
-			return
+	stuck := held()
+	if len(stuck) == 0 {
+		return
+	}
+	t.Logf("ceph: %s 20 s after the resume: %s; its OSDs marked down to re-peer", site, strings.Join(stuck, "; "))
+	for _, id := range osds {
+		e.cli(t, site, "ceph", "osd", "down", id)
+	}
+	simtest.Eventually(t, 2*time.Minute, site+"'s OSDs up again with no op held", func() bool {
+		var d struct {
+			OSDs []struct {
+				Up int `json:"up"`
+			} `json:"osds"`
 		}
-		time.Sleep(2 * time.Second)
+		s, err := e.try(site, "ceph", "osd", "dump", "-f", "json")
+		if err != nil || json.Unmarshal([]byte(s), &d) != nil {
+			return false
+		}
+		for _, o := range d.OSDs {
+			if o.Up != 1 {
+				return false
+			}
+		}
+		return len(held()) == 0
+	})
+}
+
+// laggy lists the placement groups of site's cluster whose state says
+// laggy or wait (ops delayed for a read lease).
+func (e cephEnv) laggy(t *testing.T, site string) []string {
+	t.Helper()
+	out := e.cli(t, site, "ceph", "pg", "dump", "pgs_brief", "-f", "json")
+	var d struct {
+		PGStats []struct {
+			PGID  string `json:"pgid"`
+			State string `json:"state"`
+		} `json:"pg_stats"`
 	}
-	for _, id := range laggy() {
-		t.Logf("ceph: PG %s of %s still laggy 30 s after the resume: re-peered", id, site)
-		e.cli(t, site, "ceph", "pg", "repeer", id)
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &d); err != nil {
+		t.Fatalf("ceph pg dump on %s: %v\n%s", site, err, out)
 	}
+	var pgs []string
+	for _, pg := range d.PGStats {
+		for _, st := range strings.Split(pg.State, "+") {
+			if st == "laggy" || st == "wait" {
+				pgs = append(pgs, "PG "+pg.PGID+" "+pg.State)
+			}
+		}
+	}
+	return pgs
 }
 
 // TestRealCeph runs the whole DR cycle on two real Ceph clusters through
@@ -380,6 +438,18 @@ func TestRealCeph(t *testing.T) {
 	_ = eastErrs
 	waitAcks(t, filepath.Join(dir, "west.acks"), 10)
 
+	// The plan runs on west with no replica: protection follows the
+	// record to west and says the plan is unprotected, where it would
+	// poll the lost, fenced east as the primary, out of RPO.
+	simtest.Eventually(t, time.Minute, "protection to follow west and name the plan unprotected", func() bool {
+		ps, err := workflows.ReadProtect(ctx, h.c, "e2e")
+		return err == nil && ps.Primary == "west" && ps.Unprotected != nil && ps.Unprotected.Lost == "east"
+	})
+	if out := h.must("status", "e2e"); !strings.Contains(out, "UNPROTECTED") {
+		t.Fatalf("drctl status after the failover does not say the plan is unprotected:\n%s", out)
+	}
+	t.Log("ceph: after the failover, protection follows west and drctl status names the plan unprotected")
+
 	// East returns with its copies still primary and is written as
 	// primary: a split brain. Reprotect discards east's side.
 	e.resume(t, "east")
@@ -392,7 +462,9 @@ func TestRealCeph(t *testing.T) {
 	})
 	t.Log("ceph: split brain: east's db written as primary after the failover")
 	rs := time.Now()
-	out := cephAction(t, h, "reprotect", h.plan, "--yes", "--wait")
+	h.must("reprotect", h.plan, "--yes")
+	e.observe(t, h, workflows.ActionID("e2e"), 10*time.Minute, images)
+	out := cephAction(t, h, "watch", "e2e")
 	t.Logf("ceph: reprotect took %s", time.Since(rs).Round(time.Second))
 	var rp workflows.ReprotectResult
 	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &rp); err != nil {
@@ -692,6 +764,66 @@ func cephAction(t *testing.T, h *harness, args ...string) string {
 		t.Fatalf("drctl %s exited %d:\n%s", strings.Join(args, " "), code, out)
 	}
 	return out
+}
+
+// observe waits, within limit, for the action running as workflow id to
+// end. A step that pauses or fails ends the test there, with what each
+// site's storage says of the images (their snapshots, mirror status and
+// info) and the end of each site's ceph-csi and rbd-mirror logs: the
+// evidence a pause on real storage needs, taken while it holds.
+func (e cephEnv) observe(t *testing.T, h *harness, id string, limit time.Duration, images map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for ; time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := h.c.DescribeWorkflowExecution(ctx, id, "")
+		var p workflows.Progress
+		if err == nil {
+			if v, qerr := h.c.QueryWorkflow(ctx, id, "", "progress"); qerr == nil {
+				_ = v.Get(&p)
+			}
+		}
+		cancel()
+		if err != nil {
+			continue
+		}
+		if d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return
+		}
+		for _, s := range p.Steps {
+			if s.State == workflows.StatePaused || s.State == workflows.StateFailed {
+				t.Fatalf("%s: step %q %s: %s\n%s", id, s.Name, s.State, s.LastError, e.evidence(images))
+			}
+		}
+	}
+	t.Fatalf("%s did not end within %s\n%s", id, limit, e.evidence(images))
+}
+
+// evidence is what both sites' storage says of the images, and the end of
+// their ceph-csi and rbd-mirror logs.
+func (e cephEnv) evidence(images map[string]string) string {
+	var b strings.Builder
+	run := func(site, tool string, args ...string) {
+		out, err := e.try(site, tool, args...)
+		fmt.Fprintf(&b, "---- %s: %s %s (%v)\n%s", site, tool, strings.Join(args, " "), err, out)
+	}
+	tail := func(what, file string, n int) {
+		data, err := os.ReadFile(file)
+		lines := strings.Split(string(data), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(&b, "---- the end of %s (%v)\n%s\n", what, err, strings.Join(lines, "\n"))
+	}
+	for _, site := range []string{"east", "west"} {
+		for _, img := range images {
+			run(site, "rbd", "snap", "ls", "--all", "rbd/"+img)
+			run(site, "rbd", "mirror", "image", "status", "rbd/"+img)
+		}
+		tail(site+"'s ceph-csi log", e.site(site, "CEPHCSI_LOG"), 120)
+		tail(site+"'s rbd-mirror log", filepath.Join(e["DROVER_CEPH_STATEDIR"], site, "log", "client.rbd-mirror.local.log"), 80)
+	}
+	return b.String()
 }
 
 // settled waits until a step of run id waits for the operator's word
