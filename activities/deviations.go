@@ -119,9 +119,10 @@ var Deviations = []Deviation{
 	{
 		ID: "ceph-csi/info-secondary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
 		RPC: RPCGetVolumeReplicationInfo, Code: codes.InvalidArgument,
-		Message: regexp.MustCompile(`image is not in primary state`), Means: codes.FailedPrecondition,
-		Source:   "internal/csi-addons/rbd/replication.go: ReplicationServer.GetVolumeReplicationInfo",
-		Measured: cephMeasured,
+		Message: regexp.MustCompile(`image is not in primary state`), Means: codes.FailedPrecondition, Classify: true,
+		Source: "internal/csi-addons/rbd/replication.go: ReplicationServer.GetVolumeReplicationInfo; read as FAILED_PRECONDITION " +
+			"because the role checks (failover, reprotect, failback, status --verify) take that code, the spec's, as \"not primary\"",
+		Measured: cephMeasured + "; on real Ceph a failover's role check said it \"could not ask\" west's copies, which had answered",
 	},
 	{
 		ID: "ceph-csi/resync-primary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,

@@ -16,8 +16,8 @@ import (
 	"github.com/drover-dr/drover/csiaddons/replication"
 )
 
-// answering is a driver that names itself name and answers ListClusterFence
-// and ResyncVolume with err.
+// answering is a driver that names itself name and answers ListClusterFence,
+// ResyncVolume and GetVolumeReplicationInfo with err.
 type answering struct {
 	identity.UnimplementedIdentityServer
 	fence.UnimplementedFenceControllerServer
@@ -35,6 +35,10 @@ func (a *answering) ListClusterFence(context.Context, *fence.ListClusterFenceReq
 }
 
 func (a *answering) ResyncVolume(context.Context, *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
+	return nil, a.err
+}
+
+func (a *answering) GetVolumeReplicationInfo(context.Context, *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
 	return nil, a.err
 }
 
@@ -62,6 +66,7 @@ func TestDeviationsNeedNameAndBehaviour(t *testing.T) {
 	panicked := status.Error(codes.Internal, "panic runtime error: invalid memory address or nil pointer dereference")
 	other := status.Error(codes.Internal, "failed to connect to the cluster")
 	noInfo := status.Error(codes.Internal, "failed to get last sync info: no snapshot details: last sync time not found")
+	secondary := status.Error(codes.InvalidArgument, "image is not in primary state")
 	for _, c := range []struct {
 		name, driver string
 		rpc          string
@@ -77,14 +82,21 @@ func TestDeviationsNeedNameAndBehaviour(t *testing.T) {
 		{"a resync without sync info yet is retried", "rbd.csi.ceph.com", activities.RPCResyncVolume, noInfo, activities.ErrUnavailable, true},
 		{"the same words on another call stay internal", "rbd.csi.ceph.com", activities.RPCListClusterFence, noInfo, activities.ErrUnexpected, false},
 		{"and from another driver too", "example.csi.vendor.io", activities.RPCResyncVolume, noInfo, activities.ErrUnexpected, false},
+		// The role checks (a failover's, a reprotect's, a failback's,
+		// status --verify) read FAILED_PRECONDITION as "not primary".
+		{"a secondary's answer to replication info reads as not primary", "rbd.csi.ceph.com", activities.RPCGetVolumeReplicationInfo, secondary, activities.ErrFailedPrecondition, false},
+		{"and stays invalid from another driver", "example.csi.vendor.io", activities.RPCGetVolumeReplicationInfo, secondary, activities.ErrInvalidArgument, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := serveAnswering(t, &answering{name: c.driver, err: c.err})
 			s := newStorage(t)
 			var err error
-			if c.rpc == activities.RPCListClusterFence {
+			switch c.rpc {
+			case activities.RPCListClusterFence:
 				_, err = s.ListClusterFence(ctxT(t), activities.FenceListInput{Endpoint: e})
-			} else {
+			case activities.RPCGetVolumeReplicationInfo:
+				_, err = s.GetVolumeReplicationInfo(ctxT(t), activities.ReplicationInput{Endpoint: e, Source: activities.Source{VolumeID: "v"}})
+			default:
 				_, err = s.ResyncVolume(ctxT(t), activities.ReplicationInput{Endpoint: e, Source: activities.Source{VolumeID: "v"}})
 			}
 			typ, f, ok := activities.FailureOf(err)

@@ -406,6 +406,13 @@ func TestRealCeph(t *testing.T) {
 		t.Fatal(err)
 	}
 	allDone(t, fo.Progress)
+	// The role check read west's answers: ceph-csi refuses replication
+	// info on a replica in its own words, which say "not primary".
+	for _, s := range fo.Steps {
+		if s.Name == "check roles on west" && !strings.Contains(s.Output, "2 of 2 copies asked on west are not primary") {
+			t.Fatalf("the failover's role check: %q, want west's two copies read as not primary", s.Output)
+		}
+	}
 	for _, img := range images {
 		if s := e.cli(t, "west", "rbd", "info", "rbd/"+img); !strings.Contains(s, "mirroring primary: true") {
 			t.Fatalf("%s on west after the failover is not primary:\n%s", img, s)
