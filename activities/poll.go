@@ -20,14 +20,22 @@ type ResyncInput struct {
 	// Interval between ResyncVolume calls; zero means DefaultPollInterval.
 	Interval time.Duration `json:"interval,omitempty"`
 	// Primary, when set, is the same source on the site whose copy is
-	// primary: the resync is also done once the copy accepts the resync
-	// (an answer without error) and the primary reports a completed sync
-	// that began after After. Drivers answer ready=true at different
-	// moments: ceph-csi only when both copies are demoted and in sync (a
-	// planned move), never for a copy that follows a live primary
-	// (ResyncVolume in internal/csi-addons/rbd/replication.go), so the
-	// primary's word that it shipped to the copy is the proof that holds
-	// for every driver.
+	// primary: the resync is done once the copy accepts the resync (an
+	// answer without error) and the primary reports a completed sync
+	// that began after After, whatever the copy's ready says. Drivers
+	// answer ready=true at different moments: ceph-csi only when both
+	// copies are demoted and in sync (a planned move), never for a copy
+	// that follows a live primary (ResyncVolume in
+	// internal/csi-addons/rbd/replication.go), and from mirror statuses
+	// that lag: right after a failback's promotion they still say what
+	// they said while both copies were demoted, and ceph-csi answered
+	// ready at the first call for a copy that then never followed (on
+	// real Ceph, rbd-mirror found it split-brain). The primary's word
+	// that it shipped to the copy is the proof that holds for every
+	// driver; without a primary to ask, ready is all there is, and so it
+	// is when After is still ahead of this host's clock (a workflow's
+	// clock that ran ahead, as a test's does), where no time the storage
+	// reports can be told from it.
 	Primary *ReplicationInput `json:"primary,omitempty"`
 	After   time.Time         `json:"after,omitzero"`
 }
@@ -63,14 +71,14 @@ func (s *Storage) ResyncUntilReady(ctx context.Context, in ResyncInput) (ResyncO
 		if err != nil {
 			return ResyncOutcome{PollProgress: p}, err
 		}
-		if r.Ready {
+		if r.Ready && (in.Primary == nil || in.After.After(time.Now())) {
 			return ResyncOutcome{PollProgress: p, Ready: true}, nil
 		}
 		if in.Primary != nil {
 			info, err := s.GetVolumeReplicationInfo(ctx, *in.Primary)
 			switch typ, _, _ := FailureOf(err); {
 			case err == nil && info.LastSyncTime.After(in.After):
-				return ResyncOutcome{PollProgress: p, Shipped: true, LastSync: info.LastSyncTime}, nil
+				return ResyncOutcome{PollProgress: p, Ready: r.Ready, Shipped: true, LastSync: info.LastSyncTime}, nil
 			case err != nil && typ != ErrNotFound:
 				return ResyncOutcome{PollProgress: p}, err
 			}

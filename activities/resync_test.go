@@ -1,10 +1,19 @@
 package activities_test
 
 import (
+	"context"
+	"net"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/csiaddons/identity"
+	"github.com/drover-dr/drover/csiaddons/replication"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
 )
@@ -106,5 +115,74 @@ func TestResyncWaitsForReady(t *testing.T) {
 	}
 	if len(got.Blocks["v1"]) != len(prim.Blocks["v1"]) {
 		t.Fatalf("a holds %d blocks, the primary %d", len(got.Blocks["v1"]), len(prim.Blocks["v1"]))
+	}
+}
+
+// readyAtOnce is a driver whose ResyncVolume answers ready at once, as
+// ceph-csi did from statuses that lagged a failback's promotion, and whose
+// GetVolumeReplicationInfo reports the last sync it is given.
+type readyAtOnce struct {
+	identity.UnimplementedIdentityServer
+	replication.UnimplementedControllerServer
+	lastSync atomic.Int64 // unix nanoseconds
+}
+
+func (r *readyAtOnce) GetIdentity(context.Context, *identity.GetIdentityRequest) (*identity.GetIdentityResponse, error) {
+	return &identity.GetIdentityResponse{Name: "example.csi.vendor.io", VendorVersion: "test"}, nil
+}
+
+func (r *readyAtOnce) ResyncVolume(context.Context, *replication.ResyncVolumeRequest) (*replication.ResyncVolumeResponse, error) {
+	return &replication.ResyncVolumeResponse{Ready: true}, nil
+}
+
+func (r *readyAtOnce) GetVolumeReplicationInfo(context.Context, *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
+	return &replication.GetVolumeReplicationInfoResponse{LastSyncTime: timestamppb.New(time.Unix(0, r.lastSync.Load()))}, nil
+}
+
+// TestResyncWithAPrimaryWaitsForItsSync: when the primary can be asked,
+// the copy's ready is not the end of a resync: only the primary's word
+// that it completed a sync begun after the resync is. A driver that
+// answers ready at once while the primary has shipped nothing since
+// keeps the resync waiting until a sync lands.
+func TestResyncWithAPrimaryWaitsForItsSync(t *testing.T) {
+	drv := &readyAtOnce{}
+	sock := filepath.Join(t.TempDir(), "driver.sock")
+	l, err := net.Listen("unix", sock)
+	mustOK(t, err)
+	srv := grpc.NewServer()
+	identity.RegisterIdentityServer(srv, drv)
+	replication.RegisterControllerServer(srv, drv)
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	e := activities.Endpoint{Site: "x", Address: "unix://" + sock}
+	start := time.Now()
+	drv.lastSync.Store(start.Add(-time.Minute).UnixNano())
+
+	st := newStorage(t)
+	done := make(chan activities.ResyncOutcome, 1)
+	go func() {
+		out, err := st.ResyncUntilReady(ctxT(t), activities.ResyncInput{
+			Call:    activities.ReplicationInput{Endpoint: e, Source: activities.Source{VolumeID: "v"}},
+			Primary: &activities.ReplicationInput{Endpoint: e, Source: activities.Source{VolumeID: "v"}},
+			After:   start, Interval: 10 * time.Millisecond})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		t.Fatalf("the resync ended (%+v) on the copy's ready, with no sync from the primary since it began", out)
+	case <-time.After(300 * time.Millisecond):
+	}
+	synced := time.Now()
+	drv.lastSync.Store(synced.UnixNano())
+	select {
+	case out := <-done:
+		if !out.Shipped || !out.LastSync.Equal(synced) || !out.Ready {
+			t.Fatalf("outcome %+v, want shipped at %v, the copy ready", out, synced)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resync did not end once the primary reported a sync")
 	}
 }

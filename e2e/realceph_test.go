@@ -509,8 +509,28 @@ func TestRealCeph(t *testing.T) {
 		return err == nil && ps.Primary == "west" && ps.LastSync().After(rs)
 	})
 	fb := time.Now()
-	cephAction(t, h, "failback", h.plan, "--to", "east", "--yes", "--wait")
+	h.must("failback", h.plan, "--to", "east", "--yes")
+	e.observe(t, h, workflows.ActionID("e2e"), 6*time.Minute, images)
+	fbOut := cephAction(t, h, "watch", "e2e")
 	t.Logf("ceph: failback to east took %s", time.Since(fb).Round(time.Second))
+	// The old primary follows the new one: each resync of west ended on
+	// east's word that it shipped west a sync of its own lineage.
+	var fbRes workflows.FailbackResult
+	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &fbRes); err != nil {
+		t.Fatal(err)
+	}
+	resyncs := 0
+	for _, s := range fbRes.Steps {
+		if strings.HasPrefix(s.Name, "resync ") {
+			resyncs++
+			if !strings.Contains(s.Output, "east shipped") {
+				t.Fatalf("the failback's %s did not end on a sync from east:\n%s", s.Name, fbOut)
+			}
+		}
+	}
+	if resyncs != 2 {
+		t.Fatalf("the failback resynced %d groups on west, want 2:\n%s", resyncs, fbOut)
+	}
 	westAcks, _ := cephAcks(t, filepath.Join(dir, "west.acks"))
 	checkAcks(t, e, "east", "west", images, westAcks, time.Time{})
 	checkAcks(t, e, "east", "east", images, eastAcks, lastSync)
@@ -520,6 +540,7 @@ func TestRealCeph(t *testing.T) {
 	runHook(t, "kill $(cat "+filepath.Join(dir, "east.pid")+")", "")
 	stopped := time.Now()
 	simtest.Eventually(t, 3*time.Minute, "a sync from east begun after its writer stopped", func() bool {
+		time.Sleep(time.Second) // ceph-csi holds a volume's lock while it answers
 		for _, name := range []string{"db", "web"} {
 			if !lastSyncAfter(t, e, secrets, vols[name], stopped) {
 				return false

@@ -94,6 +94,9 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	}
 
 	// The promotion does not pause: if it fails for good, roll back.
+	// The first sync of To's lineage is the one its promotion starts: the
+	// resync of From below is done once To has shipped it (or a later one).
+	promotedAt := workflow.Now(ctx)
 	promoted := map[string]bool{}
 	var failure error
 	if fansOut(p) {
@@ -115,7 +118,7 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := unfence(ctx, r, p, to, from, in.Fenced); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Primary: to, After: workflow.Now(ctx)}); err != nil {
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Primary: to, After: promotedAt}); err != nil {
 		return err
 	}
 	if err := r.gate(ctx, "beforeStart"); err != nil {
