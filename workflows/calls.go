@@ -88,6 +88,13 @@ const localBudget = time.Second
 // attempts is a workflow timer. Whether an error is worth another
 // attempt is what the activity decided from the classification table
 // (activities.Retryable).
+//
+// A step's attempt on a site's own task queue waits there for the site's
+// worker with no time limit, the step saying so while no worker takes it
+// (awaitSite), and the time it waited does not count toward the time
+// limit: a site's worker cut off from Temporal holds the action, it does
+// not fail it. The failover's best-effort stop of a lost site keeps its
+// deadline over the wait (queueBound).
 func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any, local bool) (T, error) {
 	var out T
 	rp := o.RetryPolicy
