@@ -41,7 +41,7 @@ type queueBound struct{}
 func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
 	var out T
 	f := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), fn, in)
-	awaitSite(ctx, f, o.TaskQueue, activityName(fn))
+	awaitSite(ctx, f, o.TaskQueue, activityName(fn), true)
 	err := f.Get(ctx, &out)
 	return out, err
 }
@@ -127,7 +127,7 @@ func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 				}
 			}
 			f := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ro), fn, in)
-			start = start.Add(awaitSite(ctx, f, o.TaskQueue, name))
+			start = start.Add(awaitSite(ctx, f, o.TaskQueue, name, false))
 			err = f.Get(ctx, &out)
 		}
 		if err == nil {

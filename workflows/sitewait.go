@@ -125,7 +125,14 @@ func siteOfQueue(ctx workflow.Context, queue string) string {
 // the running step says so (waitingNote). Only a step's calls are
 // watched, not Protect's (regularOnly): Protect is a long-running poll
 // that says nothing step by step, and its next round comes anyway.
-func awaitSite(ctx workflow.Context, f workflow.Future, queue, name string) time.Duration {
+//
+// With again unset, f is one attempt that Temporal does not retry: once
+// no call of its kind sits unstarted in the queue, it has started and
+// cannot sit there again, and the watch ends (a long call adds nothing
+// more to the history). With again set, Temporal may schedule the call
+// anew after a failed attempt (a poll whose worker stopped
+// heartbeating), and the watch goes on.
+func awaitSite(ctx workflow.Context, f workflow.Future, queue, name string, again bool) time.Duration {
 	if !watched(ctx, queue) {
 		return 0
 	}
@@ -158,6 +165,9 @@ func awaitSite(ctx workflow.Context, f workflow.Future, queue, name string) time
 			if s.WaitsForWorker && !f.IsReady() {
 				// Taken by a worker since: the step is a running call again.
 				s.WaitsForWorker, s.Note = false, fmt.Sprintf("%s: taken by %s after %v without one", name, siteWorker(site, queue), waited.Round(time.Second))
+			}
+			if !again {
+				break
 			}
 			continue
 		}
