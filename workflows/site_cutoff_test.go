@@ -247,3 +247,64 @@ func TestSiteWorkerCutOffMidAction(t *testing.T) {
 		t.Errorf("west-worker-2 promoted nothing: it ran %v", seen)
 	}
 }
+
+// TestLostSitesWorkerDoesNotHoldTheFailover: a site lost with its own
+// worker leaves the failover's best-effort stop of its workloads in a
+// queue no worker will serve. That stop keeps its deadline over the wait
+// (the step says meanwhile that it waits for east's worker), reports the
+// workloads not stopped, and the failover goes on to fence, promote and
+// start at west: a lost site's worker never holds the failover that
+// replaces it.
+func TestLostSitesWorkerDoesNotHoldTheFailover(t *testing.T) {
+	t.Cleanup(workflows.SetSiteWaitAfter(time.Second))
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	for i := range f.plan.Sites {
+		f.plan.Sites[i].TaskQueue = names.SiteTaskQueue(f.plan.Sites[i].Name)
+	}
+	f.plan.Policy.StopDeadline = plans.Duration(4 * time.Second)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	// East's worker was lost with east: none polls its queue.
+	startSiteWorker(t, srv, "west", "west-worker", &ranBy{}, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	startRecord(t, ctx, srv)
+	f.east.Down()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	var saw string
+	done := make(chan error, 1)
+	var res workflows.FailoverResult
+	go func() { done <- run.Get(ctx, &res) }()
+	for waiting := true; waiting; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the failover did not end (%v); a step waiting for a worker said: %s", err, saw)
+			}
+			waiting = false
+		case <-time.After(200 * time.Millisecond):
+			v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress)
+			var p workflows.Progress
+			if err != nil || v.Get(&p) != nil {
+				continue
+			}
+			for _, s := range p.Steps {
+				if s.WaitsForWorker && saw == "" {
+					saw = s.Name + ": " + s.Note
+				}
+			}
+		}
+	}
+	allDone(t, res.Progress)
+	allRoles(t, f.west, sim.RolePrimary)
+	if !strings.Contains(saw, "site east's worker") {
+		t.Errorf("no step said it waited for east's worker (saw %q)", saw)
+	}
+	for _, s := range res.Steps {
+		if s.ID == "stop-workloads/east" && !strings.Contains(s.Output, "not stopped") {
+			t.Errorf("the lost site's stop says %q, want its workloads reported not stopped", s.Output)
+		}
+	}
+}
