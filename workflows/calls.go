@@ -23,13 +23,26 @@ var (
 	wl *activities.Workloads
 )
 
-// regularOnly, as a context key, keeps rpcCall to regular activities.
+// regularOnly, as a context key, keeps rpcCall to regular activities
+// (Protect's calls), unwatched (awaitSite).
 type regularOnly struct{}
 
+// queueBound, as a context key, keeps a call's time limit over the time
+// it waits in a site's queue for a worker: the best-effort stop of a
+// lost site's workloads, whose worker is likely lost with it.
+type queueBound struct{}
+
 // call runs one activity and decodes its result.
+//
+// A step's call on a site's own task queue is watched (awaitSite): the
+// step says when the call sits there with no worker to take it. Its
+// options stay as they are: an activity Temporal retries (a poll, a
+// hook, a batch) waits for the site's worker within its own time limit.
 func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
 	var out T
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), fn, in).Get(ctx, &out)
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), fn, in)
+	awaitSite(ctx, f, o.TaskQueue, activityName(fn), true)
+	err := f.Get(ctx, &out)
 	return out, err
 }
 
@@ -75,6 +88,13 @@ const localBudget = time.Second
 // attempts is a workflow timer. Whether an error is worth another
 // attempt is what the activity decided from the classification table
 // (activities.Retryable).
+//
+// A step's attempt on a site's own task queue waits there for the site's
+// worker with no time limit, the step saying so while no worker takes it
+// (awaitSite), and the time it waited does not count toward the time
+// limit: a site's worker cut off from Temporal holds the action, it does
+// not fail it. The failover's best-effort stop of a lost site keeps its
+// deadline over the wait (queueBound).
 func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any, local bool) (T, error) {
 	var out T
 	rp := o.RetryPolicy
@@ -95,11 +115,20 @@ func retried[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any
 		} else {
 			ro := o
 			ro.RetryPolicy = once
+			waits := watched(ctx, o.TaskQueue) && ctx.Value(queueBound{}) == nil
 			if limit > 0 {
 				ro.ScheduleToCloseTimeout = max(left, time.Second)
 				ro.StartToCloseTimeout = min(o.StartToCloseTimeout, ro.ScheduleToCloseTimeout)
+				if waits {
+					// The attempt waits in the site's queue for as long
+					// as no worker takes it (the step says so): only the
+					// time the site's worker had the call counts.
+					ro.ScheduleToCloseTimeout = 0
+				}
 			}
-			err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ro), fn, in).Get(ctx, &out)
+			f := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ro), fn, in)
+			start = start.Add(awaitSite(ctx, f, o.TaskQueue, name, false))
+			err = f.Get(ctx, &out)
 		}
 		if err == nil {
 			return out, nil

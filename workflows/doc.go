@@ -170,6 +170,17 @@
 //     and a failback's checks end their task (settle, a 1 ms timer)
 //     before the first side effect, so that a worker lost after a
 //     promotion or demotion never leaves the next one to ask them again;
+//   - a step's call on a site's own task queue (calls.go, sitewait.go)
+//     is watched: while it sits there unstarted past siteWaitAfter (the
+//     site's worker cut off from Temporal), the step stays running,
+//     marked WaitsForWorker, its note naming the site, the queue and the
+//     workers that last polled it (RunReader.SiteQueueWait, a local
+//     activity on the workflows' worker, asks Temporal), and it goes on
+//     by itself when a worker takes the call. A single call's attempt
+//     on a site's queue waits there for a worker without a time limit,
+//     and that wait does not count toward the plan's time limit, but
+//     for the failover's best-effort stop of a lost site (queueBound).
+//     Protect's calls are not watched;
 //   - an action's changes to the plan's record (its start, a fence, the
 //     primary, an unfence) go aside (record.go): sent from goroutines of
 //     their own while the action goes on; the end goes aside last, and

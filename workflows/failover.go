@@ -234,6 +234,7 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 // stop deadline in all, and a failure is reported, not fatal.
 func stopLost(ctx workflow.Context, p *plans.Plan, site string, deadline time.Duration) string {
 	ws := workloadsOn(p, site)
+	ctx = workflow.WithValue(ctx, queueBound{}, true)
 	lines := make([]string, len(ws))
 	names := make([]string, len(ws))
 	for i, w := range ws {

@@ -58,6 +58,11 @@ type Step struct {
 	// Note says what a running step is doing (a call retrying, a
 	// workload not healthy yet and why).
 	Note string `json:"note,omitempty"`
+	// WaitsForWorker marks a running step whose call sits in a site's
+	// task queue that no worker takes (the site's worker is cut off):
+	// Note names the site, the queue and the workers that last polled
+	// it. The step goes on by itself when a worker takes the call.
+	WaitsForWorker bool `json:"waitsForWorker,omitempty"`
 	// Guard marks a step that later steps rely on for safety (a fence a
 	// forced promotion needs): skipping it needs an explicit override.
 	Guard bool `json:"guard,omitempty"`
@@ -230,6 +235,7 @@ func (r *run) step(ctx workflow.Context, ref stepRef, guard bool, fn func(ctx wo
 	name := s.Key()
 	s.State, s.Start = StateRunning, workflow.Now(ctx)
 	ctx = workflow.WithValue(ctx, stepKey{}, s)
+	ctx = workflow.WithValue(ctx, planKey{}, r.plan)
 	for {
 		if r.aborted {
 			s.State = StateAborted
@@ -238,7 +244,7 @@ func (r *run) step(ctx workflow.Context, ref stepRef, guard bool, fn func(ctx wo
 		s.Attempts++
 		out, err := fn(ctx)
 		s.Output = out
-		s.Note = ""
+		s.Note, s.WaitsForWorker = "", false
 		if err == nil {
 			s.State, s.End, s.LastError = StateDone, workflow.Now(ctx), ""
 			return nil

@@ -202,7 +202,7 @@ func (l *liveTable) log(p *workflows.Progress, id string) {
 	for _, s := range p.Steps {
 		// A retry the operator asked for (drctl resolve) can pause the
 		// step again between two looks: its tries tell the change.
-		now := fmt.Sprintf("%s %d %s", s.State, tries(s), s.By)
+		now := fmt.Sprintf("%s %d %s %v", s.State, tries(s), s.By, s.WaitsForWorker)
 		if l.seen[s.Key()] == now {
 			continue
 		}
@@ -271,7 +271,9 @@ const noteWidth = 60
 
 // stepNote is what a step's line says: the last error of a step that is
 // failing (running again, paused, failed, aborted), else its note (what
-// a running step is doing), else its output, whole, on one line. A step
+// a running step is doing), else its output, whole, on one line. A
+// running step whose call waits for a site's worker says so whatever
+// error came before. A step
 // that ended well shows its output: an error an earlier attempt met is
 // history, not its note.
 func stepNote(s *workflows.Step) string {
@@ -287,6 +289,11 @@ func stepNote(s *workflows.Step) string {
 		}
 		if s.LastError != "" && s.State == workflows.StateRunning && s.Retries > 0 {
 			note = fmt.Sprintf("retrying (%d failed): %s", s.Retries, s.LastError)
+		}
+		if s.State == workflows.StateRunning && s.WaitsForWorker {
+			// A site's worker cut off: what it waits for matters more
+			// than an error an attempt before the cut met.
+			note = s.Note
 		}
 	}
 	return oneLine(note)

@@ -88,7 +88,8 @@ func TestHintsNameTheRun(t *testing.T) {
 }
 
 // TestStepNote: a done step's note is its output, never an earlier
-// attempt's error; a long note is kept whole.
+// attempt's error; a step waiting for a site's worker says so over an
+// earlier attempt's error; a long note is kept whole.
 func TestStepNote(t *testing.T) {
 	done := &workflows.Step{State: workflows.StateDone, LastError: "old error", Output: "promoted"}
 	if got := stepNote(done); got != "promoted" {
@@ -97,6 +98,11 @@ func TestStepNote(t *testing.T) {
 	retrying := &workflows.Step{State: workflows.StateRunning, LastError: "UNAVAILABLE", Output: ""}
 	if got := stepNote(retrying); got != "UNAVAILABLE" {
 		t.Errorf("running step note %q, want its last error", got)
+	}
+	cut := &workflows.Step{State: workflows.StateRunning, LastError: "StartWorkload: timeout", Retries: 1, WaitsForWorker: true,
+		Note: "waits for site west's worker: ...; the action goes on by itself when a worker polls the queue again, no resolve needed"}
+	if got := stepNote(cut); got != cut.Note {
+		t.Errorf("a step waiting for a site's worker says %q, want what it waits for", got)
 	}
 	long := &workflows.Step{State: workflows.StatePaused, LastError: strings.Repeat("abcdefghi ", 20) + "the end"}
 	if got := stepNote(long); got != strings.Repeat("abcdefghi ", 20)+"the end" {
@@ -279,5 +285,32 @@ func TestConnectionFlags(t *testing.T) {
 	code, _, errs := run("--address", srv.Address(), "--api-key", "k", "--tls-server-name", "temporal.example", "list")
 	if code != 3 {
 		t.Errorf("--api-key against a plain server: exit %d, want 3 (TLS attempted)\n%s", code, errs)
+	}
+}
+
+// TestStreamedWaitForASiteWorker: in a log, a running step whose call
+// comes to wait for a site's worker gets a line of its own saying so,
+// though its state and tries are unchanged, and another when the wait
+// ends; the table shows the wait in the step's note.
+func TestStreamedWaitForASiteWorker(t *testing.T) {
+	var b bytes.Buffer
+	l := newLiveTable(&b, true)
+	s := &workflows.Step{ID: "promote/west/db", Name: "promote db on west", State: workflows.StateRunning, Attempts: 1, Start: time.Now()}
+	p := &workflows.Progress{Action: "failover", Plan: "shop", State: workflows.StateRunning, Steps: []*workflows.Step{s}}
+	l.show(p, workflows.ActionID("shop"))
+	note := "waits for site west's worker: PromoteVolume sits in task queue drover-site-west; the action goes on by itself"
+	s.WaitsForWorker, s.Note = true, note
+	l.show(p, workflows.ActionID("shop"))
+	s.WaitsForWorker, s.Note = false, "PromoteVolume: taken by site west's worker after 40s without one"
+	l.show(p, workflows.ActionID("shop"))
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[1], "promote db on west  "+note) || !strings.Contains(lines[2], "taken by site west's worker") {
+		t.Errorf("want a line as the step runs, one as it waits for west's worker and one as the wait ends:\n%s", b.String())
+	}
+	var tb bytes.Buffer
+	renderSteps(&tb, &workflows.Progress{Action: "failover", Plan: "shop", State: workflows.StateRunning, Steps: []*workflows.Step{
+		{ID: "promote/west/db", Name: "promote db on west", State: workflows.StateRunning, Attempts: 1, Retries: 1, LastError: "StartToClose timeout", WaitsForWorker: true, Note: note}}}, workflows.ActionID("shop"))
+	if !strings.Contains(tb.String(), "waits for site west's worker") {
+		t.Errorf("the step table hides the wait for west's worker:\n%s", tb.String())
 	}
 }
