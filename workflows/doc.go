@@ -21,8 +21,8 @@
 //   - Failback (failback.go): planned move with no data loss: preflight
 //     both sites and require fresh healthy replication, stop, demote
 //     without force, promote without force once the final sync landed,
-//     unfence, resync the old primary, start; a promotion that fails for
-//     good rolls everything back.
+//     unfence, start, resync the old primary until the new one shipped
+//     it a sync; a promotion that fails for good rolls everything back.
 //
 //   - Drill (drill.go): every check of a failover or failback without a
 //     state change (storage ready, secrets accepted, fencing possible,

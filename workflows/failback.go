@@ -43,9 +43,11 @@ const ErrRolledBack = "FailbackRolledBack"
 //     (FAILED_PRECONDITION) until the final sync has landed, so the
 //     promotion is retried until it does, within the plan's time limit;
 //  5. unfence To if it is fenced;
-//  6. resync From, which is now To's replica, never with force: a copy
-//     the storage finds diverged pauses the step with an explanation;
-//  7. start To's workloads.
+//  6. start To's workloads;
+//  7. resync From, which is now To's replica, never with force, until To
+//     reports a sync to it begun since the promotion: a copy the storage
+//     finds diverged pauses the step with an explanation. The workloads
+//     do not wait for it: the failback ends once From follows To.
 //
 // If To cannot be promoted, the failback rolls back: To's promoted groups
 // are demoted, From's are promoted again, From's workloads restarted, and
@@ -118,13 +120,15 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := unfence(ctx, r, p, to, from, in.Fenced); err != nil {
 		return err
 	}
-	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Primary: to, After: promotedAt}); err != nil {
-		return err
-	}
 	if err := r.gate(ctx, "beforeStart"); err != nil {
 		return err
 	}
 	if err := startAll(ctx, r, p, to, "failback"); err != nil {
+		return err
+	}
+	// To's workloads run from here; the failback ends once From follows
+	// To, which may take To's next scheduled sync.
+	if err := forGroups(ctx, r, p, GroupOp{Kind: OpResync, Site: from, Primary: to, After: promotedAt}); err != nil {
 		return err
 	}
 	return protectFrom(ctx, r, p, to)

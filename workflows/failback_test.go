@@ -112,8 +112,8 @@ func TestFailoverReprotectFailback(t *testing.T) {
 		[3]string{"StopWorkload", "west", ""},
 		[3]string{"DemoteVolume", "west", "vg-1"},
 		[3]string{"PromoteVolume", "east", "vg-1"},
-		[3]string{"ResyncUntilReady", "west", ""},
 		[3]string{"StartWorkload", "east", ""},
+		[3]string{"ResyncUntilReady", "west", ""},
 		[3]string{"Protect", "east", ""})
 	for _, c := range calls {
 		if (c.name == "PromoteVolume" || c.name == "DemoteVolume") && c.force {
