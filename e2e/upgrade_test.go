@@ -12,6 +12,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -268,20 +269,33 @@ func TestUpgrade(t *testing.T) {
 	}
 }
 
+// events is the history of the workflow's latest run, read within 30 s.
+func (u *upgrade) events(id string) ([]*historypb.HistoryEvent, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []*historypb.HistoryEvent
+	it := u.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // newPath says what in the workflow's latest run the previous build
 // cannot replay, "" if nothing: the workflow.GetVersion marker of
 // change, or an accepted update of a kind the previous build has no
 // handler for (the plan version a newer action presents to the record).
 func (u *upgrade) newPath(t *testing.T, id, change, update string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	it := u.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
+	events, err := u.events(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
 		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == update {
 			return fmt.Sprintf("update %s accepted (event %d)", update, e.GetEventId())
 		}
@@ -337,15 +351,12 @@ func (u *upgrade) stuck(t *testing.T, id string, after int64) {
 // taskFailures counts the workflow task failures by identity after event
 // after, and gives the last one's cause and message.
 func (u *upgrade) taskFailures(t *testing.T, id string, after int64, identity string) (int, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	it := u.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	events, err := u.events(id)
+	if err != nil {
+		return 0, err.Error()
+	}
 	n, last := 0, ""
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			return n, err.Error()
-		}
+	for _, e := range events {
 		if f := e.GetWorkflowTaskFailedEventAttributes(); e.GetEventId() > after && f != nil && f.GetIdentity() == identity {
 			n++
 			last = fmt.Sprintf("%v: %s", f.GetCause(), f.GetFailure().GetMessage())
@@ -492,14 +503,11 @@ func (u *upgrade) drainage(build string) ([]string, client.WorkerDeploymentVersi
 // counts the activities and local activities among them (a local
 // activity runs in the workflow task that records it).
 func (u *upgrade) tasks(id string, after int64) (by []string, calls int, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	it := u.c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			return nil, 0, err
-		}
+	events, err := u.events(id)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, e := range events {
 		if e.GetEventId() <= after {
 			continue
 		}
