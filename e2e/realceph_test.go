@@ -136,7 +136,7 @@ func (e cephEnv) resume(t *testing.T, site string) {
 					Age         float64 `json:"age"`
 				} `json:"ops"`
 			}
-			if err := json.Unmarshal([]byte(s[strings.Index(s, "{"):]), &d); err != nil {
+			if err := cephJSON(s, &d); err != nil {
 				t.Fatalf("ceph tell osd.%s dump_ops_in_flight on %s: %v\n%s", id, site, err, s)
 			}
 			for _, op := range d.Ops {
@@ -163,7 +163,7 @@ func (e cephEnv) resume(t *testing.T, site string) {
 			} `json:"osds"`
 		}
 		s, err := e.try(site, "ceph", "osd", "dump", "-f", "json")
-		if err != nil || json.Unmarshal([]byte(s), &d) != nil {
+		if err != nil || cephJSON(s, &d) != nil {
 			return false
 		}
 		for _, o := range d.OSDs {
@@ -173,6 +173,16 @@ func (e cephEnv) resume(t *testing.T, site string) {
 		}
 		return len(held()) == 0
 	})
+}
+
+// cephJSON decodes the JSON a ceph command printed into v, from its
+// first brace (the CLI may print a warning before it).
+func cephJSON(out string, v any) error {
+	i := strings.Index(out, "{")
+	if i < 0 {
+		return fmt.Errorf("no JSON in %q", out)
+	}
+	return json.Unmarshal([]byte(out[i:]), v)
 }
 
 // laggy lists the placement groups of site's cluster whose state says
@@ -186,7 +196,7 @@ func (e cephEnv) laggy(t *testing.T, site string) []string {
 			State string `json:"state"`
 		} `json:"pg_stats"`
 	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &d); err != nil {
+	if err := cephJSON(out, &d); err != nil {
 		t.Fatalf("ceph pg dump on %s: %v\n%s", site, err, out)
 	}
 	var pgs []string
