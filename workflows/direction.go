@@ -36,6 +36,23 @@ func roleSample(p *plans.Plan, n int) []plans.VolumeGroup {
 	return out
 }
 
+// roleCalls are the GetVolumeReplicationInfo calls on site that ask the
+// roles of groups' copies, at most surveyBatch of them.
+func roleCalls(p *plans.Plan, site string, groups []plans.VolumeGroup) ([]activities.ReplicationInput, error) {
+	var calls []activities.ReplicationInput
+	for i := range groups {
+		ins, err := activities.GroupInputs(p, site, &groups[i], activities.RPCGetVolumeReplicationInfo, false)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, ins...)
+		if len(calls) >= surveyBatch {
+			return calls[:surveyBatch], nil
+		}
+	}
+	return calls, nil
+}
+
 // notPrimaryYet asks the storage of site, with one GetVolumeReplicationInfo
 // per source (at most surveyBatch of them, no retries), whether it already
 // holds the primary copies: a driver answers it only for a primary copy.
@@ -48,17 +65,9 @@ func roleSample(p *plans.Plan, n int) []plans.VolumeGroup {
 // The survey's first attempt is a local activity, as single storage calls
 // are (retried); its one attempt is all it gets.
 func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups []plans.VolumeGroup) (string, error) {
-	var calls []activities.ReplicationInput
-	for i := range groups {
-		ins, err := activities.GroupInputs(p, to, &groups[i], activities.RPCGetVolumeReplicationInfo, false)
-		if err != nil {
-			return "", err
-		}
-		calls = append(calls, ins...)
-		if len(calls) >= surveyBatch {
-			calls = calls[:surveyBatch]
-			break
-		}
+	calls, err := roleCalls(p, to, groups)
+	if err != nil {
+		return "", err
 	}
 	if len(calls) == 0 {
 		return "no volume groups", nil
@@ -187,17 +196,9 @@ var passing = []string{activities.ErrOperationPending, activities.ErrUnavailable
 // primaryThere asks site's storage for the roles of a sample of the
 // plan's copies; again tells whether an error may pass when asked again.
 func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action string) (out string, again bool, err error) {
-	var calls []activities.ReplicationInput
-	for _, g := range roleSample(p, max(p.Policy.Parallelism, surveyBatch)) {
-		ins, err := activities.GroupInputs(p, site, &g, activities.RPCGetVolumeReplicationInfo, false)
-		if err != nil {
-			return "", false, err
-		}
-		calls = append(calls, ins...)
-		if len(calls) >= surveyBatch {
-			calls = calls[:surveyBatch]
-			break
-		}
+	calls, err := roleCalls(p, site, roleSample(p, max(p.Policy.Parallelism, surveyBatch)))
+	if err != nil {
+		return "", false, err
 	}
 	if len(calls) == 0 {
 		return "no volume groups", false, nil

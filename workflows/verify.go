@@ -162,16 +162,9 @@ func primaryElsewhere(ctx workflow.Context, p *plans.Plan, rec *PlanRecord) stri
 		if site.Name == rec.Primary {
 			continue
 		}
-		var calls []activities.ReplicationInput
-		for _, g := range roleSample(p, surveyBatch) {
-			ins, err := activities.GroupInputs(p, site.Name, &g, activities.RPCGetVolumeReplicationInfo, false)
-			if err != nil {
-				return ""
-			}
-			calls = append(calls, ins...)
-		}
-		if len(calls) > surveyBatch {
-			calls = calls[:surveyBatch]
+		calls, err := roleCalls(p, site.Name, roleSample(p, surveyBatch))
+		if err != nil {
+			return ""
 		}
 		if len(calls) == 0 {
 			return ""
