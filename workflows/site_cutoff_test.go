@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -13,12 +14,14 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -306,5 +309,50 @@ func TestLostSitesWorkerDoesNotHoldTheFailover(t *testing.T) {
 		if s.ID == "stop-workloads/east" && !strings.Contains(s.Output, "not stopped") {
 			t.Errorf("the lost site's stop says %q, want its workloads reported not stopped", s.Output)
 		}
+	}
+}
+
+// TestCancelEndsTheWaitForASiteWorker: a call that waits in a site's
+// queue with no worker to take it holds the action for as long as the
+// cut lasts, and `drctl cancel` (a cancel of the run) ends the wait
+// (README, "A site worker cut off"): the action ends canceled and the
+// call never runs.
+func TestCancelEndsTheWaitForASiteWorker(t *testing.T) {
+	t.Cleanup(workflows.SetSiteWaitAfter(time.Second))
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	for i := range f.plan.Sites {
+		f.plan.Sites[i].TaskQueue = names.SiteTaskQueue(f.plan.Sites[i].Name)
+	}
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	// No worker polls west's queue: its preflight waits there.
+	east := &ranBy{}
+	startSiteWorker(t, srv, "east", "east-worker", east, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	startRecord(t, ctx, srv)
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	simtest.Eventually(t, 30*time.Second, "a step to say it waits for west's worker", func() bool {
+		v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress)
+		var p workflows.Progress
+		if err != nil || v.Get(&p) != nil {
+			return false
+		}
+		for _, s := range p.Steps {
+			if s.WaitsForWorker && strings.Contains(s.Note, "site west's worker") {
+				return true
+			}
+		}
+		return false
+	})
+	mustOK(t, srv.Client.CancelWorkflow(ctx, run.GetID(), run.GetRunID()))
+	var canceled *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
+		t.Fatalf("the failover after its cancel: %v, want canceled", err)
+	}
+	if n := len(f.west.FencedCIDRs()); n != 0 {
+		t.Errorf("west fenced %d CIDRs for a failover canceled before its preflight there", n)
 	}
 }
