@@ -70,7 +70,7 @@ e2e-upgrade: $(BIN)/temporal ## upgrade from E2E_UPGRADE_FROM's build to this on
 	@E2E_UPGRADE_FROM=$(E2E_UPGRADE_FROM) GO=$(GO) CI=$${CI:-true} bash scripts/e2e-upgrade.sh
 
 # Drover surviving the disaster it manages: two sites as network
-# namespaces joined by a bridge (the WAN), each with its own PostgreSQL,
+# namespaces joined by a WAN of 20 ms each way, each with its own PostgreSQL,
 # Temporal cluster (joined for multi-cluster replication, the namespace
 # global), storage and worker; east cut off while it writes, the
 # namespace taken over at west, the failover, the heal, reprotect and

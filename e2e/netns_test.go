@@ -19,14 +19,14 @@ import (
 
 // The network of TestSitesAsNetworks: one network namespace per site and
 // one for the WAN, all named drsite-PID-…, made and deleted by the test
-// itself. Each site's namespace has one veth into a bridge in the WAN's;
-// the WAN's end of each carries 20 ms of netem delay, so a packet from
-// one site to the other waits 20 ms and a round trip 40. Cutting a site
-// off sets its WAN-side veth down: its processes go on, packets to and
-// from it are dropped, and nothing tells either side.
+// itself. Each site's namespace has one veth into the WAN's, whose ends
+// there the hub (hub_test.go) joins: a frame from one site reaches the
+// other 20 ms later, so a round trip takes 40. Cutting a site off sets
+// its WAN-side veth down: its processes go on, packets to and from it
+// are dropped, and nothing tells either side.
 
 // wanDelay is the one-way delay of the WAN.
-const wanDelay = "20ms"
+const wanDelay = 20 * time.Millisecond
 
 // netnsPrefix starts the names of this process's namespaces.
 func netnsPrefix() string { return fmt.Sprintf("drsite-%d-", os.Getpid()) }
@@ -41,12 +41,12 @@ func ipCmd(name string, args ...string) error {
 }
 
 // canNetns says why network namespaces cannot be made here ("" when they
-// can): the test must run as root with ip and tc.
+// can): the test must run as root with ip.
 func canNetns() string {
 	if os.Geteuid() != 0 {
-		return "not root: network namespaces, veth pairs and netem need root"
+		return "not root: network namespaces, veth pairs and packet sockets need root"
 	}
-	for _, tool := range []string{"ip", "tc", "setpriv"} {
+	for _, tool := range []string{"ip", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return tool + " is not installed"
 		}
@@ -83,14 +83,13 @@ func sweepStaleNetns() {
 	}
 }
 
-// wan is the test's network: the WAN namespace with its bridge, and one
+// wan is the test's network: the WAN namespace with its hub, and one
 // namespace per site joined to it.
 type wan struct {
 	ns    string // the WAN's namespace
+	hub   *hub
 	sites map[string]*siteNet
 	made  []string // namespaces made, for close
-	// noDelay says why the WAN has no delay ("" when it has).
-	noDelay string
 }
 
 // siteNet is one site's namespace: its host address (every service of
@@ -106,21 +105,10 @@ type siteNet struct {
 	temporal *siteNet
 }
 
-// newWAN makes the WAN namespace and its bridge.
+// newWAN makes the WAN namespace and its hub.
 func newWAN() (*wan, error) {
-	w := &wan{ns: netnsPrefix() + "wan", sites: map[string]*siteNet{}}
-	if err := w.addNS(w.ns); err != nil {
-		return w, err
-	}
-	for _, args := range [][]string{
-		{"-n", w.ns, "link", "add", "br0", "type", "bridge"},
-		{"-n", w.ns, "link", "set", "br0", "up"},
-	} {
-		if err := ipCmd("ip", args...); err != nil {
-			return w, err
-		}
-	}
-	return w, nil
+	w := &wan{ns: netnsPrefix() + "wan", hub: newHub(wanDelay), sites: map[string]*siteNet{}}
+	return w, w.addNS(w.ns)
 }
 
 func (w *wan) addNS(name string) error {
@@ -132,8 +120,7 @@ func (w *wan) addNS(name string) error {
 }
 
 // addSite makes a site's namespace with host and client addresses
-// (10.213.0.0/24) and joins it to the bridge through a veth whose WAN
-// end delays by wanDelay.
+// (10.213.0.0/24) and joins it to the hub through a veth.
 func (w *wan) addSite(name string, n int) (*siteNet, error) {
 	s := &siteNet{name: name, ns: netnsPrefix() + name, host: fmt.Sprintf("10.213.0.%d", n), client: fmt.Sprintf("10.213.0.%d", 100+n)}
 	s.temporal = s
@@ -146,7 +133,6 @@ func (w *wan) addSite(name string, n int) (*siteNet, error) {
 	in := "s-" + name
 	for _, args := range [][]string{
 		{"-n", w.ns, "link", "add", s.wanIf, "type", "veth", "peer", "name", in, "netns", s.ns},
-		{"-n", w.ns, "link", "set", s.wanIf, "master", "br0"},
 		{"-n", w.ns, "link", "set", s.wanIf, "up"},
 		{"-n", s.ns, "addr", "add", s.host + "/24", "dev", in},
 		{"-n", s.ns, "addr", "add", s.client + "/24", "dev", in},
@@ -157,23 +143,7 @@ func (w *wan) addSite(name string, n int) (*siteNet, error) {
 		}
 	}
 	w.sites[name] = s
-	if err := ipCmd("ip", "netns", "exec", w.ns, "tc", "qdisc", "add", "dev", s.wanIf, "root", "netem", "delay", wanDelay); err != nil {
-		// A kernel built without sch_netem: the WAN has no delay.
-		if strings.Contains(err.Error(), "qdisc kind is unknown") {
-			w.noDelay = "this kernel has no netem (CONFIG_NET_SCH_NETEM): the WAN runs without its delay"
-			return s, nil
-		}
-		return s, err
-	}
-	return s, nil
-}
-
-// delay is the WAN's one-way delay as made.
-func (w *wan) delay() string {
-	if w.noDelay != "" {
-		return "not at all (no netem)"
-	}
-	return wanDelay + " each way"
+	return s, w.hub.attach(w.ns, s.wanIf)
 }
 
 // cut takes a site off the WAN: its processes run on, its packets are
@@ -186,9 +156,10 @@ func (w *wan) heal(site string) error {
 	return ipCmd("ip", "-n", w.ns, "link", "set", w.sites[site].wanIf, "up")
 }
 
-// close deletes every namespace made, and with them the veths and the
-// bridge.
+// close stops the hub and deletes every namespace made, and with them
+// the veths.
 func (w *wan) close() error {
+	w.hub.close()
 	var errs []error
 	for i := len(w.made) - 1; i >= 0; i-- {
 		if err := ipCmd("ip", "netns", "del", w.made[i]); err != nil {
@@ -199,53 +170,101 @@ func (w *wan) close() error {
 	return errors.Join(errs...)
 }
 
-// dialer dials from inside a namespace: the socket is made on a thread
-// moved into it, and stays there after the thread moves back. from, when
-// set, is the source address.
+// dialer dials from inside a namespace (the socket stays there). from,
+// when set, is the source address.
 func dialer(ns, from string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			c, err, restored := dialIn(ctx, ns, from, network, addr)
-			if restored {
-				runtime.UnlockOSThread()
-			} // else the thread ends with the goroutine, still locked
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+		var c net.Conn
+		err := inNetns(ns, func() error {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			if from != "" {
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+			}
+			var err error
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
 	}
 }
 
-// dialIn dials in namespace ns on the locked calling thread and moves
-// the thread back; restored says whether it could.
-func dialIn(ctx context.Context, ns, from, network, addr string) (net.Conn, error, bool) {
+// inNetns runs f on a thread moved into namespace ns, then moves the
+// thread back; what f makes (a socket) stays in ns. A thread that could
+// not move back ends with its goroutine, still locked.
+func inNetns(ns string, f func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err, restored := inNetnsLocked(ns, f)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		ch <- err
+	}()
+	return <-ch
+}
+
+// inNetnsLocked is inNetns on the locked calling thread; restored says
+// whether the thread is back in its own namespace.
+func inNetnsLocked(ns string, f func() error) (error, bool) {
 	self, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), syscall.Gettid()))
 	if err != nil {
-		return nil, err, true
+		return err, true
 	}
 	defer self.Close()
 	target, err := os.Open(filepath.Join("/run/netns", ns))
 	if err != nil {
-		return nil, err, true
+		return err, true
 	}
 	defer target.Close()
 	if err := setns(target); err != nil {
-		return nil, fmt.Errorf("enter namespace %s: %w", ns, err), true
+		return fmt.Errorf("enter namespace %s: %w", ns, err), true
 	}
-	d := net.Dialer{Timeout: 5 * time.Second}
-	if from != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	c, err := d.DialContext(ctx, network, addr)
-	return c, err, setns(self) == nil
+	err = f()
+	return err, setns(self) == nil
 }
 
 func setns(f *os.File) error {
 	return unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+}
+
+// roundTrip measures the WAN's round trip from one site to another: the
+// least of five TCP connects (a SYN out, its SYN-ACK back) to a listener
+// the test opens at the far site for the purpose.
+func (w *wan) roundTrip(from, to *siteNet) (time.Duration, error) {
+	var l net.Listener
+	if err := inNetns(to.ns, func() error {
+		var err error
+		l, err = net.Listen("tcp", net.JoinHostPort(to.host, "0"))
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	dial := dialer(from.ns, from.host)
+	least := time.Duration(0)
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		c, err := dial(ctx, "tcp", l.Addr().String())
+		took := time.Since(start)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		c.Close()
+		if least == 0 || took < least {
+			least = took
+		}
+	}
+	return least, nil
 }

@@ -78,11 +78,17 @@ func sitesUp(t *testing.T, groups []sim.GroupSpec, outside bool) *rig {
 		r.up = append(r.up, s)
 	}
 	east, west := r.up[0], r.up[1]
-	if r.net.noDelay != "" {
-		r.say("%s", r.net.noDelay)
+	rtt, err := r.net.roundTrip(east, west)
+	if err != nil {
+		t.Fatalf("the WAN between east and west: %v", err)
 	}
-	r.say("network: %s (a bridge, links delayed %s), %s (%s, clients %s), %s (%s, clients %s)",
-		r.net.ns, r.net.delay(), east.ns, east.host, east.client, west.ns, west.host, west.client)
+	r.say("network: %s (a hub delaying each frame %v), %s (%s, clients %s), %s (%s, clients %s); round trip east→west %v (TCP connect, least of 5)",
+		r.net.ns, wanDelay, east.ns, east.host, east.client, west.ns, west.host, west.client, rtt.Round(100*time.Microsecond))
+	// The rig's own check: a WAN that does not delay would make every
+	// figure below a loopback's.
+	if rtt < 2*wanDelay {
+		t.Fatalf("the WAN's round trip is %v, less than twice its delay %v: the hub does not delay", rtt, wanDelay)
+	}
 	r.keys()
 	start := time.Now()
 	temporal := filepath.Join(bin, "temporal")
