@@ -146,7 +146,7 @@ func activeAt(c client.Client) string {
 // At west drctl failover finds the namespace active on a cluster it
 // cannot reach and says so; with --take-over-namespace it makes west's
 // cluster active and fails over. East, isolated, still thinks itself
-// active. The link returns: Temporal keeps west's history, east's
+// active, and its cluster restarted alone comes back so. The link returns: Temporal keeps west's history, east's
 // clients are fenced on west's storage, reprotect and failback work, and
 // every invariant holds.
 func TestSitesAsNetworks(t *testing.T) { sitesCycle(t, false) }
@@ -273,6 +273,22 @@ func sitesCycle(t *testing.T, outside bool) {
 	}
 	apps.wait(t, "east", "acknowledged by the zombie east", acked, 10)
 	r.say("ZOMBIE: east's cluster says active %q, its worker polls, its application writes on (%v)", activeAt(ce), apps.counts("east"))
+
+	// The trap of an isolated cluster restarted alone: it comes back
+	// naming itself active (nothing can tell it otherwise) and east's
+	// worker acts again. The heal must still keep west's history and
+	// every invariant below must still hold.
+	restartAt := time.Now()
+	r.temporal["east"].stop()
+	r.temporal["east"] = r.startTemporal(east, 1, true)
+	r.retry(east, 2*time.Minute, filepath.Join(bin, "temporal"), "operator", "cluster", "health", "--address", east.frontend())
+	serving := time.Since(restartAt)
+	if a := activeAt(ce); a != "east" {
+		t.Fatalf("east's cluster, restarted alone, says active %q; want east (it cannot learn otherwise)", a)
+	}
+	simtest.Eventually(t, 2*time.Minute, "east's worker to poll its restarted cluster", east.workerReady)
+	apps.wait(t, "east", "acknowledged by the zombie east after its cluster's restart", acked, 10)
+	r.say("ZOMBIE RESTARTED: east's cluster, restarted alone, serves after %v and says active %q; east's worker polls it again", serving.Round(time.Millisecond), activeAt(ce))
 
 	// Heal: the namespace moves to west on east's cluster too, east's
 	// worker pauses, Temporal keeps west's history.
@@ -529,9 +545,10 @@ func (r *rig) twoClusters(pgBin string, start time.Time) {
 	t := r.t
 	t.Helper()
 	east, west := r.up[0], r.up[1]
+	r.temporal = map[string]*rigProc{}
 	for i, s := range r.up {
 		r.startPostgres(s, pgBin)
-		r.startTemporal(s, i+1, true)
+		r.temporal[s.name] = r.startTemporal(s, i+1, true)
 	}
 	temporal := filepath.Join(bin, "temporal")
 	for _, s := range r.up {

@@ -64,6 +64,8 @@ type rig struct {
 	up []*siteNet
 	// zombie is the site cut off while the other took over (check).
 	zombie *siteNet
+	// temporal is each site's Temporal server, by site name.
+	temporal map[string]*rigProc
 }
 
 type rigProc struct {
@@ -256,7 +258,7 @@ func pgUser(t *testing.T) *syscall.Credential {
 // configuration, deploy/temporal/config/production.yaml, set for two
 // clusters as the README says: its own name, its own initial failover
 // version, global namespaces, and the dynamic configuration beside it.
-func (r *rig) startTemporal(s *siteNet, initialVersion int, global bool) {
+func (r *rig) startTemporal(s *siteNet, initialVersion int, global bool) *rigProc {
 	r.t.Helper()
 	root := filepath.Join(r.dir, "temporal-"+s.name)
 	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
@@ -280,7 +282,7 @@ func (r *rig) startTemporal(s *siteNet, initialVersion int, global bool) {
 	if global {
 		env = append(env, "TEMPORAL_GLOBAL_NAMESPACES=true", "TEMPORAL_DYNAMIC_CONFIG="+filepath.Join(root, "two-clusters.yaml"))
 	}
-	r.spawn("temporal-"+s.name, s, false, env, filepath.Join(sitesBin, "temporal-server"),
+	return r.spawn("temporal-"+s.name, s, false, env, filepath.Join(sitesBin, "temporal-server"),
 		"--root", root, "--config", "config", "--env", "production", "--allow-no-auth", "start")
 }
 
