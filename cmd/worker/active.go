@@ -22,6 +22,17 @@ import (
 // soon as its cluster is active again. A local namespace (one cluster)
 // is always active.
 
+// versionedGlobalWarning is logged once by a versioned worker of a
+// global namespace. Measured (make e2e-sites with versioning on): the
+// takeover at the other site and the actions there ran, but once the
+// namespace was failed back, the plan's record, an auto-upgrade
+// workflow, had a workflow task scheduled that no worker received
+// (the task queue empty, this build current and polling), and every
+// action asking the record timed out.
+const versionedGlobalWarning = "the namespace is global (a Temporal cluster at each site) and this worker runs as a Worker Deployment version: " +
+	"after a namespace failover and failback, the plans' records were seen waiting for workflow tasks no worker received; " +
+	"run the workers of a global namespace with --versioning=false (README: Where Temporal lives)"
+
 // clusterView is what the worker's cluster says of the namespace.
 type clusterView struct {
 	global bool
@@ -65,6 +76,12 @@ type gate struct {
 	ns       string
 	onPause  func()
 	onResume func()
+	// versioned: the worker runs as a Worker Deployment version, which
+	// a global namespace's failover and failback are not proven with
+	// (warned once, on the first answer that says global).
+	versioned bool
+
+	warnedVersioned bool
 
 	mu  sync.Mutex
 	cur worker.Worker
@@ -100,6 +117,10 @@ func (g *gate) active(ctx context.Context) bool {
 		return !g.paused
 	}
 	g.failed = false
+	if v.global && g.versioned && !g.warnedVersioned {
+		g.warnedVersioned = true
+		g.logger.Warn(versionedGlobalWarning, "namespace", g.ns, "cluster", v.here)
+	}
 	if v.activeHere() {
 		if g.paused {
 			g.logger.Info("resumed: the namespace is active on this worker's Temporal cluster again; polling", "namespace", g.ns, "cluster", v.here)

@@ -135,3 +135,36 @@ func TestGatePollsOnlyWhileActiveHere(t *testing.T) {
 		t.Fatalf("stopped %d times, want 2", stopped.Load())
 	}
 }
+
+// TestVersionedWorkerOfAGlobalNamespaceWarns: a worker that runs as a
+// Worker Deployment version says once, on its cluster's first answer
+// that the namespace is global, that the workers of a global namespace
+// run with --versioning=false; an unversioned one, or one of a local
+// namespace, says nothing of it.
+func TestVersionedWorkerOfAGlobalNamespaceWarns(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		versioned, glob bool
+		want            int
+	}{
+		{"versioned, global", true, true, 1},
+		{"unversioned, global", false, true, 0},
+		{"versioned, local", true, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs syncBuffer
+			g := &gate{every: time.Millisecond, ns: "drover", versioned: c.versioned, logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				check: func(context.Context) (clusterView, error) {
+					return clusterView{global: c.glob, here: "east", active: "east"}, nil
+				}}
+			for i := 0; i < 3; i++ {
+				if !g.active(context.Background()) {
+					t.Fatal("not active with the namespace active here")
+				}
+			}
+			if got := strings.Count(logs.String(), "--versioning=false"); got != c.want {
+				t.Fatalf("the warning logged %d times, want %d:\n%s", got, c.want, logs.String())
+			}
+		})
+	}
+}

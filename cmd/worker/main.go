@@ -461,7 +461,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	// The worker polls only while its cluster names the namespace
 	// active there (Temporal at both sites, a global namespace).
-	g := &gate{every: c.activeEvery, build: build, logger: logger, ns: namespace(opts),
+	g := &gate{every: c.activeEvery, build: build, logger: logger, ns: namespace(opts), versioned: deploymentOptions(c).UseVersioning,
 		check: func(ctx context.Context) (clusterView, error) { return readClusterView(ctx, cl, namespace(opts)) }}
 	gctx, gcancel := context.WithCancel(context.Background())
 	defer gcancel()
