@@ -410,10 +410,16 @@ policy:
 	// one with its error, and what to run next.
 	code, out, errs = c.run("status", "shop")
 	for _, want := range []string{"last action: Reprotect, running", "STATE", "TRIES", "done     stop web on east",
-		"paused   demote db on east", `paused for the operator: step "demote db on east"`, "injected", "next: drctl resolve shop --retry"} {
+		"paused   demote db on east", `paused for the operator: step "demote db on east"`, "injected", "next: drctl resolve shop --retry",
+		// The plan is still unprotected, and the reprotect that ends it
+		// runs: status says so, not to start one.
+		"protection: running from west, UNPROTECTED", "; a reprotect runs (drctl watch drover-action-shop)\n"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("status of a paused reprotect: exit %d, lacks %q\n%s%s", code, want, out, errs)
 		}
+	}
+	if strings.Contains(out, "next: drctl reprotect") {
+		t.Errorf("status of a running reprotect says to start one:\n%s", out)
 	}
 	c.want(2, `refused: no step "nothing" in this action`, "resolve", "shop", "--skip", "--step", "nothing", "--yes")
 	// Followed through a pipe, the action is logged to its end, also

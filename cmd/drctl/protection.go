@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -56,15 +57,30 @@ func protectionAt(ps *workflows.ProtectState, now time.Time) *workflows.ProtectS
 
 // unprotectedText names the state of a plan a failover left without a
 // replica, at now: where it runs, since when it has none, what last
-// reached the lost site, and the command that protects it again. Status
-// (its record and protection lines) and the dashboard say it alike.
-func unprotectedText(plan, primary string, u *workflows.Unprotection, now time.Time) string {
+// reached the lost site, and the command that protects it again, or,
+// while a reprotect of the plan runs (reprotecting: its workflow ID),
+// that one does. Status (its record and protection lines) and the
+// dashboard say it alike.
+func unprotectedText(plan, primary string, u *workflows.Unprotection, now time.Time, reprotecting string) string {
 	last := "no sync of it was known"
 	if !u.LastSync.IsZero() {
 		last = "its last sync known " + u.LastSync.Local().Format(time.DateTime)
 	}
-	return fmt.Sprintf("UNPROTECTED: running on %s, no replica since %s (%v): %s was lost (%s); next: drctl reprotect %s once %s is back",
-		primary, u.Since.Local().Format(time.DateTime), max(now.Sub(u.Since), 0).Round(time.Second), u.Lost, last, plan, u.Lost)
+	next := fmt.Sprintf("next: drctl reprotect %s once %s is back", plan, u.Lost)
+	if reprotecting != "" {
+		next = fmt.Sprintf("a reprotect runs (drctl watch %s)", reprotecting)
+	}
+	return fmt.Sprintf("UNPROTECTED: running on %s, no replica since %s (%v): %s was lost (%s); %s",
+		primary, u.Since.Local().Format(time.DateTime), max(now.Sub(u.Since), 0).Round(time.Second), u.Lost, last, next)
+}
+
+// runningReprotect is the workflow ID of x when it is a reprotect that
+// runs, else "".
+func runningReprotect(x *execution) string {
+	if x != nil && x.Type == names.Reprotect && x.Status == "running" {
+		return x.WorkflowID
+	}
+	return ""
 }
 
 // renderProtection writes what a plan's protection knows at now. The lag
@@ -72,10 +88,10 @@ func unprotectedText(plan, primary string, u *workflows.Unprotection, now time.T
 // answers, and a group past the plan's RPO target is out of RPO by it;
 // an unreachable primary gets a line of its own, and a group the storage
 // reports unhealthy shows why.
-func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now time.Time) error {
+func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now time.Time, reprotecting string) error {
 	if u := ps.Unprotected; u != nil {
 		// No replica: nothing to lag, nothing out of RPO.
-		fmt.Fprintf(w, "  primary %s, %d polls%s\n  %s\n", ps.Primary, ps.Polls, byText(ps.By), unprotectedText(plan, ps.Primary, u, now))
+		fmt.Fprintf(w, "  primary %s, %d polls%s\n  %s\n", ps.Primary, ps.Polls, byText(ps.By), unprotectedText(plan, ps.Primary, u, now, reprotecting))
 		if ps.Trust != "" {
 			fmt.Fprintf(w, "  %s\n", ps.Trust)
 		}

@@ -25,7 +25,7 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 			"logs": {LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second), Lag: time.Second, Status: "ERROR", Message: "image split-brain detected"},
 		}}
 	var b strings.Builder
-	if err := renderProtection(&b, "shop", ps, now); err != nil {
+	if err := renderProtection(&b, "shop", ps, now, ""); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -49,7 +49,7 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 	}
 	// Ten seconds later, the lag has grown by ten seconds.
 	b.Reset()
-	if err := renderProtection(&b, "shop", ps, now.Add(10*time.Second)); err != nil {
+	if err := renderProtection(&b, "shop", ps, now.Add(10*time.Second), ""); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "  db     ") || !strings.Contains(b.String(), " 35s ") || !strings.Contains(b.String(), "for 35s") {
@@ -79,7 +79,7 @@ func TestRecordLineAgesTheLag(t *testing.T) {
 	r := &workflows.PlanRecord{Plan: "shop", Primary: "east", Protection: &workflows.ProtectionEntry{
 		Primary: "east", Running: true, Enabled: true, LastSync: now.Add(-41 * time.Second), Lag: 528 * time.Millisecond, Checked: now.Add(-40 * time.Second)}}
 	var b strings.Builder
-	renderRecord(&b, r, 30*time.Second, now)
+	renderRecord(&b, r, 30*time.Second, now, "")
 	out := b.String()
 	t.Log("\n" + out)
 	if !strings.Contains(out, "lag 41s, OUT OF RPO (last sync ") {
@@ -87,7 +87,7 @@ func TestRecordLineAgesTheLag(t *testing.T) {
 	}
 	r.Protection.Running = false
 	b.Reset()
-	renderRecord(&b, r, 30*time.Second, now)
+	renderRecord(&b, r, 30*time.Second, now, "")
 	if !strings.Contains(b.String(), "lag 528ms, within the RPO target (as of ") {
 		t.Errorf("a stopped protection's line is not the record's:\n%s", b.String())
 	}
@@ -103,7 +103,7 @@ func TestRecordShowsWhatItRefused(t *testing.T) {
 		Refused:      []workflows.RefusedEntry{{What: "plan version signed at 2026-11-23T10:00:00Z", Reason: "a newer version of the plan was accepted", From: "not-drover", At: now}},
 		RefusedCount: 1}
 	var b strings.Builder
-	renderRecord(&b, r, 30*time.Second, now)
+	renderRecord(&b, r, 30*time.Second, now, "")
 	out := b.String()
 	for _, want := range []string{"plan version: signed ", "by key 10bef59f99336889", "REFUSED: 1 attempt(s)", "from workflow not-drover: a newer version of the plan was accepted"} {
 		if !strings.Contains(out, want) {
@@ -123,7 +123,7 @@ func TestProtectionShowsRefusedRetargets(t *testing.T) {
 			Unprotected: &workflows.Unprotection{Lost: "east", Since: now.Add(-time.Minute)}},
 	} {
 		var b strings.Builder
-		if err := renderProtection(&b, "shop", ps, now); err != nil {
+		if err := renderProtection(&b, "shop", ps, now, ""); err != nil {
 			t.Fatal(err)
 		}
 		for _, want := range []string{"REFUSED: 2 retarget(s)", "retarget to west, unprotected (east lost) said to be from forged: it carries no worker's seal"} {
@@ -146,10 +146,10 @@ func TestRenderUnprotected(t *testing.T) {
 		Primary: "west", Running: true, LastSync: u.LastSync, Checked: now.Add(-time.Minute), Unprotected: u}}
 	for _, at := range []time.Duration{0, time.Minute} {
 		var b strings.Builder
-		if err := renderProtection(&b, "shop", ps, now.Add(at)); err != nil {
+		if err := renderProtection(&b, "shop", ps, now.Add(at), ""); err != nil {
 			t.Fatal(err)
 		}
-		renderRecord(&b, r, ps.RPOTarget, now.Add(at))
+		renderRecord(&b, r, ps.RPOTarget, now.Add(at), "")
 		out := b.String()
 		since := (2*time.Minute + at).String()
 		for _, want := range []string{

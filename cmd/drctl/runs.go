@@ -791,12 +791,16 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		return nil
 	}
 	fmt.Fprintf(a.stdout, "plan %s\n", name)
+	reprotecting := ""
+	if st.Action != nil {
+		reprotecting = runningReprotect(&st.Action.execution)
+	}
 	if r := st.Record; r != nil {
 		var target time.Duration
 		if st.Protection != nil {
 			target = st.Protection.RPOTarget
 		}
-		renderRecord(a.stdout, r, target, time.Now())
+		renderRecord(a.stdout, r, target, time.Now(), reprotecting)
 	}
 	if v := st.Verify; v != nil {
 		fmt.Fprintf(a.stdout, "\nverified against storage: %s\n", strings.Join(v.Checked, "; "))
@@ -818,7 +822,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	if x := st.ProtectRun; x != nil {
 		fmt.Fprintf(a.stdout, "\nprotection: %s (workflow %s)\n", x.Status, x.WorkflowID)
 		if ps := st.Protection; ps != nil {
-			if err := renderProtection(a.stdout, name, ps, time.Now()); err != nil {
+			if err := renderProtection(a.stdout, name, ps, time.Now(), reprotecting); err != nil {
 				return err
 			}
 		}
@@ -837,7 +841,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 // shown is now minus the last sync recorded, judged against the plan's
 // RPO target when it is known (0: not known), as the protection's own
 // lines count it.
-func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, now time.Time) {
+func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, now time.Time, reprotecting string) {
 	primary := r.Primary
 	if primary == "" {
 		primary = "not known yet"
@@ -865,7 +869,7 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 			state = "running"
 		}
 		if u := pr.Unprotected; u != nil {
-			fmt.Fprintf(w, "  protection: %s from %s, %s\n", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now))
+			fmt.Fprintf(w, "  protection: %s from %s, %s\n", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now, reprotecting))
 			return
 		}
 		lag, asOf := pr.Lag, fmt.Sprintf("as of %s", pr.Checked.Local().Format(time.DateTime))

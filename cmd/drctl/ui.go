@@ -205,7 +205,13 @@ func (d *dashboard) protections(ctx context.Context) ([]planView, error) {
 			pv.Note = "primary unreachable: " + unreachableText(ps, now)
 		}
 		if u := ps.Unprotected; u != nil {
-			pv.Unprotected = unprotectedText(x.Plan, ps.Primary, u, now)
+			reprotecting := ""
+			for i := range xs {
+				if xs[i].Plan == x.Plan && runningReprotect(&xs[i]) != "" {
+					reprotecting = xs[i].WorkflowID
+				}
+			}
+			pv.Unprotected = unprotectedText(x.Plan, ps.Primary, u, now, reprotecting)
 		}
 		d.mu.Lock()
 		for _, g := range slices.Sorted(mapKeys(ps.Groups)) {
