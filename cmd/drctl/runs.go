@@ -573,6 +573,9 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 	if err != nil {
 		return err
 	}
+	for i := range all {
+		markPartial(ctx, c, &all[i])
+	}
 	if a.json() {
 		if all == nil {
 			all = []execution{}
@@ -597,6 +600,22 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, by, x.WorkflowID)
 	}
 	return tw.flush()
+}
+
+// markPartial says "partial" of a site action that completed in
+// Temporal but left plans behind, as its own page and report do: to
+// Temporal it completed, to the operator it did not. Its result says (a
+// result that cannot be read leaves it completed).
+func markPartial(ctx context.Context, c client.Client, x *execution) {
+	if x.Type != names.SiteFailover || x.Status != "completed" {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var res workflows.SiteFailoverResult
+	if err := c.GetWorkflow(rctx, x.WorkflowID, x.RunID).Get(rctx, &res); err == nil && len(res.LeftBehind) > 0 {
+		x.Status = workflows.StatePartial
+	}
 }
 
 // executions lists Drover's workflows, newest first (at most limit, if

@@ -358,3 +358,52 @@ func TestSiteRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestPartialSiteActionListsPartial: a site action whose paused tier the
+// operator skips completes in Temporal with a plan left behind; drctl
+// list (text and JSON) calls it partial, not completed, as its page and
+// report do.
+func TestPartialSiteActionListsPartial(t *testing.T) {
+	st := newSiteStack(t)
+	c := st.c
+	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "")
+	loose := st.plan(t, "", "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "")
+	gated := st.plan(t, t.TempDir(), "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "  approvals: [beforeFence]\n")
+	st.protect(shop, loose)
+	st.east.Down()
+	c.ok(nil, "failover", gated, "--to", "west", "--yes")
+	c.eventually("loose's gate", "loose", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
+	c.ok(nil, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
+	site := workflows.SiteActionID("east")
+	c.eventually("tier 1 to pause on busy loose", site, func(s statusOut) bool { return stepIn(s, "paused") })
+	c.ok(nil, "resolve", site, "--skip", "--yes")
+	// watch exits 1 for an action that left plans behind.
+	code, out, errs := c.run("-o", "json", "watch", site)
+	var o outcome
+	if err := json.Unmarshal([]byte(out), &o); code != 1 || err != nil {
+		t.Fatalf("watch of the partial site action: exit %d (want 1), %v\n%s%s", code, err, out, errs)
+	}
+	var res workflows.SiteFailoverResult
+	if err := json.Unmarshal(o.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.LeftBehind, []string{"loose"}) {
+		t.Fatalf("the site action left behind %v, want [loose]", res.LeftBehind)
+	}
+	var listed []struct{ WorkflowID, Status string }
+	c.ok(&listed, "list")
+	i := slices.IndexFunc(listed, func(x struct{ WorkflowID, Status string }) bool { return x.WorkflowID == site })
+	if i < 0 || listed[i].Status != workflows.StatePartial {
+		t.Fatalf("list -o json: %+v; want %s partial", listed, site)
+	}
+	code, out, errs = c.run("list")
+	line := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, site) {
+			line = l
+		}
+	}
+	if code != 0 || !strings.Contains(line, " partial ") || strings.Contains(line, "completed") {
+		t.Fatalf("list: exit %d, the site action's line %q; want it partial\n%s%s", code, line, out, errs)
+	}
+}

@@ -300,6 +300,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			}
 			running = append(running, v)
 		} else if len(past) < 20 {
+			markPartial(ctx, d.c, &v.execution)
 			past = append(past, v)
 		}
 	}
