@@ -90,8 +90,10 @@
 // # Faults, persistence, invariants
 //
 // FaultRule injects latency and error codes per RPC, by count or
-// probability, at start-up or at run time, or makes a fence call answer
-// success without taking effect; Site.Down/Up and SetLink take a
+// probability, at start-up or at run time (a latency the caller gives up
+// on ends with it, or, Detached and under the ceph-csi profile, runs to
+// its end holding the volume, as ceph-csi's calls do), or makes a fence
+// call answer success without taking effect; Site.Down/Up and SetLink take a
 // site or its link away and back; SetReady makes Probe answer not ready
 // while the site serves. State lives in a directory (site.json and one
 // file per unit) written atomically, so a killed site restarts with

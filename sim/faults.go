@@ -28,6 +28,12 @@ import (
 // answer lost on the way back, after the storage acted. It applies to the
 // CSI calls that make something (CreateSnapshot, CreateVolume,
 // CreateVolumeGroupSnapshot), whose caller must then find what it made.
+//
+// Detached serves the latency of a replication call whole when its caller
+// gives up, the call holding its volume and then taking effect: a driver
+// that runs its operations to their end whatever the request's context
+// says (ceph-csi's librbd calls are not cancelled; the ceph-csi profile
+// serves every replication call so).
 type FaultRule struct {
 	Method      string        `yaml:"method" json:"method"`
 	Code        string        `yaml:"code,omitempty" json:"code,omitempty"`
@@ -37,6 +43,7 @@ type FaultRule struct {
 	Message     string        `yaml:"message,omitempty" json:"message,omitempty"`
 	Discard     bool          `yaml:"discard,omitempty" json:"discard,omitempty"`
 	Lost        bool          `yaml:"lost,omitempty" json:"lost,omitempty"`
+	Detached    bool          `yaml:"detached,omitempty" json:"detached,omitempty"`
 	// Subject limits the rule to the calls of a replication RPC on one
 	// unit: a volume group's ID, or a volume's that belongs to none.
 	Subject string `yaml:"subject,omitempty" json:"subject,omitempty"`
@@ -50,7 +57,7 @@ var discardable = []string{"FenceClusterNetwork", "UnfenceClusterNetwork"}
 var losable = []string{"CreateSnapshot", "CreateVolume", "CreateVolumeGroupSnapshot"}
 
 // ParseFaultRule reads the command-line form
-// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,subject=ID][,discard][,lost]".
+// "METHOD[:CODE][,count=N][,p=0.5][,latency=50ms][,msg=text][,subject=ID][,discard][,lost][,detached]".
 func ParseFaultRule(s string) (FaultRule, error) {
 	parts := strings.Split(s, ",")
 	var r FaultRule
@@ -66,6 +73,10 @@ func ParseFaultRule(s string) (FaultRule, error) {
 		}
 		if p == "lost" {
 			r.Lost = true
+			continue
+		}
+		if p == "detached" {
+			r.Detached = true
 			continue
 		}
 		k, v, ok := strings.Cut(p, "=")
@@ -185,12 +196,14 @@ func (f *faults) counts() map[string]int {
 // inject applies the rules for method: it waits out their latency (or the
 // caller's deadline) and returns the injected error, if one fires.
 func (f *faults) inject(ctx context.Context, method string) error {
-	return f.injectOn(ctx, method, "")
+	return f.injectOn(ctx, method, "", false)
 }
 
 // injectOn is inject for a call on one unit (subject): rules with a
-// Subject apply only to calls on that unit.
-func (f *faults) injectOn(ctx context.Context, method, subject string) error {
+// Subject apply only to calls on that unit. A detached call (or one a
+// Detached rule matches) serves its latency whole when its caller gives
+// up.
+func (f *faults) injectOn(ctx context.Context, method, subject string, detached bool) error {
 	f.mu.Lock()
 	var latency time.Duration
 	var fire *FaultRule
@@ -200,6 +213,7 @@ func (f *faults) injectOn(ctx context.Context, method, subject string) error {
 			continue
 		}
 		latency += r.Latency
+		detached = detached || r.Detached
 		if r.Code == "" || r.Discard || r.Lost || fire != nil {
 			continue
 		}
@@ -235,9 +249,13 @@ func (f *faults) injectOn(ctx context.Context, method, subject string) error {
 	if latency > 0 {
 		t := time.NewTimer(latency)
 		defer t.Stop()
+		done := ctx.Done()
+		if detached {
+			done = nil
+		}
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-done:
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}

@@ -77,6 +77,9 @@ type profile struct {
 	authCode   func(method string) codes.Code
 	driverName string
 	manifest   bool
+	// detached: a replication call runs to its end when its caller gives
+	// up, holding its volume (FaultRule.Detached).
+	detached bool
 }
 
 func profileFor(name string) (*profile, error) {
@@ -131,6 +134,12 @@ var cephSchedule = regexp.MustCompile(`^\d+[mhd]$`)
 func cephCSIProfile() *profile {
 	return &profile{
 		name: DriverCephCSI,
+		// Its replication calls run librbd operations that no request
+		// context cancels (internal/csi-addons/rbd/replication.go;
+		// make bench-ceph: a PromoteVolume its caller gave up on at 1 s
+		// held its volume, the next calls answered ABORTED, until it
+		// ended): a call given up on holds its volume to its end.
+		detached: true,
 		// ceph-csi's FenceControllerServer (internal/csi-addons/rbd/network_fence.go)
 		// serves FenceClusterNetwork and UnfenceClusterNetwork only, and
 		// its ReplicationServer (internal/csi-addons/rbd/replication.go)

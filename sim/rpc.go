@@ -306,7 +306,7 @@ func (s *Site) withUnit(ctx context.Context, method string, secrets map[string]s
 	if err := s.recreating(u); err != nil {
 		return err
 	}
-	if err := s.faults.injectOn(ctx, method, u.st.ID); err != nil {
+	if err := s.faults.injectOn(ctx, method, u.st.ID, s.profile.detached); err != nil {
 		return err
 	}
 	return fn(u)

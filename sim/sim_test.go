@@ -564,6 +564,41 @@ func TestFaultInjection(t *testing.T) {
 	if r.Method != "PromoteVolume" || r.Code != "ABORTED" || r.Count != 3 || r.Latency != 50*time.Millisecond {
 		t.Fatalf("parsed %+v", r)
 	}
+	if r, err := sim.ParseFaultRule("PromoteVolume,latency=4s,detached"); err != nil || !r.Detached || r.Latency != 4*time.Second {
+		t.Fatalf("parsed %+v, %v", r, err)
+	}
+}
+
+// TestDetachedCallRunsToItsEnd: a Detached latency is a driver that
+// goes on with a call its caller gave up on (ceph-csi's librbd calls):
+// the caller's deadline ends its wait, not the call, which holds the
+// volume (a second call is ABORTED) and then takes effect. Without
+// Detached, the caller's deadline ends the call and frees the volume.
+func TestDetachedCallRunsToItsEnd(t *testing.T) {
+	for _, detached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
+			a, b := startPair(t, pairOpts{})
+			ctx := ctxT(t)
+			enable(t, a, group("vg-1"))
+			mustOK(t, b.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Latency: 600 * time.Millisecond, Detached: detached}}))
+			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			_, err := b.rc.PromoteVolume(short, &replication.PromoteVolumeRequest{ReplicationSource: group("vg-1"), Force: true})
+			wantCode(t, err, codes.DeadlineExceeded)
+			mustOK(t, b.SetFaults(nil))
+			_, err = b.rc.PromoteVolume(ctx, &replication.PromoteVolumeRequest{ReplicationSource: group("vg-1"), Force: true})
+			if !detached {
+				// The call given up on ended with its caller: the next
+				// one is served.
+				mustOK(t, err)
+				return
+			}
+			wantCode(t, err, codes.Aborted)
+			eventually(t, 5*time.Second, "the call given up on to take effect", func() bool {
+				return b.Snapshot().Unit("vg/vg-1").Role == sim.RolePrimary
+			})
+		})
+	}
 }
 
 // TestDiscardedFence: a Discard rule makes FenceClusterNetwork answer
