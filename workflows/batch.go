@@ -71,7 +71,11 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 			o := batchOptions(p, op.Site, rpc, in.Items)
 			local := o.TaskQueue == ""
 			start := workflow.Now(ctx)
-			attempts := map[string]int{}
+			// own: the attempts of a group that found the storage still
+			// making a call the cut local attempt gave up on (ownPending),
+			// until ownUntil.
+			attempts, own := map[string]int{}, map[string]int{}
+			var ownUntil time.Time
 			var (
 				todo, retry = slices.Clone(left), []string(nil)
 				due         time.Time
@@ -95,6 +99,9 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 				var err error
 				if local {
 					res, err = firstBatch(ctx, in)
+					if err != nil {
+						ownUntil = workflow.Now(ctx).Add(p.Deadline(rpc) + activities.CallGrace)
+					}
 				}
 				if !local || err != nil {
 					res, err = call[activities.BatchResult](ctx, o, st.ReplicateBatch, in)
@@ -106,22 +113,32 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 				done += len(res.Done)
 				todo = res.NotRun
 				var last *activities.BatchFailure
-				next := 0
+				next, tries := 0, 0
 				for i, f := range res.Failed {
 					attempts[f.Group]++
-					if !f.Retryable || (rp.MaximumAttempts > 0 && int32(attempts[f.Group]) >= rp.MaximumAttempts) {
+					if f.Type == activities.ErrOperationPending && workflow.Now(ctx).Before(ownUntil) {
+						own[f.Group]++
+					}
+					n := attempts[f.Group] - own[f.Group]
+					if !f.Retryable || (n > 0 && rp.MaximumAttempts > 0 && int32(n) >= rp.MaximumAttempts) {
 						failed = append(failed, GroupFailure{Group: f.Group, Error: f.Error, Type: f.Type})
 						continue
 					}
 					retry = append(retry, f.Group)
 					last = &res.Failed[i]
-					next = max(next, attempts[f.Group])
+					next = max(next, n)
+					tries = max(tries, attempts[f.Group])
 				}
 				noteStep(ctx, progress())
 				if last == nil {
 					continue
 				}
+				// Every group retried found only its own call still
+				// running: the short pause, not the back-off.
 				wait := backoff(rp, next)
+				if next == 0 {
+					wait = ownPendingPoll
+				}
 				if limit > 0 && workflow.Now(ctx).Add(wait).Sub(start) >= limit {
 					// Out of time: what still fails is the step's failure.
 					for _, g := range retry {
@@ -135,8 +152,12 @@ func inBatches(ctx workflow.Context, r *run, p *plans.Plan, op GroupOp, rpc stri
 					continue
 				}
 				due = workflow.Now(ctx).Add(wait)
-				retrying(ctx, errors.New(last.Error), fmt.Sprintf("%s: %d groups failed attempt %d, next in %v; %s",
-					rpc, len(retry), next, wait, progress()))
+				mine := ""
+				if next == 0 {
+					mine = fmt.Sprintf(" (the storage still making the calls the local attempt cut at %v)", localBudget)
+				}
+				retrying(ctx, errors.New(last.Error), fmt.Sprintf("%s: %d groups failed attempt %d%s, next in %v; %s",
+					rpc, len(retry), tries, mine, wait, progress()))
 			}
 			if len(failed) > 0 {
 				left = left[:0:0]

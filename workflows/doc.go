@@ -157,7 +157,12 @@
 //     regular activities of one attempt each with the plan's back-off (a
 //     workflow timer) and what is left of its time limit; the running
 //     step counts the failed attempts (Step.Retries) and shows the last
-//     error and a note. With a site task queue every attempt is a regular
+//     error and a note. A driver may go on with a call the cut local
+//     attempt gave up on (ceph-csi does) and answer the next ones ABORTED
+//     while it runs: until that call's deadline such an answer is taken
+//     as its own, and the next attempt comes after ownPendingPoll (500
+//     ms), not after the back-off, single calls and batches alike. With
+//     a site task queue every attempt is a regular
 //     activity. Workload starts retry the same way, their first attempt
 //     local too (a start hook cut at one second runs again as a regular
 //     activity, as a retry would), and a health wait

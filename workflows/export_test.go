@@ -11,3 +11,5 @@ func SetSiteWaitAfter(d time.Duration) (restore func()) {
 	siteWaitAfter = d
 	return func() { siteWaitAfter = old }
 }
+
+const OwnPendingPoll = ownPendingPoll
