@@ -47,6 +47,14 @@
 // progress); it heartbeats the groups done, and an attempt after a crash
 // skips them. BatchInputFor builds its input from a plan.
 //
+// A promotion, demotion, enable or disable that a local attempt gives up
+// on (the workflow cuts local attempts at a second) runs on to its own
+// deadline as a flight of the worker (flight.go), and the next attempt of
+// the same call of the same workflow run on this worker takes its
+// outcome instead of making the call again: real drivers go on with a
+// call its caller gave up on, and a second call costs the storage a
+// second operation.
+//
 // Inputs and results are small plain structs. An Endpoint carries the
 // address (unix:///path or host:port), TLS file paths, the secret
 // reference, the plugin parameters and the call's deadline: names only,

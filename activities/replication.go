@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -68,8 +69,14 @@ func (s *Storage) replicate(ctx context.Context, rpc string, in ReplicationInput
 	if err := in.check(rpc); err != nil {
 		return err
 	}
-	return s.call(ctx, rpc, in.Endpoint, in.Source.String(), true, func(ctx context.Context, conn *grpc.ClientConn, secrets map[string]string) error {
-		return fn(ctx, replication.NewControllerClient(conn), secrets)
+	key := ""
+	if !s.SeparateAttempts && slices.Contains(flightRPCs, rpc) {
+		key = flightKey(ctx, rpc, in)
+	}
+	return s.flights.do(ctx, key, func(ctx context.Context) error {
+		return s.call(ctx, rpc, in.Endpoint, in.Source.String(), true, func(ctx context.Context, conn *grpc.ClientConn, secrets map[string]string) error {
+			return fn(ctx, replication.NewControllerClient(conn), secrets)
+		})
 	})
 }
 

@@ -20,6 +20,12 @@ type Storage struct {
 	// ids remembers which driver answers at each address, for the
 	// recorded deviations (deviate).
 	ids identities
+	// flights are the replication calls local attempts gave up on
+	// (flight.go), whose outcome the next attempt takes.
+	flights flights
+	// SeparateAttempts makes every attempt its own call, as when each
+	// lands on another worker (tests).
+	SeparateAttempts bool
 }
 
 // NewStorage returns storage activities with a fresh connection cache,

@@ -2,11 +2,15 @@ package workflows_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -17,41 +21,77 @@ import (
 // TestOwnCallStillRunningIsNoRival: west's storage makes each forced
 // promotion take longer than a local attempt may hold the workflow task,
 // and goes on with a call its caller gave up on, holding the volume
-// (Detached, as ceph-csi's librbd calls do): the attempts after the cut
-// find an operation pending (ABORTED). That operation is the failover's
-// own call: the next attempts come after ownPendingPoll (500 ms), not
-// after the plan's back-off (1 s, 2 s, 4 s...), one step per group and in
-// batches alike. Every pause the failover took is read from its history
-// (its timers), not from a clock; every group ends promoted.
+// (Detached, as ceph-csi's librbd calls do). On one worker the next
+// attempt takes the outcome of the call its local attempt left running:
+// the storage serves one PromoteVolume per group and answers none
+// ABORTED. When each attempt makes its own call (as on another worker),
+// the attempts after the cut find an operation pending (ABORTED), the
+// failover's own call: the next attempts come after ownPendingPoll (500
+// ms), not after the plan's back-off (1 s, 2 s, 4 s...). One step per
+// group and in batches alike; every pause is read from the failover's
+// history (its timers), not from a clock; every group ends promoted.
 func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	for _, c := range []struct {
-		name    string
-		extra   int
-		latency time.Duration
+		name     string
+		extra    int
+		latency  time.Duration
+		separate bool
 	}{
-		{"a step per group", 0, 2500 * time.Millisecond},
-		{"batches", workflows.GroupsPerChild, 1500 * time.Millisecond},
+		{"a step per group", 0, 2500 * time.Millisecond, false},
+		{"a step per group, separate attempts", 0, 2500 * time.Millisecond, true},
+		{"batches", workflows.GroupsPerChild, 1500 * time.Millisecond, false},
+		{"batches, separate attempts", workflows.GroupsPerChild, 1500 * time.Millisecond, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixtureN(t, c.extra)
+			f.storage.SeparateAttempts = c.separate
 			f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			startRecord(t, ctx, srv)
+			// No workloads: no stop of the lost site's retrying beside
+			// the promotions, whose pauses the history then shows alone.
+			f.plan.Workloads = nil
 			// Every group's promotion in flight at once: one round.
 			f.plan.Policy.Parallelism = len(f.plan.VolumeGroups) + 1
+			var mu sync.Mutex
+			served, aborted := 0, 0
+			f.setOnRPC(func(site, method string, req any, handle func() (any, error)) (any, error) {
+				resp, err := handle()
+				if site == "west" && method == "PromoteVolume" {
+					mu.Lock()
+					served++
+					if status.Code(err) == codes.Aborted {
+						aborted++
+					}
+					mu.Unlock()
+				}
+				return resp, err
+			})
 			mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Latency: c.latency, Detached: true}}))
 			f.east.Down()
 			run, _ := failOverEast(t, ctx, srv, f)
 			allRoles(t, f.west, sim.RolePrimary)
+			f.setOnRPC(nil)
 
-			// The pauses after a failed promotion: the timers started
-			// next after a PromoteVolume activity failed, or after a
-			// ReplicateBatch with failures (in its result).
-			var pauses []time.Duration
+			if !c.separate {
+				mu.Lock()
+				defer mu.Unlock()
+				if served != len(f.plan.VolumeGroups) || aborted != 0 {
+					t.Fatalf("west served %d PromoteVolume calls, %d of them ABORTED, for %d groups: want one call a group, the next attempt taking the outcome of the call its local attempt left running",
+						served, aborted, len(f.plan.VolumeGroups))
+				}
+				return
+			}
+			// Each attempt that found the call still running (a failed
+			// PromoteVolume, or a ReplicateBatch with failures in its
+			// result, all of them ABORTED) is followed by a pause of
+			// ownPendingPoll, a length no other timer of the failover
+			// has; without the rule they were the back-off's 1 s, 2 s.
 			types := map[int64]string{}
-			after := ""
+			found, polls := 0, 0
+			var timers []time.Duration
 			it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 			for it.HasNext() {
 				ev, err := it.Next()
@@ -59,32 +99,37 @@ func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 				switch {
 				case ev.GetActivityTaskScheduledEventAttributes() != nil:
 					types[ev.GetEventId()] = ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName()
-					after = ""
 				case ev.GetActivityTaskFailedEventAttributes() != nil:
-					after = types[ev.GetActivityTaskFailedEventAttributes().GetScheduledEventId()]
+					a := ev.GetActivityTaskFailedEventAttributes()
+					if types[a.GetScheduledEventId()] == "PromoteVolume" {
+						if !strings.Contains(a.GetFailure().GetMessage(), "Aborted") {
+							t.Fatalf("a promotion failed otherwise than ABORTED: %s", a.GetFailure().GetMessage())
+						}
+						found++
+					}
 				case ev.GetActivityTaskCompletedEventAttributes() != nil:
-					var r activities.BatchResult
-					if typ := types[ev.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()]; typ == "ReplicateBatch" {
-						mustOK(t, converter.GetDefaultDataConverter().FromPayloads(ev.GetActivityTaskCompletedEventAttributes().GetResult(), &r))
+					a := ev.GetActivityTaskCompletedEventAttributes()
+					if types[a.GetScheduledEventId()] == "ReplicateBatch" {
+						var r activities.BatchResult
+						mustOK(t, converter.GetDefaultDataConverter().FromPayloads(a.GetResult(), &r))
 						if len(r.Failed) > 0 {
-							after = typ
+							found++
 						}
 					}
 				case ev.GetTimerStartedEventAttributes() != nil:
-					if after == "PromoteVolume" || after == "ReplicateBatch" {
-						pauses = append(pauses, ev.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration())
+					d := ev.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration()
+					timers = append(timers, d)
+					if d == workflows.OwnPendingPoll {
+						polls++
 					}
-					after = ""
 				}
 			}
-			if len(pauses) == 0 {
-				t.Fatal("no pause between attempts: the promotions found no operation pending after their local attempts were cut")
+			if found == 0 {
+				t.Fatal("no attempt found the call still running: the promotions' local attempts were not cut, or the storage ended the calls they gave up on")
 			}
-			for _, d := range pauses {
-				if d != workflows.OwnPendingPoll {
-					t.Fatalf("the failover paused %v between attempts (all its pauses: %v); want %v while the storage makes the call the local attempt gave up on",
-						d, pauses, workflows.OwnPendingPoll)
-				}
+			if polls != found {
+				t.Fatalf("%d attempts found the call their local attempt gave up on still running, and %d pauses of %v followed (the failover's timers: %v); want one such pause after each",
+					found, polls, workflows.OwnPendingPoll, timers)
 			}
 		})
 	}
