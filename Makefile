@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph e2e-upgrade e2e-sites temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -81,6 +81,14 @@ e2e-sites: $(BIN)/temporal $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## tw
 	@set -o pipefail; DROVER_E2E_SITES=$(abspath $(BIN)) $(GO) test $(E2E_FLAGS) -v -run '^TestSites(AsNetworks|WithTemporalOutside)$$' ./e2e 2>&1 | tee .run/e2e-sites.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- | sites: |SKIP' \
 	  || { echo "== the end of .run/e2e-sites.log"; tail -n 150 .run/e2e-sites.log; exit 1; }
+
+# A failover of 10 and 50 volumes on real Ceph through the real ceph-csi
+# against the same calls made directly on the same clusters (e2e
+# TestRealCephBench; DROVER_CEPH_BENCH_SIZES sizes it). Brings the
+# clusters up and down as make e2e-ceph does; the table goes to
+# .run/bench-ceph.md, the log to .run/bench-ceph.log.
+bench-ceph: $(BIN)/temporal ## failover on real Ceph and ceph-csi against direct calls (CEPH_CSI or CEPH_CSI_SRC; table in .run/bench-ceph.md)
+	@DROVER_CEPH_BENCH=1 DROVER_CEPH_RUN='^TestRealCephBench$$' DROVER_CEPH_LOG=bench-ceph DROVER_CEPH_TIMEOUT=45m bash scripts/ceph/e2e.sh
 
 temporal: $(BIN)/temporal ## build the Temporal dev server the tests run against
 
