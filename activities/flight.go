@@ -67,13 +67,7 @@ func (f *flights) do(ctx context.Context, key string, call func(ctx context.Cont
 	}
 	if fl, ok := f.m[key]; ok {
 		f.mu.Unlock()
-		select {
-		case <-fl.done:
-			f.take(key, fl)
-			return fl.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return f.await(ctx, key, fl)
 	}
 	if !activity.GetInfo(ctx).IsLocalActivity {
 		f.mu.Unlock()
@@ -89,6 +83,12 @@ func (f *flights) do(ctx context.Context, key string, call func(ctx context.Cont
 		close(fl.done)
 		time.AfterFunc(flightKeep, func() { f.take(key, fl) })
 	}()
+	return f.await(ctx, key, fl)
+}
+
+// await waits for fl's outcome and takes it, or returns when ctx ends,
+// leaving it.
+func (f *flights) await(ctx context.Context, key string, fl *flight) error {
 	select {
 	case <-fl.done:
 		f.take(key, fl)

@@ -61,15 +61,7 @@ func TestRealCephBench(t *testing.T) {
 	}
 	e := readCephEnv(t, envFile)
 	dir := t.TempDir()
-	key, err := os.ReadFile(e["DROVER_CEPH_CSI_KEY_FILE"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets := map[string]string{"userID": e["DROVER_CEPH_CSI_USER"], "userKey": strings.TrimSpace(string(key))}
-	secretFile := filepath.Join(dir, "ceph-csi.secret")
-	if err := os.WriteFile(secretFile, []byte(fmt.Sprintf("userID=%s\nuserKey=%s\n", secrets["userID"], secrets["userKey"])), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secrets, secretFile := e.csiSecrets(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 

@@ -48,6 +48,22 @@ func readCephEnv(t *testing.T, path string) cephEnv {
 }
 
 // site is a site's value of key: DROVER_CEPH_<SITE>_<KEY>.
+// csiSecrets are the secrets ceph-csi's calls need (its user and key),
+// and a secret file in dir holding them, as a plan names it.
+func (e cephEnv) csiSecrets(t *testing.T, dir string) (map[string]string, string) {
+	t.Helper()
+	key, err := os.ReadFile(e["DROVER_CEPH_CSI_KEY_FILE"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{"userID": e["DROVER_CEPH_CSI_USER"], "userKey": strings.TrimSpace(string(key))}
+	file := filepath.Join(dir, "ceph-csi.secret")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf("userID=%s\nuserKey=%s\n", secrets["userID"], secrets["userKey"])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return secrets, file
+}
+
 func (e cephEnv) site(site, key string) string {
 	return e["DROVER_CEPH_"+strings.ToUpper(site)+"_"+key]
 }
@@ -237,15 +253,7 @@ func TestRealCeph(t *testing.T) {
 	}
 	e := readCephEnv(t, envFile)
 	dir := t.TempDir()
-	key, err := os.ReadFile(e["DROVER_CEPH_CSI_KEY_FILE"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets := map[string]string{"userID": e["DROVER_CEPH_CSI_USER"], "userKey": strings.TrimSpace(string(key))}
-	secretFile := filepath.Join(dir, "ceph-csi.secret")
-	if err := os.WriteFile(secretFile, []byte(fmt.Sprintf("userID=%s\nuserKey=%s\n", secrets["userID"], secrets["userKey"])), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secrets, secretFile := e.csiSecrets(t, dir)
 	app := filepath.Join(dir, "app.py")
 	if err := os.WriteFile(app, []byte(cephApp), 0o644); err != nil {
 		t.Fatal(err)

@@ -164,15 +164,12 @@ func TestSiteFailover(t *testing.T) {
 	}
 }
 
-// TestSiteFailoverLeavesABusyPlanAlone: a plan already running an action
-// (a failover waiting at its approval gate) is not restarted by the site
-// action, nor are its clients in the site's fence: it is reported busy
-// and its tier pauses the site action. drctl
-// resolve --retry on the site action tries the plan again (still busy,
-// it pauses again, the plan's own action untouched); once that action is
-// cancelled, --retry fails the plan over and the site action completes.
-// A second site action on the site meanwhile is refused (exit 1).
-func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
+// siteFailoverWithBusyPlan starts a site failover of east's two plans,
+// shop (tier 0) and loose (tier 1), with east down and loose already
+// running a failover of its own that waits at its beforeFence gate; it
+// returns the stack and the site action's workflow id.
+func siteFailoverWithBusyPlan(t *testing.T) (*siteStack, string) {
+	t.Helper()
 	st := newSiteStack(t)
 	c := st.c
 	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "")
@@ -182,9 +179,21 @@ func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
 	st.east.Down()
 	c.ok(nil, "failover", gated, "--to", "west", "--yes")
 	c.eventually("loose's gate", "loose", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
-
 	c.ok(nil, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
-	site := workflows.SiteActionID("east")
+	return st, workflows.SiteActionID("east")
+}
+
+// TestSiteFailoverLeavesABusyPlanAlone: a plan already running an action
+// (a failover waiting at its approval gate) is not restarted by the site
+// action, nor are its clients in the site's fence: it is reported busy
+// and its tier pauses the site action. drctl
+// resolve --retry on the site action tries the plan again (still busy,
+// it pauses again, the plan's own action untouched); once that action is
+// cancelled, --retry fails the plan over and the site action completes.
+// A second site action on the site meanwhile is refused (exit 1).
+func TestSiteFailoverLeavesABusyPlanAlone(t *testing.T) {
+	st, site := siteFailoverWithBusyPlan(t)
+	c := st.c
 	var pausedWith string
 	tries := func() int {
 		code, out, _ := c.run("-o", "json", "status", site)
@@ -364,17 +373,8 @@ func TestSiteRoundTrip(t *testing.T) {
 // list (text and JSON) calls it partial, not completed, as its page and
 // report do.
 func TestPartialSiteActionListsPartial(t *testing.T) {
-	st := newSiteStack(t)
+	st, site := siteFailoverWithBusyPlan(t)
 	c := st.c
-	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "")
-	loose := st.plan(t, "", "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "")
-	gated := st.plan(t, t.TempDir(), "loose", "west", 1, "{volumes: [solo]}", "127.0.0.10/32", "  approvals: [beforeFence]\n")
-	st.protect(shop, loose)
-	st.east.Down()
-	c.ok(nil, "failover", gated, "--to", "west", "--yes")
-	c.eventually("loose's gate", "loose", func(s statusOut) bool { return stepIn(s, "waiting for approval") })
-	c.ok(nil, "failover", "--site", "east", "--to", "west", st.dir, "--yes")
-	site := workflows.SiteActionID("east")
 	c.eventually("tier 1 to pause on busy loose", site, func(s statusOut) bool { return stepIn(s, "paused") })
 	c.ok(nil, "resolve", site, "--skip", "--yes")
 	// watch exits 1 for an action that left plans behind.
