@@ -92,6 +92,7 @@ func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 			types := map[int64]string{}
 			found, polls := 0, 0
 			var timers []time.Duration
+			var locals []string // the local attempts that failed, for the failure's message
 			it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 			for it.HasNext() {
 				ev, err := it.Next()
@@ -116,6 +117,8 @@ func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 							found++
 						}
 					}
+				case ev.GetMarkerRecordedEventAttributes().GetFailure() != nil:
+					locals = append(locals, ev.GetMarkerRecordedEventAttributes().GetFailure().String())
 				case ev.GetTimerStartedEventAttributes() != nil:
 					d := ev.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration()
 					timers = append(timers, d)
@@ -128,8 +131,8 @@ func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 				t.Fatal("no attempt found the call still running: the promotions' local attempts were not cut, or the storage ended the calls they gave up on")
 			}
 			if polls != found {
-				t.Fatalf("%d attempts found the call their local attempt gave up on still running, and %d pauses of %v followed (the failover's timers: %v); want one such pause after each",
-					found, polls, workflows.OwnPendingPoll, timers)
+				t.Fatalf("%d attempts found the call their local attempt gave up on still running, and %d pauses of %v followed (the failover's timers: %v); want one such pause after each\nthe local attempts that failed: %v",
+					found, polls, workflows.OwnPendingPoll, timers, locals)
 			}
 		})
 	}
