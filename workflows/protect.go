@@ -112,6 +112,25 @@ type ProtectState struct {
 	// many it has refused in all: they stay across its runs.
 	Refused      []RefusedEntry `json:"refused,omitempty"`
 	RefusedCount int            `json:"refusedCount,omitempty"`
+	// Points are the points in time protection keeps
+	// (policy.pointsInTime, points.go), oldest first; Pruned the latest
+	// it deleted, PrunedCount how many in all; PointsSince when it first
+	// looked for a point. They stay across its runs, retargets and
+	// unprotection.
+	Points      []PointInTime `json:"points,omitempty"`
+	Pruned      []PrunedPoint `json:"pruned,omitempty"`
+	PrunedCount int           `json:"prunedCount,omitempty"`
+	PointsSince time.Time     `json:"pointsSince,omitzero"`
+}
+
+// carryPoints gives next the points of s.
+func (s *ProtectState) carryPoints(next *ProtectState) {
+	next.Points, next.Pruned, next.PrunedCount, next.PointsSince = s.Points, s.Pruned, s.PrunedCount, s.PointsSince
+}
+
+// hasPoints tells a state that carries points in time.
+func (s *ProtectState) hasPoints() bool {
+	return len(s.Points) > 0 || s.PrunedCount > 0 || !s.PointsSince.IsZero()
 }
 
 // Unprotection is a plan left without a replica by a failover.
@@ -172,6 +191,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
 		if in.State != nil {
 			s.Refused, s.RefusedCount = in.State.Refused, in.State.RefusedCount
+			in.State.carryPoints(s)
 		}
 	}
 	// A state carried over (continue as new) comes through JSON, where
@@ -205,6 +225,18 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		return disabled.message, disabled.err
 	}); err != nil {
+		return nil, err
+	}
+	// A point in time is held (or released) here: a held point is never
+	// pruned, and a point being pruned cannot be held.
+	pruning := map[string]bool{}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateHoldPoint, func(ctx workflow.Context, h PointHold) (*PointInTime, error) {
+		pt, err := s.hold(h)
+		if err == nil {
+			notePoints(ctx, p.Metadata.Name, []RecordChange{{Point: pt}})
+		}
+		return pt, err
+	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error { return s.validHold(h, pruning) }}); err != nil {
 		return nil, err
 	}
 	note, err := trust(ctx, p, in.Origin)
@@ -286,9 +318,13 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			next.State = &ProtectState{Primary: retarget, Groups: map[string]GroupHealth{}, Clients: s.Clients,
 				Runs: s.Runs, By: s.By, Trust: s.Trust, RPOTarget: s.RPOTarget, Unprotected: lost,
 				Refused: s.Refused, RefusedCount: s.RefusedCount}
-		case s.RefusedCount > 0:
-			// A new protection, which keeps only what was refused.
+		case s.RefusedCount > 0 || s.hasPoints():
+			// A new protection, which keeps only what was refused and
+			// the points in time.
 			next.State = &ProtectState{Refused: s.Refused, RefusedCount: s.RefusedCount}
+		}
+		if next.State != nil {
+			s.carryPoints(next.State)
 		}
 		return workflow.NewContinueAsNewError(ctx, Protect, next)
 	}
@@ -357,6 +393,24 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		if moved() {
 			return nil, again()
+		}
+		if p.Policy.PointsInTime != nil {
+			// Only a plan that asks for points cuts them: the others
+			// issue the commands they always did.
+			if s.Unprotected == nil {
+				cut, cancel := workflow.WithCancel(ctx)
+				cancelRound = cancel
+				s.keepPoints(ctx, cut, p, pruning)
+				cancel()
+				cancelRound = nil
+			}
+			s.reportPoints(ctx, p, interval)
+			if stop != nil {
+				break
+			}
+			if moved() {
+				return nil, again()
+			}
 		}
 		s.Polls++
 		s.report(ctx, p.Metadata.Name)

@@ -1,0 +1,324 @@
+package workflows_test
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// pointsFixture is the fixture with the members of both sites' storage
+// groups listed and points in time asked for.
+func pointsFixture(t *testing.T, pit plans.PointsInTime) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	for i, g := range f.plan.VolumeGroups {
+		for site, ref := range g.Sites {
+			switch ref.GroupID {
+			case "vg-1":
+				ref.Members = []string{"v1", "v2"}
+			case "vg-2":
+				ref.Members = []string{"v3"}
+			}
+			f.plan.VolumeGroups[i].Sites[site] = ref
+		}
+	}
+	f.plan.Policy.PointsInTime = &pit
+	return f
+}
+
+// snapshotsOn are the ids of the snapshots and group snapshots site's
+// storage holds.
+func snapshotsOn(s *simtest.Site) (snaps, groups []string) {
+	st := s.Snapshot()
+	for _, sn := range st.Snapshots {
+		snaps = append(snaps, sn.ID)
+	}
+	for _, g := range st.GroupSnapshots {
+		groups = append(groups, g.ID)
+	}
+	sort.Strings(snaps)
+	sort.Strings(groups)
+	return snaps, groups
+}
+
+// snapshotsOf are the ids of the snapshots and group snapshots points
+// made.
+func snapshotsOf(points []workflows.PointInTime) (snaps, groups []string) {
+	for _, pt := range points {
+		for _, g := range pt.Groups {
+			if g.GroupSnapshot != "" {
+				groups = append(groups, g.GroupSnapshot)
+			}
+			for _, sn := range g.Snapshots {
+				snaps = append(snaps, sn.ID)
+			}
+		}
+	}
+	sort.Strings(snaps)
+	sort.Strings(groups)
+	return snaps, groups
+}
+
+// pointChanges are the points and prunes protection sent the record.
+func (f *fixture) pointChanges() (points []workflows.PointInTime, pruned []workflows.PrunedPoint) {
+	f.recordMu.Lock()
+	defer f.recordMu.Unlock()
+	for _, c := range f.record {
+		if c.Point != nil {
+			points = append(points, *c.Point)
+		}
+		if c.Pruned != nil {
+			pruned = append(pruned, *c.Pruned)
+		}
+	}
+	return points, pruned
+}
+
+// checkKept holds the points protection keeps to what west's storage
+// holds: the snapshots of those points, no other, and none on east (the
+// primary).
+func checkKept(t *testing.T, f *fixture, kept []workflows.PointInTime) {
+	t.Helper()
+	wantSnaps, wantGroups := snapshotsOf(kept)
+	snaps, groups := snapshotsOn(f.west)
+	if !slices.Equal(snaps, wantSnaps) || !slices.Equal(groups, wantGroups) {
+		t.Fatalf("west holds snapshots %v and group snapshots %v; the points kept made %v and %v", snaps, groups, wantSnaps, wantGroups)
+	}
+	if s, g := snapshotsOn(f.east); len(s)+len(g) > 0 {
+		t.Fatalf("points were cut on the primary east: %v %v", s, g)
+	}
+	for _, pt := range kept {
+		// Two storage groups of one group snapshot each and a loose
+		// volume: four snapshots.
+		if pt.Site != "west" || !pt.Usable() || len(pt.Groups) != 3 || len(pt.Held) == 0 && pt.PruneError != "" {
+			t.Fatalf("point %+v", pt)
+		}
+		n := 0
+		for _, g := range pt.Groups {
+			n += len(g.Snapshots)
+		}
+		if n != 4 {
+			t.Fatalf("point %s has %d snapshots, want 4", pt.ID, n)
+		}
+	}
+}
+
+// TestPointsPrunedByCount: with pointsInTime every minute, keep 2,
+// protection cuts a point at west (the replicas' site) each minute and,
+// after each cut, deletes the points beyond the newest two: west's
+// storage holds the snapshots of the two newest points and nothing
+// else, east none; the record got every point and every prune with
+// why.
+func TestPointsPrunedByCount(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 2})
+	env, _ := f.testEnv(t)
+	got := stateThenStop(t, env, 4*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil {
+		t.Fatal("no state read")
+	}
+	sent, pruned := f.pointChanges()
+	var ids []string
+	for _, pt := range sent {
+		if !slices.Contains(ids, pt.ID) {
+			ids = append(ids, pt.ID)
+		}
+	}
+	if len(ids) < 4 {
+		t.Fatalf("%d points cut in 4m30s at one a minute: %v", len(ids), ids)
+	}
+	if len(s.Points) != 2 || s.PrunedCount != len(ids)-2 || len(pruned) != len(ids)-2 {
+		t.Fatalf("%d points cut; kept %d, pruned %d (record told of %d)", len(ids), len(s.Points), s.PrunedCount, len(pruned))
+	}
+	// The newest two are kept, oldest first.
+	if s.Points[0].ID != ids[len(ids)-2] || s.Points[1].ID != ids[len(ids)-1] {
+		t.Fatalf("kept %s and %s; cut %v", s.Points[0].ID, s.Points[1].ID, ids)
+	}
+	for i, x := range pruned {
+		if x.ID != ids[i] || x.Why != "beyond the newest 2 (keep)" || x.Site != "west" {
+			t.Fatalf("pruned %+v, want %s beyond the newest 2", x, ids[i])
+		}
+	}
+	checkKept(t, f, s.Points)
+}
+
+// TestPointsPrunedByAge: with keepFor 2m30s and no count, each cut
+// deletes the points older than 2m30s at that moment and keeps the
+// others.
+func TestPointsPrunedByAge(t *testing.T) {
+	keepFor := 2*time.Minute + 30*time.Second
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), KeepFor: plans.Duration(keepFor)})
+	env, _ := f.testEnv(t)
+	got := stateThenStop(t, env, 5*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || len(s.Points) == 0 {
+		t.Fatalf("state %+v", s)
+	}
+	newest := s.Points[len(s.Points)-1]
+	_, pruned := f.pointChanges()
+	if len(pruned) == 0 || s.PrunedCount != len(pruned) {
+		t.Fatalf("pruned %d, the record told of %d", s.PrunedCount, len(pruned))
+	}
+	for _, pt := range s.Points {
+		if newest.Taken.Sub(pt.Taken) > keepFor {
+			t.Fatalf("point %s, %v older than the newest, was kept past keepFor %v", pt.ID, newest.Taken.Sub(pt.Taken), keepFor)
+		}
+	}
+	for _, x := range pruned {
+		if x.Pruned.Sub(x.Taken) <= keepFor || !strings.Contains(x.Why, "keepFor") {
+			t.Fatalf("point %s pruned %v after its cut: %s", x.ID, x.Pruned.Sub(x.Taken), x.Why)
+		}
+	}
+	if len(s.Points) != 3 {
+		t.Fatalf("kept %d points of one a minute for 2m30s, want 3", len(s.Points))
+	}
+	checkKept(t, f, s.Points)
+}
+
+// TestHeldPointIsNeverPruned: a point held (UpdateHoldPoint, as a test
+// recovery or failover from it will) stays however old and however many
+// newer points there are, with keep 1 and keepFor 1m; a hold of a point
+// that does not exist is refused. Released, it goes with the next cut.
+func TestHeldPointIsNeverPruned(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 1, KeepFor: plans.Duration(time.Minute)})
+	env, _ := f.testEnv(t)
+	var first string
+	var refused error
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryProtect)
+		mustOK(t, err)
+		var s workflows.ProtectState
+		mustOK(t, v.Get(&s))
+		if len(s.Points) != 1 {
+			t.Errorf("points at 30s: %+v", s.Points)
+			return
+		}
+		first = s.Points[0].ID
+		send(t, env, workflows.UpdateHoldPoint, workflows.PointHold{Point: first, By: "drover-test-shop"}, nil, nil)
+		send(t, env, workflows.UpdateHoldPoint, workflows.PointHold{Point: "19990101T000000Z", By: "drover-test-shop"},
+			func() { t.Error("a hold of no point was taken") }, func(err error) { refused = err })
+	}, 30*time.Second)
+	var heldSnaps, heldGroups []string
+	held := stateAt(t, env, 4*time.Minute+30*time.Second, func() {
+		heldSnaps, heldGroups = snapshotsOn(f.west)
+		send(t, env, workflows.UpdateHoldPoint, workflows.PointHold{Point: first, By: "drover-test-shop", Release: true}, nil, nil)
+	})
+	released := stateThenStop(t, env, 5*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	if refused == nil || !strings.Contains(refused.Error(), "no point") {
+		t.Fatalf("the hold of no point: %v", refused)
+	}
+	s := *held
+	if s == nil || len(s.Points) != 2 || s.Points[0].ID != first || !slices.Equal(s.Points[0].Held, []string{"drover-test-shop"}) {
+		t.Fatalf("at 4m30s, with %s held, the points are %+v", first, s.Points)
+	}
+	if s.PrunedCount < 3 {
+		t.Fatalf("at 4m30s only %d points were pruned", s.PrunedCount)
+	}
+	if wantSnaps, wantGroups := snapshotsOf(s.Points); !slices.Equal(heldSnaps, wantSnaps) || !slices.Equal(heldGroups, wantGroups) {
+		t.Fatalf("at 4m30s west held %v and %v; the points kept made %v and %v", heldSnaps, heldGroups, wantSnaps, wantGroups)
+	}
+	// The record knows it is held.
+	sent, _ := f.pointChanges()
+	if i := slices.IndexFunc(sent, func(pt workflows.PointInTime) bool { return pt.ID == first && len(pt.Held) == 1 }); i < 0 {
+		t.Fatalf("the record was not told of the hold: %+v", sent)
+	}
+	// Released, the next cut prunes it.
+	r := *released
+	if r == nil || len(r.Points) != 1 || r.Points[0].ID == first {
+		t.Fatalf("after the release the points are %+v", r.Points)
+	}
+	if !slices.ContainsFunc(r.Pruned, func(x workflows.PrunedPoint) bool { return x.ID == first }) {
+		t.Fatalf("%s is not among the pruned: %+v", first, r.Pruned)
+	}
+	checkKept(t, f, r.Points)
+}
+
+// TestPointHoldsLastSyncAndSaysNotInSync: a point holds the replicas'
+// data as of the last sync the primary reported before the cut, and
+// records that sync; with the link between the sites cut and a write on
+// the primary that never shipped, the next point says its replicas were
+// not in sync (the primary reports replication DEGRADED), records the
+// last sync before the cut, and its snapshot holds the data of that
+// sync, not the write.
+func TestPointHoldsLastSyncAndSaysNotInSync(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 5})
+	env, _ := f.testEnv(t)
+	ctx := context.Background()
+	var synced time.Time
+	env.RegisterDelayedCallback(func() {
+		f.east.SetLink(false)
+		c, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
+		mustOK(t, err)
+		defer c.Close()
+		_, err = c.Write(ctx, "v1", 0, []byte("never shipped"))
+		mustOK(t, err)
+		// Wait until east has tried to ship it and says so.
+		ins, err := activities.ReplicationInputs(f.plan, "east", "db", activities.RPCGetVolumeReplicationInfo, false)
+		mustOK(t, err)
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			info, err := f.storage.GetVolumeReplicationInfo(ctx, ins[0])
+			mustOK(t, err)
+			if info.Status == "DEGRADED" {
+				synced = info.LastSyncTime
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("east still reports %+v with the link cut", info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}, 30*time.Second)
+	got := stateThenStop(t, env, 90*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || len(s.Points) != 2 {
+		t.Fatalf("state %+v", s)
+	}
+	before, after := s.Points[0], s.Points[1]
+	if before.NotInSync != "" || before.LastSync.IsZero() || before.Lag < 0 {
+		t.Fatalf("the point cut in sync: %+v", before)
+	}
+	if !strings.Contains(after.NotInSync, "db: replication DEGRADED") || !after.Usable() {
+		t.Fatalf("the point cut with the link down: usable %v, not in sync %q", after.Usable(), after.NotInSync)
+	}
+	var db workflows.PointGroup
+	for _, g := range after.Groups {
+		if g.Group == "db" {
+			db = g
+		}
+	}
+	if !db.LastSync.Equal(synced) || db.Lag != after.Taken.Sub(synced) {
+		t.Fatalf("the point records db's last sync %v (lag %v); east's last sync was %v", db.LastSync, db.Lag, synced)
+	}
+	i := slices.IndexFunc(db.Snapshots, func(sn workflows.PointSnapshot) bool { return sn.Volume == "v1" })
+	if i < 0 {
+		t.Fatalf("db's snapshots %+v", db.Snapshots)
+	}
+	st := f.west.Snapshot()
+	j := slices.IndexFunc(st.Snapshots, func(sn sim.SnapshotState) bool { return sn.ID == db.Snapshots[i].ID })
+	if j < 0 {
+		t.Fatalf("west holds no snapshot %s", db.Snapshots[i].ID)
+	}
+	if data := string(st.Snapshots[j].Blocks[0].Data); data != "order 1" {
+		t.Fatalf("the point's v1 holds %q, want the data of the last sync before it", data)
+	}
+	if data := string(f.east.Snapshot().Unit("vg/vg-1").Blocks["v1"][0].Data); data != "never shipped" {
+		t.Fatalf("east holds %q", data)
+	}
+}
