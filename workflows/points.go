@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -153,11 +154,16 @@ func NewestPoint(points []PointInTime) *PointInTime {
 }
 
 // pointDue tells whether a point is due at now.
+// The last cut counts, failed or not: a storage that refuses is asked
+// again a period later, not at every poll.
 func (s *ProtectState) pointDue(pit *plans.PointsInTime, now time.Time) bool {
-	if len(s.Points) == 0 {
+	last := s.LastCut
+	if len(s.Points) > 0 && s.Points[len(s.Points)-1].Taken.After(last) {
+		last = s.Points[len(s.Points)-1].Taken
+	}
+	if last.IsZero() {
 		return true
 	}
-	last := s.Points[len(s.Points)-1].Taken
 	return now.Sub(last) >= pit.Every.D() && pointID(now) != pointID(last)
 }
 
@@ -290,16 +296,18 @@ func cutGroup(ctx workflow.Context, p *plans.Plan, site string, ref plans.GroupR
 }
 
 // prunable picks the points the policy no longer keeps at now, with why:
-// past the newest keep, older than keepFor, or a failed cut. The newest
-// usable point and held points are never picked.
-func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, pruneUsable bool) map[string]string {
+// past the newest keep, older than keepFor, or a failed cut but the one
+// just cut (its failure is shown until the next). The newest usable
+// point and held points are never picked, nor any usable point unless
+// pruneUsable (a point was just cut).
+func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, justCut string, pruneUsable bool) map[string]string {
 	out := map[string]string{}
 	newest := NewestPoint(points)
 	rank := 0
 	for i := len(points) - 1; i >= 0; i-- {
 		pt := &points[i]
 		if !pt.Usable() {
-			if len(pt.Held) == 0 {
+			if len(pt.Held) == 0 && pt.ID != justCut {
 				out[pt.ID] = "its cut failed: " + pt.Error
 			}
 			continue
@@ -415,7 +423,7 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	}
 	site := recoverySite(p, s.Primary)
 	pt := s.cutPoint(cut, p, site)
-	s.Points = append(s.Points, pt)
+	s.Points, s.LastCut = append(s.Points, pt), pt.Taken
 	changes := []RecordChange{{Point: &pt}}
 	if !pt.Usable() {
 		workflow.GetLogger(ctx).Warn("a point in time failed", "plan", p.Metadata.Name, "point", pt.ID, "error", pt.Error)
@@ -423,7 +431,7 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if cut.Err() == nil {
 		// Picked and marked in one go: a hold that comes while the
 		// deletions run finds the point being pruned and is refused.
-		why := prunable(s.Points, pit, workflow.Now(ctx), pt.Usable())
+		why := prunable(s.Points, pit, workflow.Now(ctx), pt.ID, pt.Usable())
 		var doomed []int
 		for i := range s.Points {
 			if _, ok := why[s.Points[i].ID]; ok {
@@ -515,4 +523,48 @@ func (s *ProtectState) reportPoints(ctx workflow.Context, p *plans.Plan, interva
 	}
 	m.Gauge(MetricPointAge).Update(max(workflow.Now(ctx).Sub(since), 0).Seconds())
 	m.Gauge(MetricPointMaxAge).Update((pit.Every.D() + interval).Seconds())
+}
+
+// RecordedPoints are the points in time a plan's record holds.
+type RecordedPoints struct {
+	Points      []PointInTime `json:"points,omitempty"`
+	Pruned      []PrunedPoint `json:"pruned,omitempty"`
+	PrunedCount int           `json:"prunedCount,omitempty"`
+}
+
+// RecordedPoints reads the points in time the plan's record holds: a
+// protection started anew takes them over, so that the points of one
+// that was stopped are still pruned. The record takes only changes a
+// worker sealed: whoever may start workflows cannot make protection
+// delete a snapshot it did not cut.
+func (rr *RunReader) RecordedPoints(ctx context.Context, plan string) (RecordedPoints, error) {
+	if rr == nil || rr.Client == nil {
+		return RecordedPoints{}, temporal.NewNonRetryableApplicationError("this worker has no client to read the plan's record", errNoRun, nil)
+	}
+	rec, err := ReadRecord(ctx, rr.Client, plan)
+	if err != nil || rec == nil {
+		return RecordedPoints{}, err
+	}
+	return RecordedPoints{Points: rec.Points, Pruned: rec.Pruned, PrunedCount: rec.PrunedCount}, nil
+}
+
+// recordReadOptions bound the read of the record at a protection's
+// start: a local activity, which holds the workflow task.
+var recordReadOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    10 * time.Second,
+	ScheduleToCloseTimeout: 20 * time.Second,
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 5 * time.Second, NonRetryableErrorTypes: []string{errNoRun}},
+}
+
+// adoptPoints takes over the points in time the plan's record holds, at
+// a protection's start (best effort: a record that cannot be read leaves
+// its points to the next start).
+func (s *ProtectState) adoptPoints(ctx workflow.Context, plan string) {
+	var rr *RunReader
+	var got RecordedPoints
+	if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, recordReadOptions), rr.RecordedPoints, plan).Get(ctx, &got); err != nil {
+		workflow.GetLogger(ctx).Warn("could not read the points in time of the plan's record; they are not pruned until a protection takes them over", "plan", plan, "error", err)
+		return
+	}
+	s.Points, s.Pruned, s.PrunedCount = got.Points, got.Pruned, got.PrunedCount
 }

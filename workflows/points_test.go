@@ -322,3 +322,60 @@ func TestPointHoldsLastSyncAndSaysNotInSync(t *testing.T) {
 		t.Fatalf("east holds %q", data)
 	}
 }
+
+// TestFailedCutsAreCleanedAndTheNewestKept: while west's storage refuses
+// group snapshots, each cut fails (the point says why, and is no point
+// to recover to) and its loose volume's snapshot, which was made, is
+// deleted with the next cut; the points that can be recovered to stay
+// past keepFor while no newer one is cut. Once a cut succeeds again,
+// the old points and the failed one go, and west holds only the new
+// point's snapshots.
+func TestFailedCutsAreCleanedAndTheNewestKept(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), KeepFor: plans.Duration(time.Minute)})
+	env, _ := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "CreateVolumeGroupSnapshot", Code: "INVALID_ARGUMENT", Count: 1000, Message: "injected"}}))
+	}, 90*time.Second)
+	var during []string
+	failing := stateAt(t, env, 3*time.Minute+30*time.Second, func() {
+		during, _ = snapshotsOn(f.west)
+		mustOK(t, f.west.SetFaults(nil))
+	})
+	got := stateThenStop(t, env, 4*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	s := *failing
+	if s == nil || len(s.Points) != 3 {
+		t.Fatalf("points while the cuts fail: %+v", s)
+	}
+	first, failed := s.Points[0], s.Points[2]
+	if !first.Usable() || !s.Points[1].Usable() || failed.Usable() || !strings.Contains(failed.Error, "injected") {
+		t.Fatalf("the first points %+v, %+v; the last failed cut %+v", first, s.Points[1], failed)
+	}
+	if failed.Taken.Sub(first.Taken) <= 2*time.Minute {
+		t.Fatalf("the points %s and %s", first.ID, failed.ID)
+	}
+	// West holds the two points' four snapshots each and the failed
+	// cut's loose one: the earlier failed cut's went with the later cut.
+	if len(during) != 9 {
+		t.Fatalf("while the cuts failed west held %d snapshots: %v", len(during), during)
+	}
+	_, pruned := f.pointChanges()
+	nFailed := 0
+	for _, x := range pruned {
+		if strings.HasPrefix(x.Why, "its cut failed") {
+			nFailed++
+		}
+	}
+	if nFailed < 1 {
+		t.Fatalf("failed cuts pruned: %d (%+v)", nFailed, pruned)
+	}
+	r := *got
+	if r == nil || len(r.Points) != 1 || !r.Points[0].Usable() || r.Points[0].ID == first.ID {
+		t.Fatalf("after the storage took group snapshots again: %+v", r.Points)
+	}
+	if !slices.ContainsFunc(r.Pruned, func(x workflows.PrunedPoint) bool { return x.ID == first.ID && strings.Contains(x.Why, "keepFor") }) {
+		t.Fatalf("%s was not pruned for its age: %+v", first.ID, r.Pruned)
+	}
+	checkKept(t, f, r.Points)
+}

@@ -121,11 +121,13 @@ type ProtectState struct {
 	Pruned      []PrunedPoint `json:"pruned,omitempty"`
 	PrunedCount int           `json:"prunedCount,omitempty"`
 	PointsSince time.Time     `json:"pointsSince,omitzero"`
+	// LastCut is when the last point was cut, or its cut failed.
+	LastCut time.Time `json:"lastCut,omitzero"`
 }
 
 // carryPoints gives next the points of s.
 func (s *ProtectState) carryPoints(next *ProtectState) {
-	next.Points, next.Pruned, next.PrunedCount, next.PointsSince = s.Points, s.Pruned, s.PrunedCount, s.PointsSince
+	next.Points, next.Pruned, next.PrunedCount, next.PointsSince, next.LastCut = s.Points, s.Pruned, s.PrunedCount, s.PointsSince, s.LastCut
 }
 
 // hasPoints tells a state that carries points in time.
@@ -249,6 +251,10 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	s.Runs++
 	if note != "" {
 		s.Trust, s.By = note, in.By
+	}
+	if p.Policy.PointsInTime != nil && in.State == nil {
+		// A protection started anew takes over the record's points.
+		s.adoptPoints(ctx, p.Metadata.Name)
 	}
 	// Protect runs for days and must answer a stop or a query at once;
 	// a local activity on a dead site would hold its workflow task for

@@ -225,7 +225,7 @@ cannot be reached, refuses drctl's credentials or has no such namespace.`,
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
 	root.AddCommand(a.reportCommand(), a.uiCommand())
-	root.AddCommand(a.conformanceCommand())
+	root.AddCommand(a.conformanceCommand(), a.pointsCommand())
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "The module version and VCS revision drctl was built from",
