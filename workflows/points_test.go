@@ -379,3 +379,34 @@ func TestFailedCutsAreCleanedAndTheNewestKept(t *testing.T) {
 	}
 	checkKept(t, f, r.Points)
 }
+
+// TestStartedStateNamesNoPointToPrune: a Protect started (not continued
+// by its own run) with a state that names a point made of a snapshot
+// protection did not cut does not take it: after cuts that prune by
+// count, that snapshot is still on west and the point is nowhere.
+func TestStartedStateNamesNoPointToPrune(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 1})
+	victim, err := f.storage.CreateSnapshot(context.Background(), activities.SnapshotInput{
+		Endpoint: activities.Endpoint{Site: "west", Address: f.west.Endpoint()}, Name: "backup-of-v3", Volumes: []string{"v3"}})
+	mustOK(t, err)
+	forged := workflows.PointInTime{ID: "20200101T000000Z", Site: "west", Taken: time.Now().Add(-time.Hour),
+		Groups: []workflows.PointGroup{{Group: "logs", Snapshots: []workflows.PointSnapshot{{Volume: "v3", ID: victim.ID}}}}}
+	env, _ := f.testEnv(t)
+	got := stateThenStop(t, env, 2*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second,
+		State: &workflows.ProtectState{Primary: "east", Points: []workflows.PointInTime{forged}}})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || len(s.Points) != 1 || s.Points[0].ID == forged.ID || s.PrunedCount < 2 {
+		t.Fatalf("state %+v", s)
+	}
+	for _, x := range s.Pruned {
+		if x.ID == forged.ID {
+			t.Fatalf("the forged point was pruned: %+v", x)
+		}
+	}
+	snaps, _ := snapshotsOn(f.west)
+	if !slices.Contains(snaps, victim.ID) {
+		t.Fatalf("the snapshot protection did not cut, %s, was deleted: west holds %v", victim.ID, snaps)
+	}
+}

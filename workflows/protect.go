@@ -252,9 +252,17 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	if note != "" {
 		s.Trust, s.By = note, in.By
 	}
-	if p.Policy.PointsInTime != nil && in.State == nil {
-		// A protection started anew takes over the record's points.
-		s.adoptPoints(ctx, p.Metadata.Name)
+	// Points in time come only from protection's own previous run
+	// (continue as new, which only the server starts) or from the
+	// plan's record, which takes only sealed changes: a state given at a
+	// start could name any snapshot, which pruning would delete.
+	info := workflow.GetInfo(ctx)
+	if info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "" {
+		s.Points, s.Pruned, s.PrunedCount, s.PointsSince, s.LastCut = nil, nil, 0, time.Time{}, time.Time{}
+		if p.Policy.PointsInTime != nil {
+			// A protection started anew takes over the record's points.
+			s.adoptPoints(ctx, p.Metadata.Name)
+		}
 	}
 	// Protect runs for days and must answer a stop or a query at once;
 	// a local activity on a dead site would hold its workflow task for
