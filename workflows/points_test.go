@@ -261,13 +261,9 @@ func TestPointHoldsLastSyncAndSaysNotInSync(t *testing.T) {
 	ctx := context.Background()
 	var synced time.Time
 	env.RegisterDelayedCallback(func() {
+		// A shipping round under way when the link is cut still ships:
+		// the write comes once east reports the link down.
 		f.east.SetLink(false)
-		c, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
-		mustOK(t, err)
-		defer c.Close()
-		_, err = c.Write(ctx, "v1", 0, []byte("never shipped"))
-		mustOK(t, err)
-		// Wait until east has tried to ship it and says so.
 		ins, err := activities.ReplicationInputs(f.plan, "east", "db", activities.RPCGetVolumeReplicationInfo, false)
 		mustOK(t, err)
 		for deadline := time.Now().Add(20 * time.Second); ; {
@@ -282,6 +278,11 @@ func TestPointHoldsLastSyncAndSaysNotInSync(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		c, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
+		mustOK(t, err)
+		defer c.Close()
+		_, err = c.Write(ctx, "v1", 0, []byte("never shipped"))
+		mustOK(t, err)
 	}, 30*time.Second)
 	got := stateThenStop(t, env, 90*time.Second)
 	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
