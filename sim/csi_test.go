@@ -384,9 +384,6 @@ func TestReplicaSnapshotHoldsItsLastSync(t *testing.T) {
 		mustOK(t, err)
 	}
 	waitSynced(t, a, "vg/vg-1")
-	synced, err := info(t, a, group("vg-1"))
-	mustOK(t, err)
-	seq := a.Snapshot().Unit("vg/vg-1").PeerSeq
 
 	// A shipping round under way when the link is cut still ships: the
 	// writes come once the primary reports the link down.
@@ -395,9 +392,9 @@ func TestReplicaSnapshotHoldsItsLastSync(t *testing.T) {
 		r, err := info(t, a, group("vg-1"))
 		return err == nil && r.GetStatus() == replication.GetVolumeReplicationInfoResponse_DEGRADED
 	})
-	synced, err = info(t, a, group("vg-1"))
+	synced, err := info(t, a, group("vg-1"))
 	mustOK(t, err)
-	seq = a.Snapshot().Unit("vg/vg-1").PeerSeq
+	seq := a.Snapshot().Unit("vg/vg-1").PeerSeq
 	for _, v := range []string{"v1", "v2"} {
 		_, err := w.Write(ctx, v, 0, []byte("never shipped "+v))
 		mustOK(t, err)
