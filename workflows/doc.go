@@ -142,7 +142,8 @@
 // workflow type and shape, recorded from the current code by `make
 // histories` (the dev-server tests with DROVER_RECORD_HISTORIES=1): each
 // plan action with a small plan and with one that fans out in batches, a
-// GroupBatch child, Protect, the plan's record, Verify, a site failover
+// GroupBatch child, Protect (and one that keeps points in time), the
+// plan's record, Verify, a site failover
 // and a Failover it runs as its child, a test recovery and its cleanup.
 // TestReplay replays them against the code and fails on a change that
 // would break a running workflow, and when a registered workflow type

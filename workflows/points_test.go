@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -410,4 +413,64 @@ func TestStartedStateNamesNoPointToPrune(t *testing.T) {
 	if !slices.Contains(snaps, victim.ID) {
 		t.Fatalf("the snapshot protection did not cut, %s, was deleted: west holds %v", victim.ID, snaps)
 	}
+}
+
+// TestPointsOnDevServer: on the dev server, protection of a plan with
+// points every second, keep 1: a point held through the update is kept
+// while newer ones are cut and pruned, the plan's record shows it held;
+// a hold of no point is refused; released, the point is pruned and the
+// record says so. With DROVER_RECORD_HISTORIES set (make histories) it
+// records the Protect history for TestReplay.
+func TestPointsOnDevServer(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 1})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	hold := func(h workflows.PointHold) (*workflows.PointInTime, error) {
+		uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateHoldPoint,
+			Args: []any{h}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err != nil {
+			return nil, err
+		}
+		var pt workflows.PointInTime
+		return &pt, uh.Get(ctx, &pt)
+	}
+	var held string
+	simtest.Eventually(t, time.Minute, "a point to hold", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || workflows.NewestPoint(ps.Points) == nil {
+			return false
+		}
+		held = workflows.NewestPoint(ps.Points).ID
+		return true
+	})
+	pt, err := hold(workflows.PointHold{Point: held, By: "tester"})
+	mustOK(t, err)
+	if pt.ID != held || !slices.Equal(pt.Held, []string{"tester"}) {
+		t.Fatalf("the hold answered %+v", pt)
+	}
+	if _, err := hold(workflows.PointHold{Point: "19990101T000000Z", By: "tester"}); err == nil || !strings.Contains(err.Error(), "no point") {
+		t.Fatalf("a hold of no point: %v", err)
+	}
+	simtest.Eventually(t, time.Minute, "newer points pruned around the held one", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil && rec != nil && rec.PrunedCount >= 2 && len(rec.Points) == 2 && rec.Points[0].ID == held &&
+			slices.Equal(rec.Points[0].Held, []string{"tester"})
+	})
+	_, err = hold(workflows.PointHold{Point: held, By: "tester", Release: true})
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "the released point pruned", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil && rec != nil && len(rec.Points) == 1 && rec.Points[0].ID != held &&
+			slices.ContainsFunc(rec.Pruned, func(x workflows.PrunedPoint) bool { return x.ID == held })
+	})
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateStopProtect,
+		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, uh.Get(ctx, nil))
+	mustOK(t, prot.Get(ctx, nil))
+	record(t, ctx, srv.Client, prot, "protect-points")
 }
