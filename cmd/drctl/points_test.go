@@ -81,10 +81,12 @@ policy:
 		!strings.Contains(out, l.Points[0].ID) || !strings.Contains(out, "pruned: ") || !strings.Contains(out, "beyond the newest 2 (keep)") {
 		t.Fatalf("drctl points: exit %d\n%s%s", code, out, errs)
 	}
+	t.Logf("drctl points shop:\n%s", out)
 	code, out, errs = c.run("status", "shop")
 	if code != 0 || !regexp.MustCompile(`points in time: 2, the newest \S+ at west`).MatchString(out) || !strings.Contains(out, "pruned: ") {
 		t.Fatalf("drctl status: exit %d\n%s%s", code, out, errs)
 	}
+	t.Logf("drctl status shop:\n%s", out)
 
 	// The metrics: the newest point's age, and what the policy allows
 	// (every 1s and the poll interval of 200ms).
