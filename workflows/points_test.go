@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -473,4 +476,48 @@ func TestPointsOnDevServer(t *testing.T) {
 	mustOK(t, uh.Get(ctx, nil))
 	mustOK(t, prot.Get(ctx, nil))
 	record(t, ctx, srv.Client, prot, "protect-points")
+}
+
+// TestPointsOutliveAFailover: a failover's word moves protection to the
+// new primary, unprotected, carrying its points; the continued run cuts
+// none (the lost site holds no replica to cut) and prunes none, however
+// far past keepFor they get: west's storage still holds them all.
+func TestPointsOutliveAFailover(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), KeepFor: plans.Duration(time.Minute)})
+	env, _ := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(workflows.SignalRetarget, sealedRetarget(t, env, workflows.Retarget{Primary: "west", Lost: "east", At: env.Now(), By: "drover-shop"}))
+	}, 2*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v, want continue-as-new on the failover's word", err)
+	}
+	var next workflows.ProtectInput
+	mustOK(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	if next.State == nil || next.State.Unprotected == nil || len(next.State.Points) != 2 {
+		t.Fatalf("continued with %+v", next.State)
+	}
+	carried := next.State.Points
+	before, _ := snapshotsOn(f.west)
+
+	// The run the server continues it as, unprotected on west.
+	env, calls := f.testEnv(t)
+	env.SetContinuedExecutionRunID("the-run-before")
+	got := stateThenStop(t, env, 5*time.Minute)
+	env.ExecuteWorkflow(workflows.Protect, next)
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || s.Unprotected == nil || len(s.Points) != 2 || s.Points[0].ID != carried[0].ID || s.Points[1].ID != carried[1].ID {
+		t.Fatalf("unprotected for 5 minutes the points are %+v", s)
+	}
+	for _, name := range []string{"CreateSnapshot", "CreateVolumeGroupSnapshot", "DeleteSnapshot", "DeleteVolumeGroupSnapshot"} {
+		if i := indexOf(*calls, name, "", ""); i >= 0 {
+			t.Fatalf("an unprotected protection called %v", (*calls)[i])
+		}
+	}
+	if after, _ := snapshotsOn(f.west); !slices.Equal(before, after) {
+		t.Fatalf("west held %v at the failover, %v after", before, after)
+	}
+	checkKept(t, f, s.Points)
 }
