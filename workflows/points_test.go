@@ -521,3 +521,43 @@ func TestPointsOutliveAFailover(t *testing.T) {
 	}
 	checkKept(t, f, s.Points)
 }
+
+// TestCutWithoutAnswerIsDeletedByName: a cut whose creates never
+// answered (protection stopped or moved while the storage worked) is
+// recorded with the names it asked under; the next cut asks for each
+// again by name, which answers what the first create made, and deletes
+// it: west keeps no snapshot of it.
+func TestCutWithoutAnswerIsDeletedByName(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 3})
+	// What the unanswered group snapshot made on west.
+	e := activities.Endpoint{Site: "west", Address: f.west.Endpoint()}
+	made, err := f.storage.CreateVolumeGroupSnapshot(context.Background(), activities.SnapshotInput{Endpoint: e, Name: "drover-pit-shop-cut-short-db", Volumes: []string{"v1", "v2"}})
+	mustOK(t, err)
+	short := workflows.PointInTime{ID: "20200101T000000Z", Site: "west", Taken: time.Now().Add(-time.Hour), Error: "the cut was cut short (protection stopped or moved)",
+		Groups: []workflows.PointGroup{
+			{Group: "db", GroupSnapshotName: "drover-pit-shop-cut-short-db", Members: []string{"v1", "v2"}},
+			{Group: "loose", Snapshots: []workflows.PointSnapshot{{Volume: "solo", Name: "drover-pit-shop-cut-short-loose-solo"}}},
+		}}
+	env, _ := f.testEnv(t)
+	env.SetContinuedExecutionRunID("the-run-before")
+	got := stateThenStop(t, env, 30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second,
+		State: &workflows.ProtectState{Primary: "east", Enabled: true, Points: []workflows.PointInTime{short}}})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || len(s.Points) != 1 || s.Points[0].ID == short.ID || s.PrunedCount != 1 || s.Pruned[0].ID != short.ID {
+		t.Fatalf("state %+v", s)
+	}
+	st := f.west.Snapshot()
+	for _, g := range st.GroupSnapshots {
+		if g.ID == made.ID {
+			t.Fatalf("the group snapshot the unanswered cut made, %s, is still on west", made.ID)
+		}
+	}
+	for _, sn := range st.Snapshots {
+		if sn.Name == "drover-pit-shop-cut-short-loose-solo" {
+			t.Fatalf("the loose snapshot asked again by name was left on west: %s", sn.ID)
+		}
+	}
+	checkKept(t, f, s.Points)
+}
