@@ -412,7 +412,7 @@ func madeNothing(err error) bool {
 // what the policy no longer keeps; each change goes to the plan's
 // record. cut is the context of the storage calls (a stop or retarget
 // cancels it), ctx the workflow's.
-func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, pruning map[string]bool) {
+func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, pruning map[string]bool, notes *pointNotes) {
 	pit := p.Policy.PointsInTime
 	now := workflow.Now(ctx)
 	if s.PointsSince.IsZero() {
@@ -424,7 +424,7 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	site := recoverySite(p, s.Primary)
 	pt := s.cutPoint(cut, p, site)
 	s.Points, s.LastCut = append(s.Points, pt), pt.Taken
-	changes := []RecordChange{{Point: &pt}}
+	notes.point(pt)
 	if !pt.Usable() {
 		workflow.GetLogger(ctx).Warn("a point in time failed", "plan", p.Metadata.Name, "point", pt.ID, "error", pt.Error)
 	}
@@ -446,34 +446,59 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 			delete(pruning, x.ID)
 			if err != nil {
 				x.PruneError = ErrorText(err)
-				c := *x
-				changes = append(changes, RecordChange{Point: &c})
+				notes.point(*x)
 				continue
 			}
 			gone[x.ID] = true
 			e := PrunedPoint{ID: x.ID, Site: x.Site, Taken: x.Taken, Pruned: workflow.Now(ctx), Why: why[x.ID]}
 			s.Pruned, s.PrunedCount = keepPruned(s.Pruned, s.PrunedCount, e)
-			changes = append(changes, RecordChange{Pruned: &e})
+			notes.add(RecordChange{Pruned: &e})
 		}
 		s.Points = slices.DeleteFunc(s.Points, func(x PointInTime) bool { return gone[x.ID] })
 	}
-	notePoints(ctx, p.Metadata.Name, changes)
 }
 
-// notePoints sends the changes of points to the plan's record, as one
-// signal (best effort, as protection's summary: logged when it fails).
-func notePoints(ctx workflow.Context, plan string, changes []RecordChange) {
-	if len(changes) == 0 {
-		return
-	}
-	c := changes[0]
-	c.More = changes[1:]
-	if err := note(ctx, plan, c); err != nil {
-		workflow.GetLogger(ctx).Warn("the plan's record did not take the points in time", "error", err)
+// pointNotes sends protection's changes of points (cuts, holds, prunes)
+// to the plan's record in the order they were made, each as it was then:
+// one goroutine sends what is queued, as one signal (best effort, as
+// protection's summary: logged when it fails). A change is queued the
+// moment it is made, so a hold that comes while a cut's deletions run
+// reaches the record in its place.
+type pointNotes struct {
+	queue   []RecordChange
+	sending bool
+}
+
+// add queues a change.
+func (n *pointNotes) add(c RecordChange) { n.queue = append(n.queue, c) }
+
+// point queues a point as it is now.
+func (n *pointNotes) point(pt PointInTime) {
+	pt.Held = slices.Clone(pt.Held)
+	n.add(RecordChange{Point: &pt})
+}
+
+// idle tells that every change queued has been sent.
+func (n *pointNotes) idle() bool { return len(n.queue) == 0 && !n.sending }
+
+// send sends the queued changes, for as long as ctx lives.
+func (n *pointNotes) send(ctx workflow.Context, plan string) {
+	for {
+		if err := workflow.Await(ctx, func() bool { return len(n.queue) > 0 }); err != nil {
+			return
+		}
+		c := n.queue[0]
+		c.More = n.queue[1:]
+		n.queue, n.sending = nil, true
+		if err := note(ctx, plan, c); err != nil {
+			workflow.GetLogger(ctx).Warn("the plan's record did not take the points in time", "error", err)
+		}
+		n.sending = false
 	}
 }
 
-// hold holds or releases a point (UpdateHoldPoint).
+// hold holds or releases a point (UpdateHoldPoint); the point it returns
+// is the state's own.
 func (s *ProtectState) hold(h PointHold) (*PointInTime, error) {
 	i := slices.IndexFunc(s.Points, func(x PointInTime) bool { return x.ID == h.Point })
 	if i < 0 {
@@ -485,9 +510,7 @@ func (s *ProtectState) hold(h PointHold) (*PointInTime, error) {
 	} else if !slices.Contains(pt.Held, h.By) {
 		pt.Held = append(pt.Held, h.By)
 	}
-	c := *pt
-	c.Held = slices.Clone(pt.Held)
-	return &c, nil
+	return pt, nil
 }
 
 // validHold refuses a hold protection cannot take.
@@ -495,7 +518,7 @@ func (s *ProtectState) validHold(h PointHold, pruning map[string]bool) error {
 	switch {
 	case h.Point == "" || h.By == "":
 		return errors.New("a hold names the point and who holds it")
-	case pruning[h.Point] && !h.Release:
+	case pruning[h.Point]:
 		return fmt.Errorf("point %q is being pruned", h.Point)
 	}
 	i := slices.IndexFunc(s.Points, func(x PointInTime) bool { return x.ID == h.Point })

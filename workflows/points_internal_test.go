@@ -11,10 +11,11 @@ import (
 // plansPointsKeep1 keeps one point, for a minute.
 var plansPointsKeep1 = plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 1, KeepFor: plans.Duration(time.Minute)}
 
-// TestHoldOfAPointBeingPruned: protection refuses to hold a point it is
-// deleting (the hold would hold nothing), a point that is not there, and
-// a failed cut (no point to recover to); a release is taken whatever
-// the point's state, and holds are counted per holder.
+// TestHoldOfAPointBeingPruned: protection refuses to hold or release a
+// point it is deleting (the hold would hold nothing, and the record would
+// hear of the point after its deletion), a point that is not there, and
+// a failed cut (no point to recover to); a release of a failed cut is
+// taken, and holds are counted per holder.
 func TestHoldOfAPointBeingPruned(t *testing.T) {
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	s := &ProtectState{Points: []PointInTime{
@@ -30,7 +31,8 @@ func TestHoldOfAPointBeingPruned(t *testing.T) {
 		{PointHold{Point: "20200101T000000Z", By: "drover-test-shop"}, "no point"},
 		{PointHold{Point: s.Points[1].ID, By: "drover-test-shop"}, "no point to recover to"},
 		{PointHold{Point: s.Points[0].ID}, "names the point and who holds it"},
-		{PointHold{Point: s.Points[0].ID, By: "drover-test-shop", Release: true}, ""},
+		{PointHold{Point: s.Points[0].ID, By: "drover-test-shop", Release: true}, "is being pruned"},
+		{PointHold{Point: s.Points[1].ID, By: "drover-test-shop", Release: true}, ""},
 	} {
 		err := s.validHold(tc.h, pruning)
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {

@@ -232,12 +232,16 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	// A point in time is held (or released) here: a held point is never
 	// pruned, and a point being pruned cannot be held.
 	pruning := map[string]bool{}
+	notes := &pointNotes{}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateHoldPoint, func(ctx workflow.Context, h PointHold) (*PointInTime, error) {
 		pt, err := s.hold(h)
-		if err == nil {
-			notePoints(ctx, p.Metadata.Name, []RecordChange{{Point: pt}})
+		if err != nil {
+			return nil, err
 		}
-		return pt, err
+		notes.point(*pt)
+		out := *pt
+		out.Held = slices.Clone(pt.Held)
+		return &out, nil
 	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error { return s.validHold(h, pruning) }}); err != nil {
 		return nil, err
 	}
@@ -264,6 +268,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			s.adoptPoints(ctx, p.Metadata.Name)
 		}
 	}
+	// The changes of points go to the record in order; a run ends, or
+	// continues as new, once they have gone.
+	workflow.Go(ctx, func(ctx workflow.Context) { notes.send(ctx, p.Metadata.Name) })
 	// Protect runs for days and must answer a stop or a query at once;
 	// a local activity on a dead site would hold its workflow task for
 	// the call's deadline.
@@ -326,6 +333,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	})
 	moved := func() bool { return retarget != "" && stop == nil }
 	again := func() error {
+		if err := workflow.Await(ctx, notes.idle); err != nil {
+			return err
+		}
 		next := ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval, Seen: ps.seen}
 		switch {
 		case lost != nil:
@@ -377,7 +387,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
 			// A retarget being checked is taken, or refused, in this run.
-			if err := workflow.Await(ctx, func() bool { return checking == 0 }); err != nil {
+			if err := workflow.Await(ctx, func() bool { return checking == 0 && notes.idle() }); err != nil {
 				return s, err
 			}
 			if moved() {
@@ -414,7 +424,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			if s.Unprotected == nil {
 				cut, cancel := workflow.WithCancel(ctx)
 				cancelRound = cancel
-				s.keepPoints(ctx, cut, p, pruning)
+				s.keepPoints(ctx, cut, p, pruning, notes)
 				cancel()
 				cancelRound = nil
 			}
@@ -449,8 +459,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	}
 	noteProtection(ctx, p.Metadata.Name, s, false)
 	disabled = out
-	// The stop's answer goes out with the end of the workflow.
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	// The stop's answer goes out with the end of the workflow, and so do
+	// the changes of points not yet sent.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && notes.idle() }); err != nil {
 		return s, err
 	}
 	return s, nil
