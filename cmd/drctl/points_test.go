@@ -27,7 +27,7 @@ import (
 // storage holds exactly their snapshots; the worker's metrics give the
 // newest point's age and the age the policy allows. Protection stopped
 // leaves its points in the record; started again, it takes them over
-// and prunes them.
+// and prunes them. Stopped for good, its gauges leave /metrics.
 func TestPointsOnDevServer(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
@@ -137,6 +137,16 @@ policy:
 	c.ok(nil, "protect", "stop", "shop")
 	c.ok(&l, "points", "shop")
 	checkWest(t, west, l.Points)
+	// As the other protection gauges, they leave once protection ends.
+	simtest.Eventually(t, 30*time.Second, "the points' gauges to leave /metrics", func() bool {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return false
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return !strings.Contains(string(raw), workflows.MetricPointAge) && !strings.Contains(string(raw), workflows.MetricPointMaxAge)
+	})
 }
 
 // pointsOut is drctl points -o json.
