@@ -144,14 +144,15 @@ $(BIN)/workflowcheck:
 # recorded from the current code by the dev-server tests that run each
 # workflow type and shape (small plans and batches, children, a site
 # action, a failover that waits for a site's worker cut off, a test
-# recovery and its cleanup, the record, Verify). Run it after changing
+# recovery and its cleanup, the record, Verify, a protection that keeps
+# points in time). Run it after changing
 # what a workflow does on purpose, and commit the files.
 # Protect and the record auto-upgrade to a new worker build mid-run: their
 # histories as last committed go to workflows/testdata/upgrade/, named by
 # that commit, and replay there until no run of theirs from that build
 # remains (workflows.Register says how to tell); then delete them, with
 # any patch only they needed.
-HISTORY_TESTS := ^(TestActionsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer|TestSiteWorkerCutOffMidAction)$$
+HISTORY_TESTS := ^(TestActionsOnDevServer|TestPointsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer|TestSiteWorkerCutOffMidAction)$$
 histories: $(BIN)/temporal ## record the workflow histories the replay test replays (workflows/testdata)
 	@mkdir -p workflows/testdata/upgrade
 	@for f in workflows/testdata/protect*.json workflows/testdata/record*.json; do \

@@ -42,7 +42,7 @@ func TestPrometheusRules(t *testing.T) {
 	}
 	exported := []string{
 		workflows.MetricActionDuration + "_seconds_count", workflows.MetricStepFailures + "_total",
-		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricUnprotected, "temporal_num_pollers", "up",
+		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricUnprotected, workflows.MetricPointAge, workflows.MetricPointMaxAge, "temporal_num_pollers", "up",
 	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {

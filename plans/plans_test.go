@@ -182,6 +182,21 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:4:11: the file is not UTF-8 text: byte 0xff here starts no UTF-8 character; save the plan as UTF-8`}},
 		{"requireFencing is gone", "workloads:", "policy:\n  requireFencing: false\nworkloads:", []string{
 			`plan.yaml:26:3: policy.requireFencing: unknown key "requireFencing" (a failover always fences the lost site; for a site that cannot be fenced, set its fence.unavailable: true)`}},
+		{"points in time without how many or how long", "workloads:", "policy:\n  pointsInTime: {every: 15m}\nworkloads:", []string{
+			`plan.yaml:23:7: volumeGroups[0].sites.east: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
+			`plan.yaml:24:7: volumeGroups[0].sites.west: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
+			`plan.yaml:26:3: policy.pointsInTime: say how many points to keep (keep: N) or for how long (keepFor: 7d), or both`}},
+		{"points in time out of range", "workloads:", "policy:\n  pointsInTime: {every: 500ms, keep: 0, keepFor: -1h}\nworkloads:", []string{
+			`plan.yaml:23:7: volumeGroups[0].sites.east: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
+			`plan.yaml:24:7: volumeGroups[0].sites.west: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
+			`plan.yaml:26:3: policy.pointsInTime: say how many points to keep (keep: N) or for how long (keepFor: 7d), or both`,
+			`plan.yaml:26:25: policy.pointsInTime.every: every 500ms is too short: points are cut at most once a second (e.g. every: 15m)`,
+			`plan.yaml:26:38: policy.pointsInTime.keep: keep 0 keeps no point: give 1 or more, or leave it out and give keepFor`,
+			`plan.yaml:26:50: policy.pointsInTime.keepFor: "-1h" is negative`}},
+		{"points pruned before the next", "workloads:", "policy:\n  pointsInTime: {every: 1h, keepFor: 30m}\nworkloads:", []string{
+			`plan.yaml:23:7: volumeGroups[0].sites.east: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
+			`plan.yaml:24:7: volumeGroups[0].sites.west: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
+			`plan.yaml:26:38: policy.pointsInTime.keepFor: keepFor 30m0s is shorter than every 1h0m0s: each point would be pruned before the next is cut`}},
 		{"decoding and semantic errors together", "      cidrs: [10.0.0.0/24]", "      cidrs: 10.0.0.0/24", []string{
 			`plan.yaml:10:14: sites[0].fence.cidrs: want a list, got "10.0.0.0/24"`,
 			`plan.yaml:12:24: sites[0].orchestrator.nomad.address: "http://127.0.0.1:4646x" is not an http(s) URL`}},
@@ -227,6 +242,20 @@ func TestValidBoundaries(t *testing.T) {
 		t.Fatal("the exec variant did not apply")
 	}
 	if _, err := Parse("plan.yaml", []byte(exec)); err != nil {
+		t.Fatal(err)
+	}
+	// Points in time: every second at most, kept as long as they are
+	// cut apart, by count alone, and a storage group with its members.
+	pit := strings.Replace(base, "workloads:", "policy:\n  pointsInTime: {every: 1s, keep: 1, keepFor: 1s}\nworkloads:", 1)
+	pit = strings.ReplaceAll(pit, "{groupID: vg-db}", "{groupID: vg-db, members: [db-1, db-2]}")
+	p, err := Parse("plan.yaml", []byte(pit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Policy.PointsInTime; got == nil || got.Every.D() != time.Second || got.Keep != 1 || got.KeepFor.D() != time.Second {
+		t.Fatalf("pointsInTime read as %+v", got)
+	}
+	if _, err := Parse("plan.yaml", []byte(strings.Replace(pit, "keep: 1, keepFor: 1s", "keep: 48", 1))); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -117,4 +117,6 @@ func constrain(root map[string]any) {
 	set(at("policy", "deadlines"), "propertyNames", map[string]any{"enum": append([]string{"default"}, RPCs...)})
 	set(at("policy", "onFailure"), "enum", OnFailures)
 	set(at("policy", "approvals", "[]"), "enum", Gates)
+	set(at("policy", "pointsInTime"), "anyOf", []any{map[string]any{"required": []string{"keep"}}, map[string]any{"required": []string{"keepFor"}}})
+	set(at("policy", "pointsInTime", "keep"), "minimum", 1)
 }

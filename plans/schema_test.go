@@ -106,6 +106,9 @@ func TestSchemaMatchesValidate(t *testing.T) {
 		{"nomad.yaml", "policy.deadlines." + strings.ToLower(rpcs[0]), "1m"},
 		{"nomad.yaml", "policy.onFailure", "retry"},
 		{"nomad.yaml", "policy.approvals", []any{"beforePromote", "afterStart"}},
+		{"nomad.yaml", "policy.pointsInTime", map[string]any{"every": "15m"}},
+		{"nomad.yaml", "policy.pointsInTime", map[string]any{"every": "15m", "keep": -1}},
+		{"nomad.yaml", "policy.pointsInTime", map[string]any{"keep": 4}},
 	}
 	for _, tc := range cases {
 		m := load(tc.plan)

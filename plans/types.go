@@ -218,6 +218,18 @@ type Policy struct {
 	OnFailure     string              `yaml:"onFailure,omitempty" json:"onFailure,omitempty" doc:"What a step that fails for good does: pause (wait for the operator, default) or abort."`
 	Approvals     []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
 	TestTimeLimit Duration            `yaml:"testTimeLimit,omitempty" json:"testTimeLimit,omitempty" doc:"How long a test recovery's workloads run on their copies before it cleans up without the operator's word (default 1h)."`
+	PointsInTime  *PointsInTime       `yaml:"pointsInTime,omitempty" json:"pointsInTime,omitempty" doc:"Points in time: protection keeps snapshots of the replicas at the recovery site (the site that is not primary), cut on schedule and pruned by count or age."`
+}
+
+// PointsInTime is how protection keeps points in time: snapshots of every
+// replica at the recovery site, a storage group's members cut together
+// in one group snapshot, the loose volumes' snapshots taken together.
+// There is no default: a plan without it keeps none, and a plan with it
+// says how often and how many or how long.
+type PointsInTime struct {
+	Every   Duration `yaml:"every" json:"every" required:"true" doc:"How often protection cuts a point: at its first poll once this has passed since the last point (at least 1s)."`
+	Keep    int      `yaml:"keep,omitempty" json:"keep,omitempty" doc:"How many points to keep: a new point prunes the oldest beyond this many (1 or more; give keep, keepFor or both)."`
+	KeepFor Duration `yaml:"keepFor,omitempty" json:"keepFor,omitempty" doc:"How long to keep a point: a new point prunes those older than this (at least every; give keep, keepFor or both). With keep too, a point goes once either says so; the newest point is never pruned, nor a point held by a test recovery or failover."`
 }
 
 // Retry is the back-off of storage and orchestrator calls.

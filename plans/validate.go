@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -265,6 +266,41 @@ func (p *Plan) validate(d *decoder) {
 	for i, g := range pol.Approvals {
 		if !contains(Gates, g) {
 			bad(fmt.Sprintf("policy.approvals[%d]", i), "unknown gate %q (one of %s)", g, strings.Join(Gates, ", "))
+		}
+	}
+	if pit := pol.PointsInTime; pit != nil {
+		p.validatePoints(bad, func(path string) bool { return d.present[path] }, pit)
+	}
+}
+
+// MinPointEvery is the shortest interval between points in time.
+const MinPointEvery = Duration(time.Second)
+
+// validatePoints checks policy.pointsInTime: how often, how many or how
+// long, and a storage group's members on every site (its points are one
+// group snapshot of them, at whichever site is not primary).
+func (p *Plan) validatePoints(bad func(string, string, ...any), present func(string) bool, pit *PointsInTime) {
+	const at = "policy.pointsInTime"
+	if pit.Every < MinPointEvery {
+		bad(at+".every", "every %s is too short: points are cut at most once a second (e.g. every: 15m)", pit.Every)
+	}
+	if pit.Keep < 0 || (pit.Keep == 0 && present(at+".keep")) {
+		bad(at+".keep", "keep %d keeps no point: give 1 or more, or leave it out and give keepFor", pit.Keep)
+	}
+	if pit.KeepFor < 0 {
+		bad(at+".keepFor", "keepFor %s is negative", pit.KeepFor)
+	}
+	if pit.Keep == 0 && pit.KeepFor == 0 {
+		bad(at, "say how many points to keep (keep: N) or for how long (keepFor: 7d), or both")
+	}
+	if pit.KeepFor > 0 && pit.Every >= MinPointEvery && pit.KeepFor < pit.Every {
+		bad(at+".keepFor", "keepFor %s is shorter than every %s: each point would be pruned before the next is cut", pit.KeepFor, pit.Every)
+	}
+	for i, g := range p.VolumeGroups {
+		for _, k := range sortedKeys(g.Sites) {
+			if ref := g.Sites[k]; ref.GroupID != "" && len(ref.Members) == 0 {
+				bad(fmt.Sprintf("volumeGroups[%d].sites.%s", i, k), "storage group %q needs its volumes listed under members for points in time (a group snapshot of them)", ref.GroupID)
+			}
 		}
 	}
 }

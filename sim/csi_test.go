@@ -365,3 +365,74 @@ func TestCSIValidateVolumeCapabilities(t *testing.T) {
 		t.Fatalf("a copy: %v", r)
 	}
 }
+
+// TestReplicaSnapshotHoldsItsLastSync: a snapshot of a replica holds the
+// replica's data as of the last sync that reached it, and nothing the
+// primary wrote since: with the link cut, writes on the primary stay
+// there (it reports replication DEGRADED and the same last sync), and a
+// snapshot and a group snapshot of the replica cut then hold the data,
+// and the position (Seq), of that sync. Points in time rely on it: the
+// last sync the primary reported before the cut is what a point holds.
+func TestReplicaSnapshotHoldsItsLastSync(t *testing.T) {
+	a, b := startPair(t, pairOpts{Interval: 20 * time.Millisecond})
+	enable(t, a, group("vg-1"))
+	enable(t, b, group("vg-1"))
+	w := dataClient(t, a, nodeA)
+	ctx := ctxT(t)
+	for _, v := range []string{"v1", "v2"} {
+		_, err := w.Write(ctx, v, 0, []byte("synced "+v))
+		mustOK(t, err)
+	}
+	waitSynced(t, a, "vg/vg-1")
+
+	// A shipping round under way when the link is cut still ships: the
+	// writes come once the primary reports the link down.
+	a.SetLink(false)
+	eventually(t, 5*time.Second, "the primary to report the failed shipping", func() bool {
+		r, err := info(t, a, group("vg-1"))
+		return err == nil && r.GetStatus() == replication.GetVolumeReplicationInfoResponse_DEGRADED
+	})
+	synced, err := info(t, a, group("vg-1"))
+	mustOK(t, err)
+	seq := a.Snapshot().Unit("vg/vg-1").PeerSeq
+	for _, v := range []string{"v1", "v2"} {
+		_, err := w.Write(ctx, v, 0, []byte("never shipped "+v))
+		mustOK(t, err)
+	}
+	now, err := info(t, a, group("vg-1"))
+	mustOK(t, err)
+	if !now.GetLastSyncTime().AsTime().Equal(synced.GetLastSyncTime().AsTime()) {
+		t.Fatalf("the last sync moved from %v to %v with the link cut", synced.GetLastSyncTime().AsTime(), now.GetLastSyncTime().AsTime())
+	}
+	cc, gc := csi.NewControllerClient(b.conn), csi.NewGroupControllerClient(b.conn)
+	snap, err := cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "pit-v1", SourceVolumeId: "v1"})
+	mustOK(t, err)
+	gsnap, err := gc.CreateVolumeGroupSnapshot(ctx, &csi.CreateVolumeGroupSnapshotRequest{Name: "pit-vg-1", SourceVolumeIds: []string{"v1", "v2"}})
+	mustOK(t, err)
+	ids := []string{snap.Snapshot.SnapshotId}
+	for _, s := range gsnap.GroupSnapshot.Snapshots {
+		ids = append(ids, s.SnapshotId)
+	}
+	st := b.Snapshot()
+	if u := st.Unit("vg/vg-1"); u.Seq != seq {
+		t.Fatalf("the replica is at %d, the last sync shipped %d", u.Seq, seq)
+	}
+	if u := a.Snapshot().Unit("vg/vg-1"); u.Seq <= seq {
+		t.Fatalf("the primary is at %d, not past the last sync %d", u.Seq, seq)
+	}
+	for _, sn := range st.Snapshots {
+		if !slices.Contains(ids, sn.ID) {
+			continue
+		}
+		if got := string(sn.Blocks[0].Data); got != "synced "+sn.Volume || sn.Seq != seq {
+			t.Fatalf("snapshot %s of %s holds %q at %d, want the last sync's %q at %d", sn.ID, sn.Volume, got, sn.Seq, "synced "+sn.Volume, seq)
+		}
+		ids = slices.DeleteFunc(ids, func(id string) bool { return id == sn.ID })
+	}
+	if len(ids) > 0 {
+		t.Fatalf("snapshots %v not on the replica's site", ids)
+	}
+	a.SetLink(true)
+	waitSynced(t, a, "vg/vg-1")
+	check(t, a, b)
+}

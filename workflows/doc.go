@@ -45,11 +45,25 @@
 //     for the plan as a retarget (proof.go), once, and keeps what it
 //     refused in its state.
 //
+//   - Points in time (points.go): with policy.pointsInTime, Protect cuts
+//     a point at the site that is not primary each `every` (a group
+//     snapshot per storage group, the loose volumes' snapshots together,
+//     through the CSI controller calls of the test recovery), records
+//     with it the last sync the primary reported before the cut and
+//     whether each replica was in sync, and after each cut deletes the
+//     points past keep or keepFor: never the newest, never a held one
+//     (UpdateHoldPoint), a failed cut's with the next cut. Points,
+//     holds and prunes go to the plan's record; a protection started
+//     anew takes over the record's points, and never points a state
+//     given at its start names. Only plans with the policy take this
+//     path.
+//
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:
 //     primary site, what is fenced (CIDRs, through which site's storage,
 //     by which run), the last action and its outcome, protection and its
-//     lag, the newest plan version accepted, and what it refused.
+//     lag, the newest plan version accepted, what it refused, and the
+//     plan's points in time with the latest pruned.
 //     Actions send it their changes (a failover's fence inside the fence
 //     step, before any promotion), each sealed by the worker with its
 //     record key (proof.go): the record checks each seal in a local
@@ -128,7 +142,8 @@
 // workflow type and shape, recorded from the current code by `make
 // histories` (the dev-server tests with DROVER_RECORD_HISTORIES=1): each
 // plan action with a small plan and with one that fans out in batches, a
-// GroupBatch child, Protect, the plan's record, Verify, a site failover
+// GroupBatch child, Protect (and one that keeps points in time), the
+// plan's record, Verify, a site failover
 // and a Failover it runs as its child, a test recovery and its cleanup.
 // TestReplay replays them against the code and fails on a change that
 // would break a running workflow, and when a registered workflow type

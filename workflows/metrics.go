@@ -27,6 +27,13 @@ const (
 	// without a replica, set each poll interval until a reprotect; 0
 	// while the plan is protected. Tag plan.
 	MetricUnprotected = "drover_unprotected"
+	// MetricPointAge is the age in seconds of a plan's newest point in
+	// time (policy.pointsInTime), or, while it has none, the time since
+	// protection first looked for one; set each poll. Tag plan.
+	MetricPointAge = "drover_point_age_seconds"
+	// MetricPointMaxAge is the age the plan's policy allows its newest
+	// point: every, plus the poll interval a cut waits for. Tag plan.
+	MetricPointMaxAge = "drover_point_max_age_seconds"
 )
 
 func (r *run) tags() map[string]string {

@@ -112,6 +112,27 @@ type ProtectState struct {
 	// many it has refused in all: they stay across its runs.
 	Refused      []RefusedEntry `json:"refused,omitempty"`
 	RefusedCount int            `json:"refusedCount,omitempty"`
+	// Points are the points in time protection keeps
+	// (policy.pointsInTime, points.go), oldest first; Pruned the latest
+	// it deleted, PrunedCount how many in all; PointsSince when it first
+	// looked for a point. They stay across its runs, retargets and
+	// unprotection.
+	Points      []PointInTime `json:"points,omitempty"`
+	Pruned      []PrunedPoint `json:"pruned,omitempty"`
+	PrunedCount int           `json:"prunedCount,omitempty"`
+	PointsSince time.Time     `json:"pointsSince,omitzero"`
+	// LastCut is when the last point was cut, or its cut failed.
+	LastCut time.Time `json:"lastCut,omitzero"`
+}
+
+// carryPoints gives next the points of s.
+func (s *ProtectState) carryPoints(next *ProtectState) {
+	next.Points, next.Pruned, next.PrunedCount, next.PointsSince, next.LastCut = s.Points, s.Pruned, s.PrunedCount, s.PointsSince, s.LastCut
+}
+
+// hasPoints tells a state that carries points in time.
+func (s *ProtectState) hasPoints() bool {
+	return len(s.Points) > 0 || s.PrunedCount > 0 || !s.PointsSince.IsZero()
 }
 
 // Unprotection is a plan left without a replica by a failover.
@@ -172,6 +193,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s = &ProtectState{Primary: in.Primary, Groups: map[string]GroupHealth{}, Clients: map[string][]string{}}
 		if in.State != nil {
 			s.Refused, s.RefusedCount = in.State.Refused, in.State.RefusedCount
+			in.State.carryPoints(s)
 		}
 	}
 	// A state carried over (continue as new) comes through JSON, where
@@ -207,6 +229,22 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// A point in time is held (or released) here: a held point is never
+	// pruned, and a point being pruned cannot be held.
+	pruning := map[string]bool{}
+	notes := &pointNotes{}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateHoldPoint, func(ctx workflow.Context, h PointHold) (*PointInTime, error) {
+		pt, err := s.hold(h)
+		if err != nil {
+			return nil, err
+		}
+		notes.point(*pt)
+		out := *pt
+		out.Held = slices.Clone(pt.Held)
+		return &out, nil
+	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error { return s.validHold(h, pruning) }}); err != nil {
+		return nil, err
+	}
 	note, err := trust(ctx, p, in.Origin)
 	if err != nil {
 		return nil, err
@@ -218,6 +256,21 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	if note != "" {
 		s.Trust, s.By = note, in.By
 	}
+	// Points in time come only from protection's own previous run
+	// (continue as new, which only the server starts) or from the
+	// plan's record, which takes only sealed changes: a state given at a
+	// start could name any snapshot, which pruning would delete.
+	info := workflow.GetInfo(ctx)
+	if info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "" {
+		s.Points, s.Pruned, s.PrunedCount, s.PointsSince, s.LastCut = nil, nil, 0, time.Time{}, time.Time{}
+		if p.Policy.PointsInTime != nil {
+			// A protection started anew takes over the record's points.
+			s.adoptPoints(ctx, p.Metadata.Name)
+		}
+	}
+	// The changes of points go to the record in order; a run ends, or
+	// continues as new, once they have gone.
+	workflow.Go(ctx, func(ctx workflow.Context) { notes.send(ctx, p.Metadata.Name) })
 	// Protect runs for days and must answer a stop or a query at once;
 	// a local activity on a dead site would hold its workflow task for
 	// the call's deadline.
@@ -280,15 +333,22 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	})
 	moved := func() bool { return retarget != "" && stop == nil }
 	again := func() error {
+		if err := workflow.Await(ctx, notes.idle); err != nil {
+			return err
+		}
 		next := ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval, Seen: ps.seen}
 		switch {
 		case lost != nil:
 			next.State = &ProtectState{Primary: retarget, Groups: map[string]GroupHealth{}, Clients: s.Clients,
 				Runs: s.Runs, By: s.By, Trust: s.Trust, RPOTarget: s.RPOTarget, Unprotected: lost,
 				Refused: s.Refused, RefusedCount: s.RefusedCount}
-		case s.RefusedCount > 0:
-			// A new protection, which keeps only what was refused.
+		case s.RefusedCount > 0 || s.hasPoints():
+			// A new protection, which keeps only what was refused and
+			// the points in time.
 			next.State = &ProtectState{Refused: s.Refused, RefusedCount: s.RefusedCount}
+		}
+		if next.State != nil {
+			s.carryPoints(next.State)
 		}
 		return workflow.NewContinueAsNewError(ctx, Protect, next)
 	}
@@ -327,7 +387,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
 			// A retarget being checked is taken, or refused, in this run.
-			if err := workflow.Await(ctx, func() bool { return checking == 0 }); err != nil {
+			if err := workflow.Await(ctx, func() bool { return checking == 0 && notes.idle() }); err != nil {
 				return s, err
 			}
 			if moved() {
@@ -358,6 +418,24 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if moved() {
 			return nil, again()
 		}
+		if p.Policy.PointsInTime != nil {
+			// Only a plan that asks for points cuts them: the others
+			// issue the commands they always did.
+			if s.Unprotected == nil {
+				cut, cancel := workflow.WithCancel(ctx)
+				cancelRound = cancel
+				s.keepPoints(ctx, cut, p, pruning, notes)
+				cancel()
+				cancelRound = nil
+			}
+			s.reportPoints(ctx, p, interval)
+			if stop != nil {
+				break
+			}
+			if moved() {
+				return nil, again()
+			}
+		}
 		s.Polls++
 		s.report(ctx, p.Metadata.Name)
 		noteProtection(ctx, p.Metadata.Name, s, true)
@@ -381,8 +459,9 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	}
 	noteProtection(ctx, p.Metadata.Name, s, false)
 	disabled = out
-	// The stop's answer goes out with the end of the workflow.
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	// The stop's answer goes out with the end of the workflow, and so do
+	// the changes of points not yet sent.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && notes.idle() }); err != nil {
 		return s, err
 	}
 	return s, nil

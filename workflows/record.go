@@ -106,6 +106,12 @@ type PlanRecord struct {
 	// it has refused in all.
 	Refused      []RefusedEntry `json:"refused,omitempty"`
 	RefusedCount int            `json:"refusedCount,omitempty"`
+	// Points are the plan's points in time (policy.pointsInTime), oldest
+	// first, as protection cut, held and pruned them; Pruned the latest
+	// pruned, PrunedCount how many were in all.
+	Points      []PointInTime `json:"points,omitempty"`
+	Pruned      []PrunedPoint `json:"pruned,omitempty"`
+	PrunedCount int           `json:"prunedCount,omitempty"`
 }
 
 // FencedOf is what the record holds as fenced of site's clients, and
@@ -139,6 +145,11 @@ type RecordChange struct {
 	// the plan's protection that the plan runs on Primary with no
 	// replica (PlanRecorder).
 	Lost string `json:"lost,omitempty"`
+	// Point is a point in time protection cut, or one whose hold or
+	// deletion changed (the whole point, by its ID); Pruned a point it
+	// deleted.
+	Point  *PointInTime `json:"point,omitempty"`
+	Pruned *PrunedPoint `json:"pruned,omitempty"`
 	// More are changes sent together with this one, applied after it in
 	// their order.
 	More []RecordChange `json:"more,omitempty"`
@@ -196,6 +207,18 @@ func (r *PlanRecord) apply(c RecordChange) {
 		if r.Primary == "" && p.Primary != "" && p.Enabled {
 			r.Primary = p.Primary
 		}
+	}
+	if pt := c.Point; pt != nil {
+		if i := slices.IndexFunc(r.Points, func(x PointInTime) bool { return x.ID == pt.ID }); i >= 0 {
+			r.Points[i] = *pt
+		} else {
+			r.Points = append(r.Points, *pt)
+			slices.SortStableFunc(r.Points, func(a, b PointInTime) int { return a.Taken.Compare(b.Taken) })
+		}
+	}
+	if x := c.Pruned; x != nil {
+		r.Points = slices.DeleteFunc(r.Points, func(pt PointInTime) bool { return pt.ID == x.ID })
+		r.Pruned, r.PrunedCount = keepPruned(r.Pruned, r.PrunedCount, *x)
 	}
 	for _, m := range c.More {
 		r.apply(m)
@@ -385,7 +408,7 @@ func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *
 // empty tells a change that changes nothing: the first change of a
 // record started only to take a plan version.
 func (c RecordChange) empty() bool {
-	return c.Primary == "" && c.Fenced == nil && c.Unfenced == nil && c.Action == nil && c.Protection == nil && len(c.More) == 0
+	return c.Primary == "" && c.Fenced == nil && c.Unfenced == nil && c.Action == nil && c.Protection == nil && c.Point == nil && c.Pruned == nil && len(c.More) == 0
 }
 
 // summary names what a change would have changed, for a refusal.
@@ -405,6 +428,12 @@ func (c RecordChange) summary() string {
 	}
 	if c.Protection != nil {
 		parts = append(parts, "protection")
+	}
+	if c.Point != nil {
+		parts = append(parts, "point "+c.Point.ID)
+	}
+	if c.Pruned != nil {
+		parts = append(parts, "pruned point "+c.Pruned.ID)
 	}
 	if len(c.More) > 0 {
 		parts = append(parts, fmt.Sprintf("and %d more", len(c.More)))

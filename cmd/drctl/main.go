@@ -15,6 +15,7 @@
 //	drctl watch RUN                     live step table until the action ends
 //	drctl list                          recent actions and protections
 //	drctl report RUN [--format md|html] the report of an action: plan, people, steps, RTO, RPO, timeline
+//	drctl points PLAN                   the plan's points in time (policy.pointsInTime) and what was pruned
 //	drctl ui                            a read-only dashboard on 127.0.0.1:8090
 //	drctl resolve RUN --retry|--skip|--abort
 //	drctl approve RUN                   open the approval gate that waits
@@ -225,7 +226,7 @@ cannot be reached, refuses drctl's credentials or has no such namespace.`,
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
 	root.AddCommand(a.reportCommand(), a.uiCommand())
-	root.AddCommand(a.conformanceCommand())
+	root.AddCommand(a.conformanceCommand(), a.pointsCommand())
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "The module version and VCS revision drctl was built from",

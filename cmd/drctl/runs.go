@@ -882,6 +882,7 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 			fmt.Fprintf(w, "    error: %s\n", x.Error)
 		}
 	}
+	renderRecordPoints(w, r, now)
 	if pr := r.Protection; pr != nil {
 		state := "stopped"
 		if pr.Running {

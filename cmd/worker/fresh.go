@@ -20,7 +20,8 @@ import (
 )
 
 // freshGauges are the gauges a Protect workflow sets on each round
-// (replication lag, out of RPO, primary unreachable, unprotected), which /metrics
+// (replication lag, out of RPO, primary unreachable, unprotected, the
+// points in time's age and the age allowed), which /metrics
 // shows only while they are fresh: one not set again within ttl is
 // dropped. Through tally a gauge keeps its last value until the worker
 // exits, so after protect stop a plan went on reporting what it last
@@ -43,13 +44,16 @@ type freshValue struct {
 }
 
 // freshNames are the gauges freshGauges keeps.
-var freshNames = []string{workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable, workflows.MetricUnprotected}
+var freshNames = []string{workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable, workflows.MetricUnprotected,
+	workflows.MetricPointAge, workflows.MetricPointMaxAge}
 
 var freshHelp = map[string]string{
 	workflows.MetricReplicationLag:     "Seconds since a protected group's last completed sync, as the plan's Protect workflow last saw it.",
 	workflows.MetricOutOfRPO:           "1 while a protected plan's replication is behind its RPO target.",
 	workflows.MetricPrimaryUnreachable: "1 while a protected plan's primary site's storage does not answer.",
 	workflows.MetricUnprotected:        "Seconds since a failover left the plan without a replica (until a reprotect); 0 while it is protected.",
+	workflows.MetricPointAge:           "Seconds since the plan's newest point in time was cut (policy.pointsInTime), or since its protection first looked for one.",
+	workflows.MetricPointMaxAge:        "The age the plan's policy.pointsInTime allows its newest point: every, plus the poll interval.",
 }
 
 // sanitizeOptions are tally's Prometheus rules for metric and label

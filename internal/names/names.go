@@ -84,6 +84,7 @@ const (
 	QueryRecord       = "record"
 	SignalRecord      = "record"
 	UpdatePlanVersion = "plan-version"
+	UpdateHoldPoint   = "hold-point"
 )
 
 // Search attributes every Drover workflow carries, registered on the

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-dr/drover/workflows"
+)
+
+// pointsList is drctl points' answer: the points in time the plan's
+// record holds, oldest first, and the latest pruned.
+type pointsList struct {
+	Plan        string                  `json:"plan"`
+	Points      []workflows.PointInTime `json:"points"`
+	Pruned      []workflows.PrunedPoint `json:"pruned"`
+	PrunedCount int                     `json:"prunedCount"`
+}
+
+func (a *app) pointsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "points PLAN",
+		Short: "The plan's points in time (policy.pointsInTime): each with its site, when it was cut, the last sync it holds, and whether it is held",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.points(cmd.Context(), planName(args[0]))
+		},
+	}
+}
+
+func (a *app) points(ctx context.Context, plan string) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	rec, err := a.readRecord(ctx, c, plan)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return badInput("plan %q has no record yet: no action or protection of it has run", plan)
+	}
+	out := pointsList{Plan: plan, Points: rec.Points, Pruned: rec.Pruned, PrunedCount: rec.PrunedCount}
+	if out.Points == nil {
+		out.Points = []workflows.PointInTime{}
+	}
+	if out.Pruned == nil {
+		out.Pruned = []workflows.PrunedPoint{}
+	}
+	if a.json() {
+		writeJSON(a.stdout, out)
+		return nil
+	}
+	return renderPoints(a.stdout, out, time.Now())
+}
+
+// renderPoints writes the points as a table, newest last, then what was
+// pruned.
+func renderPoints(w io.Writer, l pointsList, now time.Time) error {
+	if len(l.Points) == 0 {
+		fmt.Fprintf(w, "plan %s has no points in time (a plan keeps them with policy.pointsInTime, while its protection runs)\n", l.Plan)
+	} else {
+		fmt.Fprintf(w, "plan %s: %d point(s) in time\n", l.Plan, len(l.Points))
+		t := newTable(w, "POINT", "SITE", "CUT", "HOLDS UP TO (LAST SYNC)", "LAG", "REPLICAS", "HELD BY")
+		for _, pt := range l.Points {
+			synced, lag := "not known", "-"
+			if !pt.LastSync.IsZero() {
+				synced, lag = pt.LastSync.Local().Format(time.DateTime), pt.Lag.Round(time.Second).String()
+			}
+			state := "in sync"
+			switch {
+			case !pt.Usable():
+				state = "FAILED: " + oneLine(pt.Error)
+			case pt.NotInSync != "":
+				state = "NOT IN SYNC: " + oneLine(pt.NotInSync)
+			}
+			held := strings.Join(pt.Held, ", ")
+			if held == "" {
+				held = "-"
+			}
+			t.row(pt.ID, pt.Site, fmt.Sprintf("%s (%s ago)", pt.Taken.Local().Format(time.DateTime), max(now.Sub(pt.Taken), 0).Round(time.Second)), synced, lag, state, held)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		for _, pt := range l.Points {
+			if pt.PruneError != "" {
+				fmt.Fprintf(w, "  %s: its deletion failed, tried again at the next cut: %s\n", pt.ID, oneLine(pt.PruneError))
+			}
+		}
+	}
+	renderPruned(w, l.Pruned, l.PrunedCount, "")
+	return nil
+}
+
+// renderPruned writes the latest pruned points, indented by indent.
+func renderPruned(w io.Writer, pruned []workflows.PrunedPoint, count int, indent string) {
+	if count == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%spruned: %d point(s) in all; the latest:\n", indent, count)
+	for _, x := range pruned[max(len(pruned)-5, 0):] {
+		fmt.Fprintf(w, "%s  %s at %s, cut %s, pruned %s: %s\n", indent, x.ID, x.Site, x.Taken.Local().Format(time.DateTime), x.Pruned.Local().Format(time.DateTime), x.Why)
+	}
+}
+
+// renderRecordPoints writes the record's points in time in a line or
+// two of drctl status: how many, the newest, what was pruned.
+func renderRecordPoints(w io.Writer, r *workflows.PlanRecord, now time.Time) {
+	if len(r.Points) == 0 && r.PrunedCount == 0 {
+		return
+	}
+	line := fmt.Sprintf("  points in time: %d", len(r.Points))
+	if pt := workflows.NewestPoint(r.Points); pt != nil {
+		line += fmt.Sprintf(", the newest %s at %s, cut %s ago", pt.ID, pt.Site, max(now.Sub(pt.Taken), 0).Round(time.Second))
+		if pt.NotInSync != "" {
+			line += " (NOT IN SYNC)"
+		}
+	}
+	held := 0
+	for _, pt := range r.Points {
+		if len(pt.Held) > 0 {
+			held++
+		}
+	}
+	if held > 0 {
+		line += fmt.Sprintf(", %d held", held)
+	}
+	fmt.Fprintf(w, "%s (drctl points %s)\n", line, r.Plan)
+	renderPruned(w, r.Pruned, r.PrunedCount, "  ")
+}

@@ -1,0 +1,207 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/internal/bintest"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// TestPointsOnDevServer: a plan with policy.pointsInTime (every second,
+// keep 2), protected by the worker on the dev server: drctl points
+// lists the two newest points at west, text and JSON, each with the
+// last sync it holds; status shows them and what was pruned; west's
+// storage holds exactly their snapshots; the worker's metrics give the
+// newest point's age and the age the policy allows. Protection stopped
+// leaves its points in the record; started again, it takes them over
+// and prunes them. Stopped for good, its gauges leave /metrics.
+func TestPointsOnDevServer(t *testing.T) {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := eastWest(t)
+	shop := filepath.Join(t.TempDir(), "shop.yaml")
+	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: shop}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+volumeGroups:
+  - name: db
+    sites: {east: {groupID: vg-1, members: [v1, v2]}, west: {groupID: vg-1, members: [v1, v2]}}
+  - name: loose
+    sites: {east: {volumes: [solo]}, west: {volumes: [solo]}}
+policy:
+  pointsInTime: {every: 1s, keep: 2}
+`, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB)
+	if err := os.WriteFile(shop, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	metrics := simtest.FreeAddr(t)
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics, "--allow-unsigned-plans")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+
+	c.ok(nil, "protect", "start", shop, "--primary", "east", "--interval", "200ms")
+	var l pointsOut
+	simtest.Eventually(t, 2*time.Minute, "two points and a prune", func() bool {
+		l = pointsOut{}
+		code, out, _ := c.run("-o", "json", "points", "shop")
+		return code == 0 && parse(out, &l) && len(l.Points) == 2 && l.PrunedCount >= 1
+	})
+	for _, pt := range l.Points {
+		if pt.Site != "west" || !pt.Usable() || pt.LastSync.IsZero() || pt.LastSync.After(pt.Taken) || len(pt.Groups) != 2 {
+			t.Fatalf("point %+v", pt)
+		}
+	}
+	if !l.Points[0].Taken.Before(l.Points[1].Taken) {
+		t.Fatalf("points out of order: %s, %s", l.Points[0].ID, l.Points[1].ID)
+	}
+	code, out, errs := c.run("points", "shop")
+	if code != 0 || !strings.Contains(out, "plan shop: 2 point(s) in time") || !strings.Contains(out, "HOLDS UP TO (LAST SYNC)") ||
+		!strings.Contains(out, l.Points[0].ID) || !strings.Contains(out, "pruned: ") || !strings.Contains(out, "beyond the newest 2 (keep)") {
+		t.Fatalf("drctl points: exit %d\n%s%s", code, out, errs)
+	}
+	t.Logf("drctl points shop:\n%s", out)
+	code, out, errs = c.run("status", "shop")
+	if code != 0 || !regexp.MustCompile(`points in time: 2, the newest \S+ at west`).MatchString(out) || !strings.Contains(out, "pruned: ") {
+		t.Fatalf("drctl status: exit %d\n%s%s", code, out, errs)
+	}
+	t.Logf("drctl status shop:\n%s", out)
+
+	// The metrics: the newest point's age, and what the policy allows
+	// (every 1s and the poll interval of 200ms).
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	gauge := func(name string) float64 {
+		m := regexp.MustCompile(`\n` + name + `\{[^}]*plan="shop"[^}]*\} (\S+)\n`).FindSubmatch(raw)
+		if m == nil {
+			t.Fatalf("metrics lack %s of plan shop", name)
+		}
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if age, allowed := gauge(workflows.MetricPointAge), gauge(workflows.MetricPointMaxAge); age < 0 || allowed != 1.2 {
+		t.Fatalf("point age %v, allowed %v (want 1.2)", age, allowed)
+	}
+
+	// Stopped, protection leaves its points in the record and on west.
+	c.ok(nil, "protect", "stop", "shop")
+	var before pointsOut
+	c.ok(&before, "points", "shop")
+	if len(before.Points) < 2 {
+		t.Fatalf("after the stop the record holds %+v", before.Points)
+	}
+	checkWest(t, west, before.Points)
+	// Started again, it takes them over: they are pruned in their turn.
+	c.ok(nil, "protect", "start", shop, "--primary", "east", "--interval", "200ms")
+	simtest.Eventually(t, 2*time.Minute, "the points from before the stop pruned", func() bool {
+		l = pointsOut{}
+		code, out, _ := c.run("-o", "json", "points", "shop")
+		if code != 0 || !parse(out, &l) {
+			return false
+		}
+		for _, pt := range before.Points {
+			if slices.ContainsFunc(l.Points, func(x workflows.PointInTime) bool { return x.ID == pt.ID }) {
+				return false
+			}
+		}
+		return len(l.Points) == 2
+	})
+	c.ok(nil, "protect", "stop", "shop")
+	c.ok(&l, "points", "shop")
+	checkWest(t, west, l.Points)
+	// As the other protection gauges, they leave once protection ends.
+	simtest.Eventually(t, 30*time.Second, "the points' gauges to leave /metrics", func() bool {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return false
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return !strings.Contains(string(raw), workflows.MetricPointAge) && !strings.Contains(string(raw), workflows.MetricPointMaxAge)
+	})
+}
+
+// pointsOut is drctl points -o json.
+type pointsOut struct {
+	Plan        string
+	Points      []workflows.PointInTime
+	Pruned      []workflows.PrunedPoint
+	PrunedCount int
+}
+
+func parse(out string, v any) bool { return json.Unmarshal([]byte(out), v) == nil }
+
+// checkWest holds west's snapshots to those points made: every
+// snapshot and group snapshot of a point that can be recovered to is
+// there, and nothing else but what a cut stopped short asked for (by
+// the names recorded before its calls).
+func checkWest(t *testing.T, west *simtest.Site, points []workflows.PointInTime) {
+	t.Helper()
+	named, must := map[string]bool{}, map[string]bool{}
+	for _, pt := range points {
+		for _, g := range pt.Groups {
+			var names []string
+			if g.GroupSnapshotName != "" {
+				names = append(names, g.GroupSnapshotName)
+			}
+			for _, sn := range g.Snapshots {
+				if sn.Name != "" {
+					names = append(names, sn.Name)
+				}
+			}
+			for _, n := range names {
+				named[n] = true
+				must[n] = must[n] || pt.Usable()
+			}
+		}
+	}
+	st := west.Snapshot()
+	var got []string
+	for _, g := range st.GroupSnapshots {
+		got = append(got, g.Name)
+	}
+	for _, sn := range st.Snapshots {
+		if sn.Group == "" {
+			got = append(got, sn.Name)
+		}
+	}
+	for _, n := range got {
+		if !named[n] {
+			t.Fatalf("west holds %s, of no point the record holds (%v)", n, got)
+		}
+		delete(must, n)
+	}
+	for n, m := range must {
+		if m {
+			t.Fatalf("west lacks %s of a point the record holds", n)
+		}
+	}
+}
