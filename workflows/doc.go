@@ -167,7 +167,8 @@
 //     best-effort stop of a lost site's workloads makes its attempts the
 //     same way, within the stop deadline. A local activity's answer
 //     reaches the history only with the task that ran it: a failover's
-//     and a failback's checks end their task (settle, a 1 ms timer)
+//     and a failback's checks end their task (settle, a no-op regular
+//     activity: a timer, however short, fires about a second late)
 //     before the first side effect, so that a worker lost after a
 //     promotion or demotion never leaves the next one to ask them again;
 //   - a step's call on a site's own task queue (calls.go, sitewait.go)
