@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -185,7 +186,8 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 // pause on its own demotion. (Reprotect's check asks the site it keeps
 // as the primary, which the reprotect does not change.)
 //
-// A regular activity that does nothing (RunReader.Settle) ends the task:
+// A regular activity that does nothing (SettleActivity, which Register
+// registers with the workflows) ends the task:
 // one turn through the server, the worker running it from the completed
 // task's reply where the server dispatches activities eagerly. A timer
 // would end it too, but the server fires none sooner than about a second
@@ -194,9 +196,14 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 // millisecond cost every failover and failback a second.
 func settle(ctx workflow.Context) error {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
-	var rr *RunReader
-	return workflow.ExecuteActivity(ctx, rr.Settle).Get(ctx, nil)
+	return workflow.ExecuteActivity(ctx, SettleActivity).Get(ctx, nil)
 }
+
+// SettleActivity is the name of the activity that does nothing, which
+// settle runs to end a workflow task.
+const SettleActivity = "Settle"
+
+func settleActivity(context.Context) error { return nil }
 
 // passing are the error types of a role query that may answer when
 // asked again.

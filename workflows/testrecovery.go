@@ -652,15 +652,10 @@ type TestRunCopies struct {
 // RunReader is the worker's activity that reads a test recovery run, for
 // TestCleanup: registered by the worker with its Temporal client, it
 // reaches only the plan's test recovery id. Its other methods read which
-// plans run an action, and end a workflow task (Settle).
+// plans run an action and who started a run.
 type RunReader struct {
 	Client client.Client
 }
-
-// Settle does nothing: a workflow runs it as a regular activity to end
-// its workflow task, so that what the task did so far is in the history
-// before it goes on (see settle).
-func (rr *RunReader) Settle(context.Context) error { return nil }
 
 // TestRunCopies asks run in.Run of the plan's test recovery id what it
 // made. The run must be a TestRecovery: its copies are what its own
