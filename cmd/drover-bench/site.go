@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
@@ -219,6 +220,16 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 		}
 	}
 	if o.steps && len(res.Plans) > 0 {
+		// The site action's history and its first plan's, on the
+		// client's clock from the start request.
+		fmt.Println("   the site action's history:")
+		if err := printTimeline(ctx, c, wr.GetID(), wr.GetRunID(), t0, 80); err != nil {
+			return err
+		}
+		fmt.Printf("   %s's history:\n", res.Plans[0].Workflow)
+		if err := printTimeline(ctx, c, res.Plans[0].Workflow, res.Plans[0].RunID, t0, 60); err != nil {
+			return err
+		}
 		// The first plan's own failover, step by step.
 		p := res.Plans[0]
 		var fr workflows.FailoverResult
@@ -436,4 +447,25 @@ func medianSiteRow(runs []siteRow) siteRow {
 	}
 	out.direct, out.runs = m.direct, m.runs
 	return out
+}
+
+// printTimeline prints up to max events of a run's history, each with
+// its time from t0.
+func printTimeline(ctx context.Context, c client.Client, id, runID string, t0 time.Time, max int) error {
+	it := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for n := 0; it.HasNext() && n < max; n++ {
+		e, err := it.Next()
+		if err != nil {
+			return err
+		}
+		what := ""
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			what = a.GetActivityType().GetName()
+		}
+		if a := e.GetMarkerRecordedEventAttributes(); a != nil {
+			what = a.GetMarkerName()
+		}
+		fmt.Printf("      %6dms %s %s\n", e.GetEventTime().AsTime().Sub(t0).Milliseconds(), strings.TrimPrefix(e.GetEventType().String(), "EVENT_TYPE_"), what)
+	}
+	return nil
 }
