@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -56,6 +59,7 @@ type siteRow struct {
 	temporalRSS int64         // the Temporal server's VmHWM, bytes
 	warnings    int           // the server's history and payload size warnings
 	server      string        // the Temporal server's version
+	floor       time.Duration // a workflow starting children that do nothing, as many, tier by tier, as many at once
 	runs        []time.Duration
 }
 
@@ -220,6 +224,12 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 		}
 	}
 	if o.steps && len(res.Plans) > 0 {
+		var rtos []time.Duration
+		for _, p := range res.Plans {
+			rtos = append(rtos, p.RTO)
+		}
+		slices.Sort(rtos)
+		fmt.Printf("   the plans' own RTO: least %v, median %v, most %v\n", ms(rtos[0]), ms(rtos[len(rtos)/2]), ms(rtos[len(rtos)-1]))
 		// The site action's history and its first plan's, on the
 		// client's clock from the start request.
 		fmt.Println("   the site action's history:")
@@ -246,12 +256,37 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 		return err
 	}
 	r.events = d.GetWorkflowExecutionInfo().GetHistoryLength()
+	type span struct{ start, end, took time.Duration }
+	tiers := map[int][]span{}
 	for _, p := range res.Plans {
 		d, err := c.DescribeWorkflowExecution(ctx, p.Workflow, p.RunID)
 		if err != nil {
 			return err
 		}
-		r.events += d.GetWorkflowExecutionInfo().GetHistoryLength()
+		info := d.GetWorkflowExecutionInfo()
+		r.events += info.GetHistoryLength()
+		start, end := info.GetStartTime().AsTime().Sub(t0), info.GetCloseTime().AsTime().Sub(t0)
+		tiers[p.Tier] = append(tiers[p.Tier], span{start, end, end - start})
+	}
+	if o.steps {
+		// Per tier, on the client's clock: when its plans' failovers
+		// started and ended, and how long each took (start to close).
+		for t := range r.tiers {
+			ss := tiers[t]
+			q := func(get func(span) time.Duration) string {
+				var ds []time.Duration
+				for _, s := range ss {
+					ds = append(ds, get(s))
+				}
+				slices.Sort(ds)
+				return fmt.Sprintf("%v…%v (median %v)", ms(ds[0]), ms(ds[len(ds)-1]), ms(ds[len(ds)/2]))
+			}
+			fmt.Printf("   tier %d: %d failovers started %s, ended %s, each took %s\n", t, len(ss),
+				q(func(s span) time.Duration { return s.start }), q(func(s span) time.Duration { return s.end }), q(func(s span) time.Duration { return s.took }))
+		}
+	}
+	if r.floor, err = emptySite(ctx, c, ps, r.atOnce); err != nil {
+		return fmt.Errorf("children that do nothing: %w", err)
 	}
 	r.warnings = serverWarnings(st)
 	if info, err := c.WorkflowService().GetSystemInfo(ctx, &workflowservice.GetSystemInfoRequest{}); err == nil {
@@ -418,8 +453,8 @@ func runSites(ctx context.Context, o options) ([]siteRow, error) {
 			if err := directSite(ctx, o, &r); err != nil {
 				return nil, fmt.Errorf("site failover of %d plans, %d at once, direct: %w", sz.plans, sz.atOnce, err)
 			}
-			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, %.1f history events per plan, worker peak %d MiB, Temporal peak %d MiB\n",
-				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), r.eventsPerPlan(), r.workerRSS>>20, r.temporalRSS>>20)
+			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, %.1f history events per plan, worker peak %d MiB, Temporal peak %d MiB\n",
+				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), r.eventsPerPlan(), r.workerRSS>>20, r.temporalRSS>>20)
 			runs = append(runs, r)
 		}
 		rows = append(rows, medianSiteRow(runs))
@@ -466,6 +501,63 @@ func printTimeline(ctx context.Context, c client.Client, id, runID string, t0 ti
 			what = a.GetMarkerName()
 		}
 		fmt.Printf("      %6dms %s %s\n", e.GetEventTime().AsTime().Sub(t0).Milliseconds(), strings.TrimPrefix(e.GetEventType().String(), "EVENT_TYPE_"), what)
+	}
+	return nil
+}
+
+// emptySite is the floor of a site action on this server: from the start
+// request to the result of a workflow that runs, tier by tier, as many
+// children as the site has plans in each tier, at most atOnce at a time,
+// each child doing nothing; on a worker in this process, on a task queue
+// of its own. What the server takes to start children, hand their ends
+// to the parent and wake it, without a storage call or a check.
+func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce int) (time.Duration, error) {
+	const queue = "drover-bench-empty-site"
+	var tiers []int
+	for i, p := range ps {
+		if i == 0 || p.Metadata.Tier != ps[i-1].Metadata.Tier {
+			tiers = append(tiers, 0)
+		}
+		tiers[len(tiers)-1]++
+	}
+	w := worker.New(c, queue, worker.Options{})
+	w.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "EmptyChild"})
+	w.RegisterWorkflowWithOptions(emptyParent, workflow.RegisterOptions{Name: "EmptyParent"})
+	if err := w.Start(); err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	t0 := time.Now()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "drover-bench-empty-site", TaskQueue: queue}, "EmptyParent", tiers, atOnce)
+	if err != nil {
+		return 0, err
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+// emptyParent runs tiers[i] children that do nothing for each tier in
+// turn, at most atOnce at a time.
+func emptyParent(ctx workflow.Context, tiers []int, atOnce int) error {
+	n := 0
+	for _, plans := range tiers {
+		slots := workflow.NewBufferedChannel(ctx, atOnce)
+		wg := workflow.NewWaitGroup(ctx)
+		for range plans {
+			n++
+			id := fmt.Sprintf("drover-bench-empty-child-%d", n)
+			slots.Send(ctx, true)
+			wg.Add(1)
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				defer wg.Done()
+				cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id})
+				_ = workflow.ExecuteChildWorkflow(cctx, "EmptyChild").Get(ctx, nil)
+				slots.Receive(ctx, nil)
+			})
+		}
+		wg.Wait(ctx)
 	}
 	return nil
 }
