@@ -927,7 +927,7 @@ func render(o options, rows []row) string {
 				rel = r
 			}
 		}
-		fmt.Fprintf(&b, "\n![Failover time against plan size: measured, ideal and sequential, at each latency](%s)\n", filepath.ToSlash(rel))
+		fmt.Fprintf(&b, "\n![Failover time against plan size: measured, ideal, sequential and direct, at each latency; and a site failover against its plans](%s)\n", filepath.ToSlash(rel))
 	}
 	for _, r := range rows {
 		if r.groups == 100 && r.latency == 50*time.Millisecond {
