@@ -25,6 +25,20 @@
 //	             [--chart docs/bench.svg] [--steps]
 //	             [--repeat 1] [--repeat-max 0]
 //
+// The site rows (--site-plans 10,100,300, make bench-sql): a site
+// failover (SiteFailover, as drctl failover --site starts it) of that
+// many plans of --site-groups groups over --site-tiers tiers, at each of
+// --plans-at-once, on each of --stores (dev: the dev server; sql: the
+// Temporal server on PostgreSQL, as make e2e-sql sets it up), against a
+// plain program making the same calls at the same concurrency and a
+// workflow running as many children that do nothing; they go into their
+// own section of --out (--site-only leaves the per-plan section as it
+// is), and the chart draws both sections.
+//
+//	drover-bench --site-only --site-plans 10,100,300 --plans-at-once 10,50
+//	             [--site-groups 10] [--site-tiers 3] [--site-latency 50ms]
+//	             [--stores dev,sql]
+//
 // With --repeat N each row (up to --repeat-max groups) is measured N
 // times, each on fresh stacks, and the table gives medians: the failover
 // of the median run, the median of each baseline; every run's failover
