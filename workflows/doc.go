@@ -75,7 +75,8 @@
 //
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's
-//     signature checked first, one fence per storage system of the
+//     signature checked first (Parallelism checks at a time, the first
+//     alone), one fence per storage system of the
 //     surviving site for the union of the CIDRs of the plans not running
 //     an action of their own (RunReader.RunningActions; verified), then
 //     each plan's own Failover as a child under the plan's action id,
