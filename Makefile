@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench lint generate schema histories fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench bench-sql lint generate schema histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -117,6 +117,16 @@ $(BIN)/temporal:
 BENCH_FLAGS ?=
 bench: build $(BIN)/temporal ## failover time by plan size and latency, written to BENCHMARKS.md (about 10 minutes)
 	$(BIN)/drover-bench --out BENCHMARKS.md $(BENCH_FLAGS)
+
+# The site rows alone: a site failover of 10, 100 and 300 plans of 10
+# groups, 50 ms a call, 3 tiers, 10 and 50 plans at once, on the dev
+# server and on the Temporal server on PostgreSQL (set up as make e2e-sql
+# sets it up), each against a plain program making the same calls, into
+# BENCHMARKS.md's site section (the per-plan section stays as it is). A
+# quick run: make bench-sql SITE_FLAGS='--site-plans 10 --plans-at-once 10 --stores dev,sql'.
+SITE_FLAGS ?= --site-plans 10,100,300 --plans-at-once 10,50 --stores dev,sql
+bench-sql: build $(BIN)/temporal $(BIN)/temporal-server $(BIN)/temporal-sql-tool ## site failovers of 10-300 plans on the dev server and on PostgreSQL, written to BENCHMARKS.md (SITE_FLAGS)
+	$(BIN)/drover-bench --out BENCHMARKS.md --site-only $(SITE_FLAGS)
 
 # The linters, built from their Go modules at pinned versions into bin/.
 STATICCHECK   ?= v0.8.2

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -182,12 +183,27 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 // promotions or demotions, would leave the next worker to ask again and
 // find the copies in the roles the action itself gave them: a failover
 // would end as if it had done nothing, half done, and a failback would
-// pause on its own demotion. A timer of a millisecond costs one round
-// trip to the server. (Reprotect's check asks the site it keeps as the
-// primary, which the reprotect does not change.)
+// pause on its own demotion. (Reprotect's check asks the site it keeps
+// as the primary, which the reprotect does not change.)
+//
+// A regular activity that does nothing (SettleActivity, which Register
+// registers with the workflows) ends the task:
+// one turn through the server, the worker running it from the completed
+// task's reply where the server dispatches activities eagerly. A timer
+// would end it too, but the server fires none sooner than about a second
+// after it is set (its timer queue reads no task due before now plus
+// history.timerProcessorMaxTimeShift, a second by default): a timer of a
+// millisecond cost every failover and failback a second.
 func settle(ctx workflow.Context) error {
-	return workflow.Sleep(ctx, time.Millisecond)
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	return workflow.ExecuteActivity(ctx, SettleActivity).Get(ctx, nil)
 }
+
+// SettleActivity is the name of the activity that does nothing, which
+// settle runs to end a workflow task.
+const SettleActivity = "Settle"
+
+func settleActivity(context.Context) error { return nil }
 
 // passing are the error types of a role query that may answer when
 // asked again.

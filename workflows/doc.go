@@ -89,7 +89,8 @@
 //
 //   - SiteFailover (site.go): a lost site's plans failed over as one site
 //     action (SiteActionID, one per site at a time): every plan's
-//     signature checked first, one fence per storage system of the
+//     signature checked first (Parallelism checks at a time, the first
+//     alone), one fence per storage system of the
 //     surviving site for the union of the CIDRs of the plans not running
 //     an action of their own (RunReader.RunningActions; verified), then
 //     each plan's own Failover as a child under the plan's action id,
@@ -187,7 +188,8 @@
 //     best-effort stop of a lost site's workloads makes its attempts the
 //     same way, within the stop deadline. A local activity's answer
 //     reaches the history only with the task that ran it: a failover's
-//     and a failback's checks end their task (settle, a 1 ms timer)
+//     and a failback's checks end their task (settle, a no-op regular
+//     activity: a timer, however short, fires about a second late)
 //     before the first side effect, so that a worker lost after a
 //     promotion or demotion never leaves the next one to ask them again;
 //   - a step's call on a site's own task queue (calls.go, sitewait.go)

@@ -234,12 +234,19 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 
 	// Every plan's signature first, before any of its endpoints is used;
 	// a plan that is not trusted, or does not have both sites, is left
-	// out, and its CIDRs with it.
-	var trusted []string
-	var notes [][2]string // plan, its trust note
-	for _, name := range order {
-		sp := byName[name]
-		s := r.add(newRef(KindTrustPlan, "trust plan "+name, name), false)
+	// out, and its CIDRs with it. The checks run parallelism at a time
+	// (each asks the plan's own record to accept its version, a turn
+	// through the server: one after another they cost a site of 100
+	// plans over a second); the first alone, as it may set the site
+	// action's own search attributes and memo.
+	steps := make([]*Step, len(order))
+	for i, name := range order {
+		steps[i] = r.add(newRef(KindTrustPlan, "trust plan "+name, name), false)
+	}
+	checked := make([]string, len(order))
+	refused := make([]error, len(order))
+	check := func(ctx workflow.Context, i int) {
+		sp, s := byName[order[i]], steps[i]
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
 		note, err := trust(ctx, sp.Plan, Origin{Signature: sp.Signature, By: in.By})
 		if err == nil {
@@ -249,12 +256,32 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		s.End = workflow.Now(ctx)
 		if err != nil {
 			s.State, s.LastError = StateFailed, ErrorText(err)
+			refused[i] = err
+			return
+		}
+		s.State, s.Output = StateDone, note
+		checked[i] = note
+	}
+	if len(order) > 0 {
+		check(ctx, 0)
+		at := map[string]int{}
+		for i, name := range order {
+			at[name] = i
+		}
+		_ = parallel(ctx, order[1:], parallelism, func(ctx workflow.Context, name string) error {
+			check(ctx, at[name])
+			return nil
+		})
+	}
+	var trusted []string
+	var notes [][2]string // plan, its trust note
+	for i, name := range order {
+		if err := refused[i]; err != nil {
 			outcome[name].State, outcome[name].Error = OutcomeRefused, ErrorText(err)
 			continue
 		}
-		s.State, s.Output = StateDone, note
 		trusted = append(trusted, name)
-		notes = append(notes, [2]string{name, note})
+		notes = append(notes, [2]string{name, checked[i]})
 	}
 	r.progress.Trust = trustSummary(notes)
 

@@ -136,9 +136,11 @@ func TestSiteWorkerCutOffMidAction(t *testing.T) {
 		f.plan.Sites[i].TaskQueue = names.SiteTaskQueue(f.plan.Sites[i].Name)
 	}
 	// A promotion cut off mid-call ends at its deadline (plus
-	// activities.CallGrace); the time limit of a call is shorter than the
-	// cut will last.
-	limit := 8 * time.Second
+	// activities.CallGrace: 6 s), which the server reports up to a second
+	// late (its timer queue reads no task due before now plus a second);
+	// the time limit of a call leaves room for that and one retry's
+	// backoff, and is shorter than the cut will last.
+	limit := 10 * time.Second
 	f.plan.Policy.Deadlines = map[string]plans.Duration{activities.RPCPromoteVolume: plans.Duration(time.Second)}
 	f.plan.Policy.Retry.TimeLimit = plans.Duration(limit)
 	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})

@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -61,6 +62,13 @@ func Register(w interface {
 	}
 	for _, wf := range []any{Protect, PlanRecorder} {
 		w.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{VersioningBehavior: workflow.VersioningBehaviorAutoUpgrade})
+	}
+	// The activity that ends a workflow task (settle), on every worker
+	// that runs the workflows (a replayer runs no activity).
+	if a, ok := w.(interface {
+		RegisterActivityWithOptions(any, activity.RegisterOptions)
+	}); ok {
+		a.RegisterActivityWithOptions(settleActivity, activity.RegisterOptions{Name: SettleActivity})
 	}
 }
 

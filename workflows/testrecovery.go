@@ -651,7 +651,8 @@ type TestRunCopies struct {
 
 // RunReader is the worker's activity that reads a test recovery run, for
 // TestCleanup: registered by the worker with its Temporal client, it
-// reaches only the plan's test recovery id.
+// reaches only the plan's test recovery id. Its other methods read which
+// plans run an action and who started a run.
 type RunReader struct {
 	Client client.Client
 }

@@ -25,6 +25,20 @@
 //	             [--chart docs/bench.svg] [--steps]
 //	             [--repeat 1] [--repeat-max 0]
 //
+// The site rows (--site-plans 10,100,300, make bench-sql): a site
+// failover (SiteFailover, as drctl failover --site starts it) of that
+// many plans of --site-groups groups over --site-tiers tiers, at each of
+// --plans-at-once, on each of --stores (dev: the dev server; sql: the
+// Temporal server on PostgreSQL, as make e2e-sql sets it up), against a
+// plain program making the same calls at the same concurrency and a
+// workflow running as many children that do nothing; they go into their
+// own section of --out (--site-only leaves the per-plan section as it
+// is), and the chart draws both sections.
+//
+//	drover-bench --site-only --site-plans 10,100,300 --plans-at-once 10,50
+//	             [--site-groups 10] [--site-tiers 3] [--site-latency 50ms]
+//	             [--stores dev,sql]
+//
 // With --repeat N each row (up to --repeat-max groups) is measured N
 // times, each on fresh stacks, and the table gives medians: the failover
 // of the median run, the median of each baseline; every run's failover
@@ -93,6 +107,14 @@ func main() {
 	flag.BoolVar(&o.steps, "steps", false, "print each failover's steps and how long each took")
 	flag.IntVar(&o.repeat, "repeat", 1, "measure each row this many times, each on fresh stacks, and report the medians")
 	flag.IntVar(&o.repeatMax, "repeat-max", 0, "repeat only rows of at most this many groups (0: every row)")
+	var sitePlans, atOnce, stores string
+	flag.StringVar(&sitePlans, "site-plans", "", "site rows: a site failover of this many plans, comma separated (empty: no site rows)")
+	flag.StringVar(&atOnce, "plans-at-once", "10,50", "site rows: the site action's plans at once (drctl failover --site --plans-at-once), comma separated")
+	flag.IntVar(&o.siteGroups, "site-groups", 10, "site rows: volume groups per plan")
+	flag.IntVar(&o.siteTiers, "site-tiers", 3, "site rows: tiers the plans are spread over")
+	flag.DurationVar(&o.siteLatency, "site-latency", 50*time.Millisecond, "site rows: the plugin latency")
+	flag.StringVar(&stores, "stores", storeDev, "site rows: Temporal's stores, comma separated: dev (the dev server, SQLite), sql (the Temporal server on PostgreSQL)")
+	flag.BoolVar(&o.siteOnly, "site-only", false, "measure the site rows only: the per-plan section of --out is left as it is")
 	flag.Parse()
 	var err error
 	if o.sizes, err = ints(sizes); err != nil {
@@ -103,6 +125,23 @@ func main() {
 	}
 	if o.extra, err = extraRows(extra); err != nil {
 		fail(2, "--extra: %v", err)
+	}
+	if sitePlans != "" {
+		if o.sitePlans, err = ints(sitePlans); err != nil {
+			fail(2, "--site-plans: %v", err)
+		}
+	}
+	if o.siteAtOnce, err = ints(atOnce); err != nil {
+		fail(2, "--plans-at-once: %v", err)
+	}
+	if o.stores, err = storeList(stores); err != nil {
+		fail(2, "--stores: %v", err)
+	}
+	if o.siteGroups < 1 || o.siteTiers < 1 || o.siteLatency < 0 {
+		fail(2, "--site-groups and --site-tiers must be at least 1, --site-latency not negative")
+	}
+	if o.siteOnly && len(o.sitePlans) == 0 {
+		fail(2, "--site-only needs --site-plans")
 	}
 	if o.chart == "" && o.out != "" {
 		o.chart = filepath.Join(filepath.Dir(o.out), "docs", "bench.svg")
@@ -147,6 +186,29 @@ type options struct {
 	// repeat: each row up to repeatMax groups (0: every row) is measured
 	// this many times, each on fresh stacks, and its figures are medians.
 	repeat, repeatMax int
+	// The site rows: a site failover of each of sitePlans plans of
+	// siteGroups groups over siteTiers tiers, at each of siteAtOnce plans
+	// at once, on each of stores; siteOnly skips the per-plan rows.
+	sitePlans, siteAtOnce []int
+	siteGroups, siteTiers int
+	siteLatency           time.Duration
+	stores                []string
+	siteOnly              bool
+}
+
+// storeList reads "dev,sql".
+func storeList(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f != storeDev && f != storeSQL {
+			return nil, fmt.Errorf("%q is not a store: give dev or sql", f)
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // size is one row's plan size and plugin latency.
@@ -251,6 +313,9 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	all = append(all, o.extra...)
+	if o.siteOnly {
+		all = nil
+	}
 	var rows []row
 	for _, sz := range all {
 		n, lat := sz.groups, sz.latency
@@ -287,20 +352,53 @@ func run(ctx context.Context, o options) error {
 		r := medianRow(runs)
 		rows = append(rows, r)
 	}
+	var siteRows []siteRow
+	if len(o.sitePlans) > 0 {
+		if siteRows, err = runSites(ctx, o); err != nil {
+			return err
+		}
+	}
 	if o.chart != "" {
+		// The chart shows both sections of --out: a run that measured
+		// only one takes the other's figures from its table.
+		chartRows, chartSites := rows, siteRows
+		if o.out != "" {
+			old, err := os.ReadFile(o.out)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			if o.siteOnly {
+				chartRows = parseRows(section(string(old), beginMarker, endMarker))
+			}
+			if len(o.sitePlans) == 0 {
+				chartSites = parseSiteRows(section(string(old), siteBeginMarker, siteEndMarker))
+			}
+		}
 		if err := os.MkdirAll(filepath.Dir(o.chart), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.chart, []byte(chart(rows)), 0o644); err != nil {
+		if err := os.WriteFile(o.chart, []byte(chart(chartRows, chartSites)), 0o644); err != nil {
 			return err
 		}
 		fmt.Printf("wrote %s\n", o.chart)
 	}
-	report := render(o, rows)
-	fmt.Println()
-	fmt.Print(report)
-	if o.out != "" {
-		return splice(o.out, report)
+	if !o.siteOnly {
+		report := render(o, rows)
+		fmt.Println()
+		fmt.Print(report)
+		if o.out != "" {
+			if err := splice(o.out, report, beginMarker, endMarker); err != nil {
+				return err
+			}
+		}
+	}
+	if len(siteRows) > 0 {
+		report := renderSite(o, siteRows)
+		fmt.Println()
+		fmt.Print(report)
+		if o.out != "" {
+			return splice(o.out, report, siteBeginMarker, siteEndMarker)
+		}
 	}
 	return nil
 }
@@ -418,32 +516,42 @@ func setUp(ctx context.Context, o options, n int, lat time.Duration, storageOnly
 		st.Stop()
 		return nil, nil, err
 	}
-	if err := enable(ctx, p, layout); err != nil {
+	if err := enable(ctx, p.Site("east").Storage.Endpoint, p.VolumeGroups, layout); err != nil {
 		st.Stop()
 		return nil, nil, err
 	}
-	if lat > 0 {
-		for _, site := range layout.Sites {
-			if err := sim.NewControl(site.Control).SetFaults(ctx, []sim.FaultRule{{Method: "*", Latency: lat}}); err != nil {
-				st.Stop()
-				return nil, nil, err
-			}
-		}
+	if err := setLatency(ctx, layout, lat); err != nil {
+		st.Stop()
+		return nil, nil, err
 	}
 	return st, p, nil
 }
 
-// enable turns replication on for every group on east, as drctl protect
-// start does, and waits until west holds a synced copy of each: the state
-// a failover starts from. It is set-up, not measured.
-func enable(ctx context.Context, p *plans.Plan, layout stack.Layout) error {
-	conn, err := grpc.NewClient(p.Site("east").Storage.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// setLatency delays every CSI-Addons call of both sites by lat.
+func setLatency(ctx context.Context, layout stack.Layout, lat time.Duration) error {
+	if lat <= 0 {
+		return nil
+	}
+	for _, site := range layout.Sites {
+		if err := sim.NewControl(site.Control).SetFaults(ctx, []sim.FaultRule{{Method: "*", Latency: lat}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enable turns replication on for every group on east (at its storage
+// endpoint), as drctl protect start does, and waits until west holds a
+// synced copy of each: the state a failover starts from. It is set-up,
+// not measured.
+func enable(ctx context.Context, east string, groups []plans.VolumeGroup, layout stack.Layout) error {
+	conn, err := grpc.NewClient(east, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	rc := replication.NewControllerClient(conn)
-	for _, g := range p.VolumeGroups {
+	for _, g := range groups {
 		if _, err := rc.EnableVolumeReplication(ctx, &replication.EnableVolumeReplicationRequest{
 			ReplicationSource: groupSource(g.Sites["east"].GroupID), Parameters: g.Parameters}); err != nil {
 			return fmt.Errorf("enable replication of %s: %w", g.Name, err)
@@ -462,11 +570,11 @@ func enable(ctx context.Context, p *plans.Plan, layout stack.Layout) error {
 				synced++
 			}
 		}
-		if synced == len(p.VolumeGroups) {
+		if synced == len(groups) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("west holds %d of %d synced groups after 5 minutes", synced, len(p.VolumeGroups))
+			return fmt.Errorf("west holds %d of %d synced groups after 5 minutes", synced, len(groups))
 		}
 		select {
 		case <-ctx.Done():
@@ -833,7 +941,7 @@ func render(o options, rows []row) string {
 				rel = r
 			}
 		}
-		fmt.Fprintf(&b, "\n![Failover time against plan size: measured, ideal and sequential, at each latency](%s)\n", filepath.ToSlash(rel))
+		fmt.Fprintf(&b, "\n![Failover time against plan size: measured, ideal, sequential and direct, at each latency; and a site failover against its plans](%s)\n", filepath.ToSlash(rel))
 	}
 	for _, r := range rows {
 		if r.groups == 100 && r.latency == 50*time.Millisecond {
@@ -945,11 +1053,24 @@ func machine() string {
 	return fmt.Sprintf("%d × %s%s%s, %s", runtime.NumCPU(), model, mem, kernel, runtime.Version())
 }
 
-const beginMarker, endMarker = "<!-- bench:begin -->", "<!-- bench:end -->"
+// The markers of the per-plan section and of the site section.
+const (
+	beginMarker, endMarker         = "<!-- bench:begin -->", "<!-- bench:end -->"
+	siteBeginMarker, siteEndMarker = "<!-- bench-sites:begin -->", "<!-- bench-sites:end -->"
+)
 
-// splice puts the report between the file's bench markers, keeping the
-// text around them; a file without markers gets them.
-func splice(path, report string) error {
+// section is the text between a file's markers ("" without them).
+func section(text, beginMarker, endMarker string) string {
+	i, j := strings.Index(text, beginMarker), strings.Index(text, endMarker)
+	if i < 0 || j < i {
+		return ""
+	}
+	return text[i+len(beginMarker) : j]
+}
+
+// splice puts the report between the file's markers, keeping the text
+// around them; a file without them gets them at its end.
+func splice(path, report, beginMarker, endMarker string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

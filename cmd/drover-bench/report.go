@@ -110,8 +110,10 @@ func targets(rows []row) string {
 }
 
 // chart draws failover time against plan size, log-log, one panel per
-// latency: measured, ideal and sequential. Self-contained SVG.
-func chart(rows []row) string {
+// latency: measured, ideal, sequential and direct; and, with site rows,
+// a panel of the site failover's time against its plans, measured and
+// direct, a line per store and plans at once. Self-contained SVG.
+func chart(rows []row, sites []siteRow) string {
 	var lats []time.Duration
 	for _, r := range rows {
 		if !slices.Contains(lats, r.latency) {
@@ -120,8 +122,15 @@ func chart(rows []row) string {
 	}
 	slices.Sort(lats)
 	const pw, ph, left, top, gap = 420, 300, 70, 40, 40
-	width := left + len(lats)*(pw+gap)
+	panels := len(lats)
+	if len(sites) > 0 {
+		panels++
+	}
+	width := left + panels*(pw+gap)
 	height := top + ph + 70
+	if n := len(siteLines(sites)); n > 2 {
+		height += 16 * ((n + 1) / 2)
+	}
 	minN, maxN := math.Inf(1), 0.0
 	minT, maxT := math.Inf(1), 0.0
 	for _, r := range rows {
@@ -188,14 +197,108 @@ func chart(rows []row) string {
 			}
 		}
 	}
-	for i, s := range series {
-		x := left + i*130
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2" stroke-dasharray="%s"/><text x="%d" y="%d">%s</text>`+"\n",
-			x, height-12, x+30, height-12, s.color, s.dash, x+36, height-8, s.name)
+	if len(lats) > 0 {
+		for i, s := range series {
+			x := left + i*130
+			fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2" stroke-dasharray="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+				x, height-12, x+30, height-12, s.color, s.dash, x+36, height-8, s.name)
+		}
+	}
+	if len(sites) > 0 {
+		sitePanel(&b, sites, float64(left+len(lats)*(pw+gap)), top, pw, ph)
 	}
 	fmt.Fprintf(&b, `<text x="8" y="%d" transform="rotate(-90 8 %d)" text-anchor="middle">failover time</text>`+"\n", top+ph/2, top+ph/2)
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// siteLine is one line of the site panel: a store at a number of plans
+// at once.
+type siteLine struct {
+	store  string
+	atOnce int
+}
+
+// siteLines are the site panel's lines, in the rows' order.
+func siteLines(sites []siteRow) []siteLine {
+	var out []siteLine
+	for _, r := range sites {
+		l := siteLine{r.store, r.atOnce}
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// sitePanel draws the site failover's time against its plans, log-log:
+// per store and plans at once, measured (solid) and the plain program
+// (dashed) in one colour, with its legend below the panel.
+func sitePanel(b *strings.Builder, sites []siteRow, x0 float64, top, pw, ph int) {
+	minN, maxN := math.Inf(1), 0.0
+	minT, maxT := math.Inf(1), 0.0
+	for _, r := range sites {
+		minN, maxN = math.Min(minN, float64(r.plans)), math.Max(maxN, float64(r.plans))
+		for _, d := range []time.Duration{r.measured, r.direct} {
+			if d > 0 {
+				minT, maxT = math.Min(minT, d.Seconds()), math.Max(maxT, d.Seconds())
+			}
+		}
+	}
+	lo, hi := math.Floor(math.Log10(minT)), math.Ceil(math.Log10(maxT))
+	if hi <= lo {
+		hi = lo + 1
+	}
+	nlo, nhi := math.Floor(math.Log10(minN)), math.Ceil(math.Log10(maxN))
+	if nhi <= nlo {
+		nhi = nlo + 1
+	}
+	px := func(n float64) float64 { return x0 + (math.Log10(n)-nlo)/(nhi-nlo)*float64(pw) }
+	py := func(t float64) float64 { return float64(top+ph) - (math.Log10(t)-lo)/(hi-lo)*float64(ph) }
+	title := "site failover"
+	if r := sites[0]; r.groups > 0 {
+		title = fmt.Sprintf("site failover: %d groups a plan, %d tiers, %v", r.groups, r.tiers, r.latency)
+	}
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" font-weight="bold">%s</text>`+"\n", x0, top-15, title)
+	fmt.Fprintf(b, `<rect x="%.0f" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", x0, top, pw, ph)
+	for e := nlo; e <= nhi; e++ {
+		x := px(math.Pow(10, e))
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
+			x, top, x, top+ph, x, top+ph+16, count(math.Pow(10, e)))
+	}
+	for e := lo; e <= hi; e++ {
+		y := py(math.Pow(10, e))
+		fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			x0, y, x0+float64(pw), y, x0-4, y+4, seconds(math.Pow(10, e)))
+	}
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" text-anchor="middle">plans</text>`+"\n", x0+float64(pw)/2, top+ph+34)
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
+	for i, l := range siteLines(sites) {
+		color := colors[i%len(colors)]
+		name := fmt.Sprintf("%s, %d at once", map[string]string{storeDev: "dev server", storeSQL: "PostgreSQL"}[l.store], l.atOnce)
+		for _, s := range []struct {
+			what, dash string
+			get        func(siteRow) time.Duration
+		}{{"measured", "", func(r siteRow) time.Duration { return r.measured }}, {"direct", "6,4", func(r siteRow) time.Duration { return r.direct }}} {
+			var pts []string
+			for _, r := range sites {
+				if r.store != l.store || r.atOnce != l.atOnce || s.get(r) <= 0 {
+					continue
+				}
+				x, y := px(float64(r.plans)), py(s.get(r).Seconds())
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+				fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s, %s, %d plans: %v</title></circle>`+"\n", x, y, color, s.what, name, r.plans, ms(s.get(r)))
+			}
+			if len(pts) > 1 {
+				fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2" stroke-dasharray="%s"/>`+"\n", strings.Join(pts, " "), color, s.dash)
+			}
+		}
+		lx, ly := x0+float64(i%2)*210, top+ph+50+16*(i/2)
+		fmt.Fprintf(b, `<line x1="%.0f" y1="%d" x2="%.0f" y2="%d" stroke="%s" stroke-width="2"/><text x="%.0f" y="%d">%s</text>`+"\n",
+			lx, ly, lx+24, ly, color, lx+30, ly+4, name)
+	}
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" fill="#555">solid: measured; dashed: the plain program (direct)</text>`+"\n",
+		x0, top+ph+50+16*((len(siteLines(sites))+1)/2))
 }
 
 func count(n float64) string {
