@@ -73,6 +73,9 @@ func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject stri
 		// the call's view of it.
 		return ctx.Err()
 	}
+	if atOwnDeadline(ctx, err) {
+		return context.DeadlineExceeded
+	}
 	if status.Code(err) == codes.Unavailable && !isTLSFailure(status.Convert(err).Message()) && mayBeTLSMistake(err) {
 		// A broken pipe or an EOF before the server's preface can be a
 		// TLS mistake the connection does not name: ask the endpoint.
@@ -89,6 +92,21 @@ func (s *Storage) call(ctx context.Context, rpc string, e Endpoint, subject stri
 		"code", status.Code(err).String(), "outcome", Classify(rpc, status.Code(err)).String(), "took", took)
 	return out
 }
+
+// atOwnDeadline tells a call that ended DEADLINE_EXCEEDED at the
+// activity's own deadline: the server enforces the deadline the client
+// sent and may end the stream ("stream terminated by RST_STREAM with
+// error code: CANCEL") a moment before the client's context says the
+// deadline passed. Seen under load on a local attempt cut at its budget,
+// whose end the workflow then took for the storage's failure.
+func atOwnDeadline(ctx context.Context, err error) bool {
+	dl, ok := ctx.Deadline()
+	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < ownDeadlineSlack
+}
+
+// ownDeadlineSlack is how close to the activity's deadline a call's
+// DEADLINE_EXCEEDED is taken for that deadline.
+const ownDeadlineSlack = 100 * time.Millisecond
 
 // logger is the activity's logger, or a no-op outside an activity (the
 // polling loops call the RPC helpers directly in tests).

@@ -234,15 +234,13 @@ func isTimeout(err error) bool {
 // its context's error when the activity's deadline passes, and when that
 // answer and the deadline come together the SDK reports the answer (as
 // an application error of the Go type's name once it has been through
-// the SDK's converter, as itself in the test environment). The gRPC
-// call may also end with DEADLINE_EXCEEDED a moment before the context
-// says so ("stream terminated by RST_STREAM with error code: CANCEL",
-// seen under load): the local attempt's budget is shorter than any
-// call's deadline, so that answer is the cut too.
+// the SDK's converter, as itself in the test environment). The storage's
+// own DEADLINE_EXCEEDED is a failure like any other (Storage.call turns
+// the one that is really the activity's deadline into the context's
+// error).
 func cutAtBudget(err error) bool {
 	var ae *temporal.ApplicationError
-	return isTimeout(err) || errors.Is(err, context.DeadlineExceeded) ||
-		(errors.As(err, &ae) && (ae.Type() == deadlineExceededType || ae.Type() == activities.ErrDeadlineExceeded))
+	return isTimeout(err) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ae) && ae.Type() == deadlineExceededType)
 }
 
 // deadlineExceededType is the error type the SDK gives an activity's
