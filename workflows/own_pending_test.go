@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,6 @@ import (
 // group and in batches alike; every pause is read from the failover's
 // history (its timers), not from a clock; every group ends promoted.
 func TestOwnCallStillRunningIsNoRival(t *testing.T) {
-	srv := devserver.Start(t, nil)
 	for _, c := range []struct {
 		name     string
 		extra    int
@@ -44,6 +44,9 @@ func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 		{"batches, separate attempts", workflows.GroupsPerChild, 1500 * time.Millisecond, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// A server of its own: no record or action of another case
+			// on it.
+			srv := devserver.Start(t, nil)
 			f := newFixtureN(t, c.extra)
 			f.storage.SeparateAttempts = c.separate
 			f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
@@ -71,7 +74,25 @@ func TestOwnCallStillRunningIsNoRival(t *testing.T) {
 			})
 			mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Latency: c.latency, Detached: true}}))
 			f.east.Down()
-			run, _ := failOverEast(t, ctx, srv, f)
+			run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+			mustOK(t, err)
+			var res workflows.FailoverResult
+			if err := run.Get(ctx, &res); err != nil {
+				// Say where it stood: each step, its tries and note.
+				var lines []string
+				qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer qcancel()
+				if v, qerr := srv.Client.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.QueryProgress); qerr == nil {
+					var p workflows.Progress
+					if v.Get(&p) == nil {
+						for _, st := range p.Steps {
+							lines = append(lines, fmt.Sprintf("%s: %s, %d tries, %d retries, note %q, last error %q", st.Name, st.State, st.Attempts, st.Retries, st.Note, st.LastError))
+						}
+					}
+				}
+				t.Fatalf("the failover did not end: %v; its steps:\n%s", err, strings.Join(lines, "\n"))
+			}
+			allDone(t, res.Progress)
 			allRoles(t, f.west, sim.RolePrimary)
 			f.setOnRPC(nil)
 
