@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -205,6 +206,12 @@ func (s *Storage) ReplicateBatch(ctx context.Context, in BatchInput) (BatchResul
 				if err != nil {
 					if ctx.Err() != nil {
 						return ctx.Err()
+					}
+					if errors.Is(err, context.DeadlineExceeded) {
+						// The call ended at the activity's own deadline
+						// (atOwnDeadline) a moment before its context
+						// said so: the batch is cut, not the group failed.
+						return err
 					}
 					typ, _, _ := FailureOf(err)
 					mu.Lock()
