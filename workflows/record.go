@@ -526,11 +526,35 @@ func sendAgain(ctx workflow.Context, plan, id string, c RecordChange) error {
 			return err
 		}
 	}
-	if err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil); err != nil {
+	err := workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil)
+	// The record "already started" may be this run's own start of it,
+	// not yet taken by the server (two changes of one run sent at once,
+	// as protection's state and its first point in time): the signal
+	// finds no record for a moment. Sent again, a second apart, a few
+	// times (patched: a run that lost the change before goes on as it
+	// did).
+	for try := 0; err != nil && try < recordStartTries; try++ {
+		if try == 0 && workflow.GetVersion(ctx, recordStartRace, workflow.DefaultVersion, 1) < 1 {
+			break
+		}
+		if serr := workflow.Sleep(ctx, time.Second); serr != nil {
+			return serr
+		}
+		err = workflow.SignalExternalWorkflow(ctx, id, "", SignalRecord, c).Get(ctx, nil)
+	}
+	if err != nil {
 		return fmt.Errorf("record the state of plan %q (workflow %s): %w", plan, id, err)
 	}
 	return nil
 }
+
+// recordStartRace is the change that sends a change again while the
+// record this run started is not yet running; recordStartTries bounds
+// the tries, a second apart.
+const (
+	recordStartRace  = "record-start-race"
+	recordStartTries = 10
+)
 
 // recordAttributes are the record's search attributes: the plan's, with
 // action "record" and no site.
