@@ -56,7 +56,13 @@
 //     holds and prunes go to the plan's record; a protection started
 //     anew takes over the record's points, and never points a state
 //     given at its start names. Only plans with the policy take this
-//     path.
+//     path. A test recovery from a point (pointuse.go, TestRecovery's
+//     PointAt) names a time, and the worker picks the point from the
+//     running protection's state or the record (HoldPoint): it holds
+//     it under its run's name (ActionHolder), with the worker's seal,
+//     which protection requires of such holds and releases, copies the
+//     point's snapshots, and its cleanup deletes the copies, not the
+//     snapshots, and releases the hold.
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:

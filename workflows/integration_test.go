@@ -3,7 +3,9 @@ package workflows_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,10 +182,10 @@ func actionsOnDevServer(t *testing.T, srv *devserver.Server, extra int, suffix s
 func waitFor(t *testing.T, ctx context.Context, c client.Client, run client.WorkflowRun, step, state string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
+	var p workflows.Progress
 	for time.Now().Before(deadline) {
 		v, err := c.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress)
 		if err == nil {
-			var p workflows.Progress
 			if v.Get(&p) == nil {
 				for _, s := range p.Steps {
 					if s.Name == step && s.State == state {
@@ -194,5 +196,9 @@ func waitFor(t *testing.T, ctx context.Context, c client.Client, run client.Work
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("step %q never reached %q", step, state)
+	var seen []string
+	for _, s := range p.Steps {
+		seen = append(seen, fmt.Sprintf("%s: %s %s%s", s.Name, s.State, s.Output, s.LastError))
+	}
+	t.Fatalf("step %q never reached %q; the run stood at:\n%s", step, state, strings.Join(seen, "\n"))
 }

@@ -112,11 +112,27 @@ type PrunedPoint struct {
 }
 
 // PointHold holds the point ID for By, or releases By's hold (Release).
+// A hold of an action (By an ActionHolder) carries a worker's seal
+// (Proof): protection takes no other, so that whoever may send updates
+// cannot release the point a test recovery or failover runs from.
 type PointHold struct {
 	Point   string `json:"point"`
 	By      string `json:"by"`
 	Release bool   `json:"release,omitempty"`
+	Proof   *Proof `json:"proof,omitempty"`
 }
+
+// actionHolderPrefix begins the holder name of an action's hold.
+const actionHolderPrefix = "run "
+
+// ActionHolder names the hold of a workflow run on the point it
+// recovers from.
+func ActionHolder(workflowID, runID string) string {
+	return actionHolderPrefix + workflowID + "/" + runID
+}
+
+// byAction tells a hold that only a worker's seal makes or releases.
+func (h PointHold) byAction() bool { return strings.HasPrefix(h.By, actionHolderPrefix) }
 
 // keptPruned is how many of the latest pruned points a state keeps.
 const keptPruned = 20

@@ -163,13 +163,28 @@ func (s *RecordSender) SealRetarget(_ context.Context, in RetargetSend) (Retarge
 	return s.SealRetargetAt(in.Plan, in.Retarget, time.Now())
 }
 
+// SealHoldAt seals a hold (or release) of a point in time for plan's
+// protection as made at now: the hold of an action (ActionHolder), which
+// protection takes only sealed.
+func (s *RecordSender) SealHoldAt(plan string, h PointHold, now time.Time) (PointHold, error) {
+	h.Proof = nil
+	sent := now.UTC()
+	m, err := mac(s.key(), "point hold", plan, sent, h)
+	if err != nil {
+		return h, err
+	}
+	h.Proof = &Proof{Sent: sent, MAC: m}
+	return h, nil
+}
+
 // RecordProofCheck is a change or a plan version the record checks, or a
-// retarget protection checks.
+// retarget or a point's hold protection checks.
 type RecordProofCheck struct {
 	Plan     string        `json:"plan"`
 	Change   *RecordChange `json:"change,omitempty"`
 	Version  *PlanVersion  `json:"version,omitempty"`
 	Retarget *Retarget     `json:"retarget,omitempty"`
+	Hold     *PointHold    `json:"hold,omitempty"`
 }
 
 // CheckRecordProof is the record's check of a seal, a local activity: nil
@@ -191,6 +206,10 @@ func (s *RecordSender) CheckRecordProof(_ context.Context, in RecordProofCheck) 
 		rt := *in.Retarget
 		p, rt.Proof = rt.Proof, nil
 		kind, what = "retarget", rt
+	case in.Hold != nil:
+		h := *in.Hold
+		p, h.Proof = h.Proof, nil
+		kind, what = "point hold", h
 	}
 	if p == nil || len(p.MAC) == 0 {
 		return temporal.NewNonRetryableApplicationError("it carries no worker's seal", ErrRecordRefused, nil)

@@ -233,7 +233,23 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	// pruned, and a point being pruned cannot be held.
 	pruning := map[string]bool{}
 	notes := &pointNotes{}
+	holdSeals := &proofs{}
+	if p != nil {
+		holdSeals.plan = p.Metadata.Name
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateHoldPoint, func(ctx workflow.Context, h PointHold) (*PointInTime, error) {
+		if h.byAction() {
+			// An action's hold comes sealed by the worker that runs
+			// the action; its seal is checked before anything else.
+			proof := h.Proof
+			if err := holdSeals.check(ctx, RecordProofCheck{Plan: holdSeals.plan, Hold: &h}, proof); err != nil {
+				return nil, fmt.Errorf("the hold is refused: %w", err)
+			}
+			if err := s.validHold(h, pruning); err != nil {
+				return nil, err
+			}
+		}
+		h.Proof = nil
 		pt, err := s.hold(h)
 		if err != nil {
 			return nil, err

@@ -57,6 +57,10 @@ type TestRecoveryInput struct {
 	Origin
 	Plan *plans.Plan `json:"plan"`
 	At   string      `json:"at"`
+	// PointAt, when set, makes the copies from a point in time instead
+	// of new snapshots: the newest point the plan's record has at At cut
+	// at or before PointAt (drctl test-recovery --point).
+	PointAt time.Time `json:"pointAt,omitzero"`
 }
 
 // TestCopy is one volume's snapshot and copy: their ids once the storage
@@ -76,6 +80,9 @@ type TestCopy struct {
 	SnapshotName string   `json:"snapshotName,omitempty"`
 	Members      []string `json:"members,omitempty"`
 	CopyName     string   `json:"copyName,omitempty"`
+	// Point is the point in time whose snapshot the copy was made from:
+	// the snapshot is protection's, and the cleanup leaves it.
+	Point string `json:"point,omitempty"`
 	// Nomad is the volume's Nomad CSI volume, when the test site's Nomad
 	// has one for it: the copy is then made through Nomad's API as Nomad
 	// volume NomadCopy of NomadNamespace (for the test jobs to claim),
@@ -108,7 +115,11 @@ func (res *TestRecoveryResult) copyIndex(group, v string) int {
 // Cleaned), and each test workload's RTO: from the start to healthy.
 type TestRecoveryResult struct {
 	Progress
-	At      string                   `json:"at"`
+	At string `json:"at"`
+	// Point is the point in time the copies were made from, held while
+	// the test ran; nil for a test on new snapshots.
+	Point   *PointInTime             `json:"point,omitempty"`
+	PointAt time.Time                `json:"pointAt,omitzero"`
 	Copies  []TestCopy               `json:"copies"`
 	RTO     map[string]time.Duration `json:"workloadRTO,omitempty"`
 	Cleaned bool                     `json:"cleaned"`
@@ -116,6 +127,7 @@ type TestRecoveryResult struct {
 
 // The step kinds of a test recovery.
 const (
+	KindPoint    StepKind = "point"
 	KindSnapshot StepKind = "snapshot"
 	KindCopy     StepKind = "copy"
 	KindCleanup  StepKind = "cleanup"
@@ -169,7 +181,7 @@ func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResu
 	// The cleanup runs however the test ended: done, failed or cancelled.
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	cerr := cleanupTest(cctx, r, in, res)
+	cerr := cleanupTest(cctx, r, in, res, workflow.GetInfo(ctx).WorkflowExecution)
 	res.Cleaned = cerr == nil
 	for _, s := range r.progress.Steps {
 		if s.Kind() == KindStart && s.State == StateDone {
@@ -223,6 +235,19 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 	prefix := "drover-test-" + p.Metadata.Name + "-" + workflow.GetInfo(ctx).WorkflowExecution.RunID
 	groups := slices.Clone(p.VolumeGroups)
 	slices.SortFunc(groups, func(a, b plans.VolumeGroup) int { return strings.Compare(a.Name, b.Name) })
+	if !in.PointAt.IsZero() {
+		// From a point in time: its snapshots, not new ones.
+		if err := r.step(ctx, newRef(KindPoint, "hold the point in time at "+at, at), false, func(ctx workflow.Context) (string, error) {
+			pt, err := holdPointFor(ctx, p, at, in.PointAt, res)
+			if err != nil {
+				return "", err
+			}
+			return pointText(*pt), nil
+		}); err != nil {
+			return err
+		}
+		groups = nil
+	}
 	for _, g := range groups {
 		ref := g.Sites[at]
 		if err := r.step(ctx, newRef(KindSnapshot, fmt.Sprintf("snapshot %s on %s", g.Name, at), at, g.Name), false, func(ctx workflow.Context) (string, error) {
@@ -461,7 +486,11 @@ func envName(v string) string {
 
 // cleanupTest stops the test workloads and deletes the copies and
 // snapshots, each step safe to repeat; it runs in a context of its own.
-func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRecoveryResult) error {
+//
+// A copy made from a point in time leaves the point's snapshot (it is
+// protection's), and the run's hold on the point (held names the run)
+// is released once the copies are gone.
+func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRecoveryResult, held workflow.Execution) error {
 	p, at := in.Plan, in.At
 	var errs []string
 	if err := stopAll(ctx, r, testPlan(p, at, res.Copies), at, orchestrators.ActionTestRecovery); err != nil {
@@ -503,6 +532,9 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 					return "", err
 				}
 			}
+			if c.Point != "" {
+				continue
+			}
 			if c.SnapshotByNomad && c.Snapshot != "" {
 				if err := nomadDel(wl.NomadDeleteSnapshot, c, c.Snapshot); err != nil {
 					return "", err
@@ -529,7 +561,8 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 		if lost > 0 {
 			out += fmt.Sprintf(" (%d asked for again by name: their create had no answer)", lost)
 		}
-		return out, nil
+		released, err := releasePoint(ctx, p.Metadata.Name, at, held, res)
+		return out + released, err
 	})
 	if err != nil {
 		errs = append(errs, ErrorText(err))
@@ -647,6 +680,10 @@ type TestRunRef struct {
 type TestRunCopies struct {
 	At     string     `json:"at"`
 	Copies []TestCopy `json:"copies"`
+	// Point is the point in time the run held, and PointAt the time
+	// that picked it.
+	Point   *PointInTime `json:"point,omitempty"`
+	PointAt time.Time    `json:"pointAt,omitzero"`
 }
 
 // RunReader is the worker's activity that reads a test recovery run, for
@@ -708,7 +745,7 @@ func (rr *RunReader) TestRunCopies(ctx context.Context, in TestRunRef) (TestRunC
 			return TestRunCopies{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("run %s of %s made its copies through %s's storage at %s; this plan names %s: clean up with the plan the test ran with", in.Run, id, res.At, made, in.Endpoint), errNoRun, nil)
 		}
 	}
-	return TestRunCopies{At: res.At, Copies: res.Copies}, nil
+	return TestRunCopies{At: res.At, Copies: res.Copies, Point: res.Point, PointAt: res.PointAt}, nil
 }
 
 // runEndpoint is the storage endpoint of site at in the plan a test
@@ -808,8 +845,8 @@ func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult,
 	if made.At != in.At {
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("test recovery run %q of plan %q ran at %q, not %q", in.Run, p.Metadata.Name, made.At, in.At), ErrPreflight, nil)
 	}
-	res := &TestRecoveryResult{At: in.At, Copies: made.Copies}
-	err = cleanupTest(ctx, r, TestRecoveryInput{Origin: in.Origin, Plan: p, At: in.At}, res)
+	res := &TestRecoveryResult{At: in.At, Copies: made.Copies, Point: made.Point, PointAt: made.PointAt}
+	err = cleanupTest(ctx, r, TestRecoveryInput{Origin: in.Origin, Plan: p, At: in.At}, res, workflow.Execution{ID: TestRecoveryID(p.Metadata.Name), RunID: in.Run})
 	r.progress.End, r.progress.State = workflow.Now(ctx), StateCompleted
 	if err != nil {
 		r.progress.State = StateAborted

@@ -41,12 +41,18 @@ func testRecoveryFixture(t *testing.T) *fixture {
 		}
 		f.plan.VolumeGroups[i].Sites["west"] = ref
 	}
+	addTestHooks(f)
+	return f
+}
+
+// addTestHooks gives the workloads test hooks on west that log the
+// copies they get.
+func addTestHooks(f *fixture) {
 	for _, w := range f.plan.Workloads {
 		h := w.Sites["west"].Exec
 		h.TestStart = fmt.Sprintf(`echo "%s test-start $DROVER_SITE $DROVER_WORKLOAD v1=$DROVER_COPY_V1 solo=$DROVER_COPY_SOLO" >> %s`, w.Name, f.hooks)
 		h.TestStop = fmt.Sprintf(`echo "%s test-stop $DROVER_SITE" >> %s`, w.Name, f.hooks)
 	}
-	return f
 }
 
 // TestTestRecoveryLeavesProductionAlone: a test recovery at west, while

@@ -136,12 +136,19 @@ func (a *app) actionCommands() []*cobra.Command {
 
 	var at string
 	var testWait, cleanup bool
+	var point string
 	testRecovery := &cobra.Command{
-		Use:   "test-recovery PLAN --at SITE | PLAN --cleanup",
+		Use:   "test-recovery PLAN --at SITE [--point T] | PLAN --cleanup",
 		Short: "Bring the workloads up at SITE on copies of the replicas, in isolation, then clean up; production untouched",
 		Long: `Bring the plan's workloads up at SITE on copies of its replicas, in
 isolation, while replication carries on; drctl approve ends the test and
 its cleanup deletes everything it made.
+
+--point T makes the copies from a point in time (policy.pointsInTime)
+instead of new snapshots: the newest point cut at SITE at or before T
+(a time, a point's id as drctl points lists it, or newest). The point is
+held while the test runs and released by its cleanup, which leaves the
+point's snapshots.
 
 --cleanup finds the test recoveries of the plan that ended without their
 cleanup (a terminated workflow, say), and for each runs the cleanup: the
@@ -152,13 +159,24 @@ test workloads stopped, the copies and snapshots deleted.`,
 				if at != "" {
 					return badInput("--cleanup takes no --at: it cleans up at the site each test ran at")
 				}
+				if point != "" {
+					return badInput("--cleanup takes no --point")
+				}
 				return a.testCleanup(cmd.Context(), args[0])
 			}
-			return a.testRecovery(cmd.Context(), args[0], at, testWait)
+			var pointAt time.Time
+			if point != "" {
+				var err error
+				if pointAt, err = parsePointTime(point, time.Now()); err != nil {
+					return err
+				}
+			}
+			return a.testRecovery(cmd.Context(), args[0], at, pointAt, testWait)
 		},
 	}
 	testRecovery.Flags().BoolVar(&cleanup, "cleanup", false, "delete what earlier test recoveries of the plan left behind")
 	testRecovery.Flags().StringVar(&at, "at", "", "the site whose replicas are copied and where the test workloads run (required)")
+	testRecovery.Flags().StringVar(&point, "point", "", "copy from a point in time: the newest cut at --at at or before this time (RFC 3339), point id, or newest")
 	testRecovery.Flags().BoolVarP(&testWait, "wait", "w", false, "wait for the test to end (drctl approve ends it), showing its progress")
 
 	return []*cobra.Command{failover, reprotect, failback, drill, testRecovery, a.protectCommand()}

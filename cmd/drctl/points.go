@@ -133,3 +133,19 @@ func renderRecordPoints(w io.Writer, r *workflows.PlanRecord, now time.Time) {
 	fmt.Fprintf(w, "%s (drctl points %s)\n", line, r.Plan)
 	renderPruned(w, r.Pruned, r.PrunedCount, "  ")
 }
+
+// parsePointTime reads --point: a time (RFC 3339), a point's id as
+// drctl points lists it (20261127T101500Z), or "newest". A recovery
+// goes back to the newest point cut at or before it.
+func parsePointTime(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "newest") {
+		return now, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "20060102T150405Z"} {
+		if t, err := time.Parse(layout, strings.ToUpper(s)); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, badInput("--point %q: give a time (2026-11-27T10:15:00Z), a point's id as drctl points lists it (20261127T101500Z), or newest", s)
+}

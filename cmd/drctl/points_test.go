@@ -111,6 +111,36 @@ policy:
 		t.Fatalf("point age %v, allowed %v (want 1.2)", age, allowed)
 	}
 
+	// A test recovery from the newest point holds it under the test's
+	// run while it runs, and releases it at its end.
+	if code, _, errs := c.run("test-recovery", shop, "--at", "west", "--point", "yesterday"); code != 2 || !strings.Contains(errs, "--point \"yesterday\"") {
+		t.Fatalf("a --point drctl cannot read: exit %d, %s", code, errs)
+	}
+	c.ok(nil, "test-recovery", shop, "--at", "west", "--point", "newest")
+	heldBy := func(l pointsOut) string {
+		for _, pt := range l.Points {
+			for _, h := range pt.Held {
+				return pt.ID + " " + h
+			}
+		}
+		return ""
+	}
+	simtest.Eventually(t, time.Minute, "the point held by the test", func() bool {
+		l = pointsOut{}
+		code, out, _ := c.run("-o", "json", "points", "shop")
+		return code == 0 && parse(out, &l) && strings.Contains(heldBy(l), " run drover-test-shop/")
+	})
+	code, out, errs = c.run("points", "shop")
+	if code != 0 || !strings.Contains(out, "run drover-test-shop/") {
+		t.Fatalf("drctl points while a test holds a point: exit %d\n%s%s", code, out, errs)
+	}
+	c.ok(nil, "approve", "drover-test-shop", "--yes")
+	simtest.Eventually(t, time.Minute, "the test's hold released", func() bool {
+		l = pointsOut{}
+		code, out, _ := c.run("-o", "json", "points", "shop")
+		return code == 0 && parse(out, &l) && heldBy(l) == ""
+	})
+
 	// Stopped, protection leaves its points in the record and on west.
 	c.ok(nil, "protect", "stop", "shop")
 	var before pointsOut

@@ -302,7 +302,7 @@ func planSteps(ctx context.Context, c client.Client, p *workflows.Progress) {
 
 // testRecovery starts a plan's test recovery at a site and, with wait,
 // follows it to its end (which waits for drctl approve, gate endTest).
-func (a *app) testRecovery(ctx context.Context, file, at string, wait bool) error {
+func (a *app) testRecovery(ctx context.Context, file, at string, pointAt time.Time, wait bool) error {
 	p, err := loadPlan(file)
 	if err != nil {
 		return err
@@ -319,7 +319,7 @@ func (a *app) testRecovery(ctx context.Context, file, at string, wait bool) erro
 		return err
 	}
 	a.warnIdleWorkers(ctx, c, p, "test recovery")
-	run, err := workflows.StartTestRecovery(ctx, c, workflows.TestRecoveryInput{Origin: o, Plan: p, At: at})
+	run, err := workflows.StartTestRecovery(ctx, c, workflows.TestRecoveryInput{Origin: o, Plan: p, At: at, PointAt: pointAt})
 	var busy *workflows.TestBusyError
 	if errors.As(err, &busy) {
 		return failed("%v", err)

@@ -1,0 +1,236 @@
+package workflows_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// pointHolding is the point of v1's snapshot holding data on west, if
+// any of those in the plan's record does.
+func pointHolding(f *fixture, points []workflows.PointInTime, data string) *workflows.PointInTime {
+	st := f.west.Snapshot()
+	for i := len(points) - 1; i >= 0; i-- {
+		for _, g := range points[i].Groups {
+			for _, sn := range g.Snapshots {
+				if sn.Volume != "v1" {
+					continue
+				}
+				j := slices.IndexFunc(st.Snapshots, func(s sim.SnapshotState) bool { return s.ID == sn.ID })
+				if j >= 0 && string(st.Snapshots[j].Blocks[0].Data) == data {
+					return &points[i]
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestTestRecoveryFromAPoint: on the dev server, with protection cutting
+// a point every 2 s (keep 3), a write "clean" on east, then "damage"
+// once a point holds "clean". A test recovery at west from the time of
+// that point copies its snapshots, not the replicas: the test's copy of
+// v1 holds "clean" while the replica holds "damage". While the test
+// runs, the point is held under the run's name and is never pruned
+// though newer points go; a release of that hold sent without the
+// worker's seal is refused. Once the test ends, its copies are deleted,
+// the point's snapshots kept, and the hold released (the point then goes
+// with the next prune). With protection stopped, a second test holds
+// its point in the plan's record and releases it there.
+func TestTestRecoveryFromAPoint(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 3})
+	addTestHooks(f)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
+	mustOK(t, err)
+	defer east.Close()
+	_, err = east.Write(ctx, "v1", 0, []byte("clean"))
+	mustOK(t, err)
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	var clean workflows.PointInTime
+	simtest.Eventually(t, time.Minute, "a point holding the clean write", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil {
+			return false
+		}
+		if pt := pointHolding(f, ps.Points, "clean"); pt != nil {
+			clean = *pt
+			return true
+		}
+		return false
+	})
+	_, err = east.Write(ctx, "v1", 0, []byte("damage"))
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "a point holding the damage", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && pointHolding(f, ps.Points, "damage") != nil
+	})
+
+	run, err := workflows.StartTestRecovery(ctx, srv.Client, workflows.TestRecoveryInput{Plan: f.plan, At: "west", PointAt: clean.Taken})
+	mustOK(t, err)
+	holder := workflows.ActionHolder(run.GetID(), run.GetRunID())
+	waitFor(t, ctx, srv.Client, run, "approve "+workflows.GateEndTest, workflows.StateWaiting)
+	during := f.west.Snapshot()
+	if len(during.Clones) != 4 {
+		t.Fatalf("west holds %d copies during the test, want 4", len(during.Clones))
+	}
+	var v1 *sim.CloneState
+	for i := range during.Clones {
+		c := &during.Clones[i]
+		for _, g := range clean.Groups {
+			for _, sn := range g.Snapshots {
+				if sn.Volume == "v1" && sn.ID == c.Snapshot {
+					v1 = c
+				}
+			}
+		}
+	}
+	if v1 == nil {
+		t.Fatalf("no copy of the point's v1 snapshot: copies %+v, point %+v", during.Clones, clean)
+	}
+	if got := string(v1.Blocks[0].Data); got != "clean" {
+		t.Fatalf("the copy of v1 holds %q, want the point's clean data", got)
+	}
+	if got := string(during.Unit("vg/vg-1").Blocks["v1"][0].Data); got != "damage" {
+		t.Fatalf("west's replica holds %q; the damage should have replicated", got)
+	}
+	// Held under the run's name while newer points come and go.
+	simtest.Eventually(t, time.Minute, "newer points pruned around the held one", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || ps.PrunedCount == 0 {
+			return false
+		}
+		i := slices.IndexFunc(ps.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID })
+		newest := workflows.NewestPoint(ps.Points)
+		return i >= 0 && slices.Equal(ps.Points[i].Held, []string{holder}) && len(ps.Points) == 4 && newest != nil &&
+			newest.Taken.Sub(clean.Taken) > 8*time.Second
+	})
+	update := func(name string, arg any) error {
+		uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: name,
+			Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err != nil {
+			return err
+		}
+		return uh.Get(ctx, nil)
+	}
+	if err := update(workflows.UpdateHoldPoint, workflows.PointHold{Point: clean.ID, By: holder, Release: true}); err == nil || !strings.Contains(err.Error(), "seal") {
+		t.Fatalf("a release of the test's hold without a seal: %v", err)
+	}
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if i := slices.IndexFunc(ps.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID }); i < 0 || !slices.Contains(ps.Points[i].Held, holder) {
+		t.Fatalf("after the forged release the points are %+v", ps.Points)
+	}
+
+	mustOK(t, approve(ctx, srv.Client, run))
+	var res workflows.TestRecoveryResult
+	mustOK(t, run.Get(ctx, &res))
+	if !res.Cleaned || res.Point == nil || res.Point.ID != clean.ID {
+		t.Fatalf("test recovery: cleaned %v, point %+v", res.Cleaned, res.Point)
+	}
+	if s := stepOf(t, res.Progress, "point/west"); !strings.Contains(s.Output, "point "+clean.ID) {
+		t.Fatalf("the point step says %q", s.Output)
+	}
+	if s := stepOf(t, res.Progress, "cleanup/west"); !strings.Contains(s.Output, "4 copies and snapshots deleted") || !strings.Contains(s.Output, clean.ID+" released") {
+		t.Fatalf("the cleanup says %q", s.Output)
+	}
+	after := f.west.Snapshot()
+	if len(after.Clones) != 0 {
+		t.Fatalf("%d copies left on west", len(after.Clones))
+	}
+	for _, g := range clean.Groups {
+		for _, sn := range g.Snapshots {
+			if !slices.ContainsFunc(after.Snapshots, func(s sim.SnapshotState) bool { return s.ID == sn.ID }) {
+				ps, _ := workflows.ReadProtect(ctx, srv.Client, "shop")
+				if i := slices.IndexFunc(ps.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID }); i >= 0 {
+					t.Fatalf("the point's snapshot %s was deleted by the test's cleanup", sn.ID)
+				}
+			}
+		}
+	}
+	simtest.Eventually(t, time.Minute, "the released point pruned", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil && rec != nil && slices.ContainsFunc(rec.Pruned, func(x workflows.PrunedPoint) bool { return x.ID == clean.ID })
+	})
+
+	// Without protection, the hold goes to the record.
+	mustOK(t, update(workflows.UpdateStopProtect, workflows.StopProtect{}))
+	mustOK(t, prot.Get(ctx, nil))
+	run, err = workflows.StartTestRecovery(ctx, srv.Client, workflows.TestRecoveryInput{Plan: f.plan, At: "west", PointAt: time.Now()})
+	mustOK(t, err)
+	holder = workflows.ActionHolder(run.GetID(), run.GetRunID())
+	waitFor(t, ctx, srv.Client, run, "approve "+workflows.GateEndTest, workflows.StateWaiting)
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	newest := workflows.NewestPoint(rec.Points)
+	if newest == nil || !slices.Equal(newest.Held, []string{holder}) {
+		t.Fatalf("with protection stopped the record's points are %+v", rec.Points)
+	}
+	mustOK(t, approve(ctx, srv.Client, run))
+	mustOK(t, run.Get(ctx, &res))
+	simtest.Eventually(t, 30*time.Second, "the record's hold released", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		i := slices.IndexFunc(rec.Points, func(x workflows.PointInTime) bool { return x.ID == newest.ID })
+		return err == nil && i >= 0 && len(rec.Points[i].Held) == 0
+	})
+	if n := len(f.west.Snapshot().Clones); n != 0 {
+		t.Fatalf("%d copies left on west", n)
+	}
+}
+
+// approve ends a test recovery (gate endTest).
+func approve(ctx context.Context, c client.Client, run client.WorkflowRun) error {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), RunID: run.GetRunID(),
+		UpdateName: workflows.UpdateApprove, Args: []any{workflows.Approval{Gate: workflows.GateEndTest, By: "test"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
+}
+
+// TestFirstPointReachesANewRecord: protection of a plan that has no
+// record yet sends its state and its first point in time at once; the
+// first starts the record, and the point, sent while that start is not
+// yet taken, must still reach it (it was lost, and with it the point from
+// drctl points and from the next protection's pruning).
+func TestFirstPointReachesANewRecord(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Hour), Keep: 3})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	var first string
+	simtest.Eventually(t, 30*time.Second, "the first point cut", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || len(ps.Points) == 0 {
+			return false
+		}
+		first = ps.Points[0].ID
+		return true
+	})
+	simtest.Eventually(t, 20*time.Second, "the first point in the plan's record", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil && rec != nil && slices.ContainsFunc(rec.Points, func(x workflows.PointInTime) bool { return x.ID == first })
+	})
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: prot.GetID(), UpdateName: workflows.UpdateStopProtect,
+		Args: []any{workflows.StopProtect{}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, uh.Get(ctx, nil))
+}
