@@ -71,12 +71,19 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 			if !pt.LastSync.IsZero() {
 				synced, lag = pt.LastSync.Local().Format(time.DateTime), pt.Lag.Round(time.Second).String()
 			}
+			// The reasons, which can be long errors, go below the table.
 			state := "in sync"
 			switch {
 			case !pt.Usable():
-				state = "FAILED: " + oneLine(pt.Error)
+				state = "FAILED (below)"
 			case pt.NotInSync != "":
-				state = "NOT IN SYNC: " + oneLine(pt.NotInSync)
+				var groups []string
+				for _, g := range pt.Groups {
+					if g.NotInSync != "" {
+						groups = append(groups, g.Group)
+					}
+				}
+				state = "NOT IN SYNC: " + strings.Join(groups, ", ")
 			}
 			held := strings.Join(pt.Held, ", ")
 			if held == "" {
@@ -88,6 +95,12 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 			return err
 		}
 		for _, pt := range l.Points {
+			switch {
+			case !pt.Usable():
+				fmt.Fprintf(w, "  %s: its cut failed: %s\n", pt.ID, oneLine(pt.Error))
+			case pt.NotInSync != "":
+				fmt.Fprintf(w, "  %s: not in sync when cut: %s\n", pt.ID, oneLine(pt.NotInSync))
+			}
 			if pt.PruneError != "" {
 				fmt.Fprintf(w, "  %s: its deletion failed, tried again at the next cut: %s\n", pt.ID, oneLine(pt.PruneError))
 			}

@@ -314,3 +314,32 @@ func TestStreamedWaitForASiteWorker(t *testing.T) {
 		t.Errorf("the step table hides the wait for west's worker:\n%s", tb.String())
 	}
 }
+
+// TestPointsTableKeepsLongReasonsBelow: a point cut while a replica's
+// replication could not be read names the group in the table, and the
+// whole reason (a long error) goes on a line of its own below it, as a
+// failed cut's error does: the table's rows stay one screen wide.
+func TestPointsTableKeepsLongReasonsBelow(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	long := "0001: its replication could not be read: GetVolumeReplicationInfo on site \"east\" for volume group \"vg-0001\": NotFound: no sync to the peer has completed yet"
+	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
+		{ID: "20261127T125800Z", Site: "west", Taken: now.Add(-2 * time.Minute), NotInSync: long,
+			Groups: []workflows.PointGroup{{Group: "0001", NotInSync: "its replication could not be read"}, {Group: "0002"}}},
+		{ID: "20261127T125900Z", Site: "west", Taken: now.Add(-time.Minute), Error: "the cut failed on 0002: " + strings.Repeat("x", 100)},
+	}}
+	var b strings.Builder
+	if err := renderPoints(&b, l, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "20261127T") && len(line) > 160 {
+			t.Errorf("a row of %d characters: %q", len(line), line)
+		}
+	}
+	for _, want := range []string{"NOT IN SYNC: 0001  -", "FAILED (below)", "  20261127T125800Z: not in sync when cut: " + long, "  20261127T125900Z: its cut failed: the cut failed on 0002: xxx"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+}
