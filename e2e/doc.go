@@ -20,6 +20,11 @@
 // application writes on east, with the worker killed mid-test; the
 // replicas stay as they were and nothing is left.
 //
+// TestPointInTimeStory writes damage at T while protection cuts points
+// in time at west, lists them, and runs two test recoveries from two
+// points: the newest holds the damage, the one at T the clean data and
+// no write made after T.
+//
 // TestSiteFailoverOfThreePlans loses east under three signed plans in
 // two tiers and fails them all over as one site action (one fence, tier
 // 1 after tier 0), then renders its report in Markdown and HTML.
