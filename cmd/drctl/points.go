@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -22,14 +23,84 @@ type pointsList struct {
 }
 
 func (a *app) pointsCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "points PLAN",
+	var hold, release string
+	cmd := &cobra.Command{
+		Use:   "points PLAN [--hold POINT | --release POINT]",
 		Short: "The plan's points in time (policy.pointsInTime): each with its site, when it was cut, the last sync it holds, and whether it is held",
-		Args:  cobra.ExactArgs(1),
+		Long: `The plan's points in time (policy.pointsInTime), oldest first: each
+with its site, when it was cut, the last sync it holds and the lag,
+whether its replicas were in sync, and who holds it; then the latest
+pruned and why.
+
+--hold POINT holds a point (its id, or newest) for you (--by, else
+user@host): protection never prunes a held point. --release POINT ends
+your hold. Both go to the plan's running protection, which alone prunes.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case hold != "" && release != "":
+				return badInput("give --hold or --release, not both")
+			case hold != "":
+				return a.holdPoint(cmd.Context(), planName(args[0]), hold, false)
+			case release != "":
+				return a.holdPoint(cmd.Context(), planName(args[0]), release, true)
+			}
 			return a.points(cmd.Context(), planName(args[0]))
 		},
 	}
+	cmd.Flags().StringVar(&hold, "hold", "", "hold this point (its id, or newest): protection does not prune it until released")
+	cmd.Flags().StringVar(&release, "release", "", "release your hold of this point")
+	return cmd
+}
+
+// holdPoint holds (or releases) a point for the operator, through the
+// plan's running protection.
+func (a *app) holdPoint(ctx context.Context, plan, point string, release bool) error {
+	by := a.identity()
+	if strings.HasPrefix(by, "run ") {
+		return badInput("--by %q: a name beginning with \"run \" is an action's hold", by)
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	if strings.EqualFold(point, "newest") {
+		ps, err := workflows.ReadProtect(ctx, c, plan)
+		if err != nil {
+			return badInput("the protection of plan %q is not running: nothing prunes its points now, hold one once it runs (drctl protect start)", plan)
+		}
+		pt := workflows.NewestPoint(ps.Points)
+		if pt == nil {
+			return badInput("plan %q has no point in time to hold yet (drctl points %s)", plan, plan)
+		}
+		point = pt.ID
+	}
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.ProtectID(plan), UpdateName: workflows.UpdateHoldPoint,
+		Args: []any{workflows.PointHold{Point: point, By: by, Release: release}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil && (strings.Contains(err.Error(), "already completed") || strings.Contains(err.Error(), "not found")) {
+		return badInput("the protection of plan %q is not running: nothing prunes its points now, hold one once it runs (drctl protect start)", plan)
+	}
+	if err != nil {
+		return failed("%s", workflows.ErrorText(err))
+	}
+	var pt workflows.PointInTime
+	if err := h.Get(ctx, &pt); err != nil {
+		return failed("%s", workflows.ErrorText(err))
+	}
+	if a.json() {
+		writeJSON(a.stdout, pt)
+		return nil
+	}
+	verb := "held by " + by
+	if release {
+		verb = by + "'s hold released"
+	}
+	holders := strings.Join(pt.Held, ", ")
+	if holders == "" {
+		holders = "nobody: protection prunes it as the policy says"
+	}
+	fmt.Fprintf(a.stdout, "plan %q: point %s %s; held by %s\n", plan, pt.ID, verb, holders)
+	return nil
 }
 
 func (a *app) points(ctx context.Context, plan string) error {

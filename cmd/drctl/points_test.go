@@ -111,6 +111,36 @@ policy:
 		t.Fatalf("point age %v, allowed %v (want 1.2)", age, allowed)
 	}
 
+	// An operator's hold: the point outlives the pruning around it until
+	// released.
+	code, out, errs = c.run("points", "shop", "--hold", "newest", "--by", "alice")
+	m := regexp.MustCompile(`point (\S+) held by alice; held by alice\n`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("drctl points --hold newest: exit %d\n%s%s", code, out, errs)
+	}
+	aliceHeld := m[1]
+	if code, _, errs := c.run("points", "shop", "--hold", "19990101T000000Z"); code != 1 || !strings.Contains(errs, "no point") {
+		t.Fatalf("a hold of no point: exit %d, %s", code, errs)
+	}
+	if code, _, errs := c.run("points", "shop", "--hold", "newest", "--by", "run drover-test-shop/x"); code != 2 || !strings.Contains(errs, "an action's hold") {
+		t.Fatalf("an operator's hold named as an action's: exit %d, %s", code, errs)
+	}
+	simtest.Eventually(t, time.Minute, "newer points pruned around alice's", func() bool {
+		l = pointsOut{}
+		code, out, _ := c.run("-o", "json", "points", "shop")
+		return code == 0 && parse(out, &l) && len(l.Points) == 3 && l.Points[0].ID == aliceHeld &&
+			slices.Equal(l.Points[0].Held, []string{"alice"}) && l.Points[1].Taken.Sub(l.Points[0].Taken) > 2*time.Second
+	})
+	code, out, errs = c.run("points", "shop", "--release", aliceHeld, "--by", "alice")
+	if code != 0 || !strings.Contains(out, "alice's hold released; held by nobody") {
+		t.Fatalf("drctl points --release: exit %d\n%s%s", code, out, errs)
+	}
+	simtest.Eventually(t, time.Minute, "alice's point pruned once released", func() bool {
+		l = pointsOut{}
+		code, out, _ := c.run("-o", "json", "points", "shop")
+		return code == 0 && parse(out, &l) && !slices.ContainsFunc(l.Points, func(x workflows.PointInTime) bool { return x.ID == aliceHeld })
+	})
+
 	// A test recovery from the newest point holds it under the test's
 	// run while it runs, and releases it at its end.
 	if code, _, errs := c.run("test-recovery", shop, "--at", "west", "--point", "yesterday"); code != 2 || !strings.Contains(errs, "--point \"yesterday\"") {
