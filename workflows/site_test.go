@@ -317,6 +317,24 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	if u := f.west.Snapshot().Unit("vol/solo"); u == nil || u.Role == sim.RolePrimary {
 		t.Fatalf("the untrusted plan's volume was promoted: %+v", u)
 	}
+	// Each plan's own failover takes the site action's check of its
+	// plan, made before any child started: the plan's record accepted
+	// the version from the site action, and no second time.
+	for _, o := range res.Plans {
+		if o.State != workflows.StateCompleted {
+			continue
+		}
+		var fr workflows.FailoverResult
+		mustOK(t, srv.Client.GetWorkflow(ctx, workflows.ActionID(o.Plan), o.RunID).Get(ctx, &fr))
+		if fr.Trust != "checked by the site action "+run.GetID() {
+			t.Errorf("plan %s's failover has the trust %q", o.Plan, fr.Trust)
+		}
+		rec, err := workflows.ReadRecord(ctx, srv.Client, o.Plan)
+		mustOK(t, err)
+		if rec.Version == nil || rec.Version.WorkflowID != run.GetID() {
+			t.Errorf("plan %s's record took its version from %+v, want the site action", o.Plan, rec.Version)
+		}
+	}
 }
 
 // TestSiteDrillReportsWithoutPausing: a site drill runs each plan's own
