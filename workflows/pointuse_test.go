@@ -47,7 +47,9 @@ func pointHolding(f *fixture, points []workflows.PointInTime, data string) *work
 // worker's seal is refused. Once the test ends, its copies are deleted,
 // the point's snapshots kept, and the hold released (the point then goes
 // with the next prune). With protection stopped, a second test holds
-// its point in the plan's record and releases it there.
+// its point in the plan's record; terminated, it ran no cleanup, and the
+// cleanup workflow (drctl test-recovery --cleanup) deletes its copies,
+// keeps the point's snapshots and releases the hold in the record.
 func TestTestRecoveryFromAPoint(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 3})
@@ -181,15 +183,35 @@ func TestTestRecoveryFromAPoint(t *testing.T) {
 	if newest == nil || !slices.Equal(newest.Held, []string{holder}) {
 		t.Fatalf("with protection stopped the record's points are %+v", rec.Points)
 	}
-	mustOK(t, approve(ctx, srv.Client, run))
-	mustOK(t, run.Get(ctx, &res))
+	// Terminated, the test ran no cleanup: drctl test-recovery --cleanup's
+	// workflow deletes its copies, keeps the point's snapshots and
+	// releases its hold.
+	mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "test: ended without its cleanup"))
+	if n := len(f.west.Snapshot().Clones); n != 4 {
+		t.Fatalf("the terminated test left %d copies, want 4", n)
+	}
+	cr, err := workflows.StartTestCleanup(ctx, srv.Client, workflows.TestCleanupInput{Plan: f.plan, At: "west", Run: run.GetRunID()})
+	mustOK(t, err)
+	var cres workflows.TestCleanupResult
+	mustOK(t, cr.Get(ctx, &cres))
+	if !cres.Cleaned {
+		t.Fatalf("the cleanup: %+v", cres)
+	}
 	simtest.Eventually(t, 30*time.Second, "the record's hold released", func() bool {
 		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
 		i := slices.IndexFunc(rec.Points, func(x workflows.PointInTime) bool { return x.ID == newest.ID })
 		return err == nil && i >= 0 && len(rec.Points[i].Held) == 0
 	})
-	if n := len(f.west.Snapshot().Clones); n != 0 {
-		t.Fatalf("%d copies left on west", n)
+	st := f.west.Snapshot()
+	if len(st.Clones) != 0 {
+		t.Fatalf("%d copies left on west", len(st.Clones))
+	}
+	for _, g := range newest.Groups {
+		for _, sn := range g.Snapshots {
+			if !slices.ContainsFunc(st.Snapshots, func(s sim.SnapshotState) bool { return s.ID == sn.ID }) {
+				t.Fatalf("the cleanup deleted the point's snapshot %s", sn.ID)
+			}
+		}
 	}
 }
 
