@@ -287,6 +287,8 @@ type row struct {
 	empty       time.Duration                   // median start-to-result of a workflow that does nothing, on the same server
 	tasks       int                             // workflow tasks of the failover itself
 	turn        time.Duration                   // median time from one of its workflow tasks to the next
+	checks      time.Duration                   // from its first workflow task's start to its first step: the plan's signature and version check
+	settle      time.Duration                   // from the Settle activity's scheduling to the next workflow task's start
 	eventAt     map[enumspb.EventType]time.Time // the time of the failover's first event of each type
 	runs        []time.Duration                 // each run's failover time, when the row was measured more than once
 }
@@ -643,6 +645,7 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	r.measured = time.Since(t0)
 	r.rto = res.RTO
 	r.steps = res.Steps
+	progressStart := res.Start
 	if o.steps {
 		for _, s := range res.Steps {
 			fmt.Printf("   %-50s %v\n", s.Name, s.End.Sub(s.Start).Round(time.Millisecond))
@@ -653,6 +656,9 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	}
 	if r.workflows, r.events, err = historyCost(ctx, c, wr, o.steps && r.groups <= 10, r); err != nil {
 		return err
+	}
+	if t, ok := r.eventAt[enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED]; ok && progressStart.After(t) {
+		r.checks = progressStart.Sub(t)
 	}
 	if o.steps && r.tasks == 1 {
 		if err := breakdown(ctx, c, p.Metadata.Name, t0, r); err != nil {
@@ -715,8 +721,8 @@ func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, ti
 	ids := []string{wr.GetID()}
 	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var (
-		first   time.Time
-		started []time.Time
+		first, settled time.Time
+		started        []time.Time
 	)
 	r.eventAt = map[enumspb.EventType]time.Time{}
 	for it.HasNext() {
@@ -732,6 +738,12 @@ func historyCost(ctx context.Context, c client.Client, wr client.WorkflowRun, ti
 		}
 		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
 			started = append(started, e.GetEventTime().AsTime())
+			if !settled.IsZero() && r.settle == 0 {
+				r.settle = e.GetEventTime().AsTime().Sub(settled)
+			}
+		}
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "Settle" && settled.IsZero() {
+			settled = e.GetEventTime().AsTime()
 		}
 		if _, ok := r.eventAt[e.GetEventType()]; !ok {
 			r.eventAt[e.GetEventType()] = e.GetEventTime().AsTime()

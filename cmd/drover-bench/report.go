@@ -59,6 +59,14 @@ func targets(rows []row) string {
 					fmt.Fprintf(&b, "; direct plus one workflow that does nothing (%v): %.3f of the design's", ms(r.empty),
 						float64(r.direct+r.empty)/float64(r.design()))
 				}
+				if r.empty > 0 && r.checks > 0 && r.settle > 0 {
+					// The floor the design sets: the two turns it puts
+					// before the first side effect, as this failover took
+					// them.
+					floor := r.direct + r.empty + r.checks + r.settle
+					fmt.Fprintf(&b, "; the design's turns before the first side effect, from this failover's history: the plan's signature and version check with its record (%v) and the settle that ends the checks' task (%v); direct plus them and the workflow that does nothing: %.3f of direct, Drover %.3f of that",
+						ms(r.checks), ms(r.settle), float64(floor)/float64(r.direct), float64(r.measured)/float64(floor))
+				}
 			}
 			b.WriteString("\n")
 		}

@@ -39,6 +39,14 @@ func TestTargets(t *testing.T) {
 	if out := targets(rows); !strings.Contains(out, "4.67× (7s against 1.5s) — **not met**; the same path run directly: 6.00× (6s against 1s)\n") {
 		t.Errorf("the 20,000-group target without the direct program's own growth:\n%s", out)
 	}
+	// The 100-group row at 50 ms: the design's own turns before the
+	// first side effect, as the failover's history gave them, in its
+	// floor.
+	hundred := row{groups: 100, latency: 50 * time.Millisecond, ideal: 550 * time.Millisecond, measured: 800 * time.Millisecond,
+		direct: 700 * time.Millisecond, empty: 15 * time.Millisecond, checks: 25 * time.Millisecond, settle: 20 * time.Millisecond}
+	if out := targets([]row{hundred}); !strings.Contains(out, "the plan's signature and version check with its record (25ms) and the settle that ends the checks' task (20ms); direct plus them and the workflow that does nothing: 1.086 of direct, Drover 1.053 of that\n") {
+		t.Errorf("the 100-group target's floor:\n%s", out)
+	}
 	rows[3].events = 50083
 	if out := targets(rows); !strings.Contains(out, "at most 2.500 (at 20000 groups) — **not met**") {
 		t.Errorf("2.5 events per group passed:\n%s", out)
