@@ -177,6 +177,26 @@ policy:
 		resp.Body.Close()
 		return !strings.Contains(string(raw), workflows.MetricPointAge) && !strings.Contains(string(raw), workflows.MetricPointMaxAge)
 	})
+
+	// A failover to the older of the points names it before it starts,
+	// holds it (in the record: protection is stopped), and status says
+	// the plan runs on volumes restored from it.
+	pick := l.Points[0]
+	if code, _, errs := c.run("failover", shop, "--to", "west", "--point", "yesterday", "--yes"); code != 2 || !strings.Contains(errs, "--point \"yesterday\"") {
+		t.Fatalf("a --point drctl cannot read: exit %d, %s", code, errs)
+	}
+	code, out, errs = c.run("failover", shop, "--to", "west", "--point", pick.ID, "--yes", "--wait")
+	if code != 0 || !strings.Contains(errs, "point: the record picks "+pick.ID+" now") || !strings.Contains(out, "point "+pick.ID) {
+		t.Fatalf("drctl failover --point %s: exit %d\n%s%s", pick.ID, code, out, errs)
+	}
+	simtest.Eventually(t, time.Minute, "status to say the plan runs on the restored volumes", func() bool {
+		code, out, _ := c.run("status", "shop")
+		return code == 0 && strings.Contains(out, "running on volumes restored from point "+pick.ID+" at west") && strings.Contains(out, "the replicas are kept")
+	})
+	code, out, errs = c.run("points", "shop")
+	if code != 0 || !strings.Contains(out, "run drover-action-shop/") {
+		t.Fatalf("drctl points after a failover to a point: exit %d\n%s%s", code, out, errs)
+	}
 }
 
 // pointsOut is drctl points -o json.
