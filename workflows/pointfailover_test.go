@@ -28,6 +28,9 @@ import (
 // step: no storage call of the failover's own reached either site (no
 // fence, no promotion) and no hook ran (not even the lost site's stop).
 //
+// A failover to the clean point cancelled at a gate before its fence
+// keeps its hold on the point.
+//
 // A failover to west from the time of the clean point fences and
 // promotes as always, then makes a volume from each of the point's
 // snapshots at west and starts the workloads on them: the restored v1
@@ -132,6 +135,20 @@ func TestFailoverToAPoint(t *testing.T) {
 		t.Fatalf("a failover with no point promoted west's vg-1")
 	}
 
+	// A failover that ends after its point step, before its restore
+	// (cancelled at a gate before the fence), keeps its hold.
+	gated := *f.plan
+	gated.Policy.Approvals = []string{"beforeFence"}
+	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: &gated, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
+	mustOK(t, err)
+	cancelled := workflows.ActionHolder(run.GetID(), run.GetRunID())
+	waitFor(t, ctx, srv.Client, run, "approve beforeFence", workflows.StateWaiting)
+	mustOK(t, srv.Client.CancelWorkflow(ctx, run.GetID(), run.GetRunID()))
+	if err := run.Get(ctx, nil); err == nil {
+		t.Fatalf("the cancelled failover completed")
+	}
+
 	// (a) The clean point.
 	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
 		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
@@ -153,6 +170,9 @@ func TestFailoverToAPoint(t *testing.T) {
 	i := slices.IndexFunc(west.Clones, func(c sim.CloneState) bool { return c.ID == restored["v1"] })
 	if i < 0 {
 		t.Fatalf("west has no volume %s: %+v", restored["v1"], west.Clones)
+	}
+	if want := "drover-pit-shop-" + run.GetRunID()[:8] + "-v1"; west.Clones[i].Name != want {
+		t.Fatalf("the restored v1 is named %q, want %q", west.Clones[i].Name, want)
 	}
 	if got := string(west.Clones[i].Blocks[0].Data); got != "clean" {
 		t.Fatalf("the restored v1 holds %q, want the point's clean data", got)
@@ -190,8 +210,8 @@ func TestFailoverToAPoint(t *testing.T) {
 		ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
 		return err == nil && ps.Polls > polls+25
 	})
-	if i := slices.IndexFunc(ps.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID }); i < 0 || !slices.Equal(ps.Points[i].Held, []string{holder}) {
-		t.Fatalf("after the failover protection's points are %+v; want %s held by %s", ps.Points, clean.ID, holder)
+	if i := slices.IndexFunc(ps.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID }); i < 0 || !slices.Equal(ps.Points[i].Held, []string{cancelled, holder}) {
+		t.Fatalf("after the failover protection's points are %+v; want %s held by %s and %s", ps.Points, clean.ID, cancelled, holder)
 	}
 	if !slices.ContainsFunc(f.west.Snapshot().Snapshots, func(s sim.SnapshotState) bool { return s.ID == clean.Groups[0].Snapshots[0].ID }) {
 		t.Fatalf("the point's snapshot %s is gone", clean.Groups[0].Snapshots[0].ID)
