@@ -7,7 +7,8 @@
 //     stop of the lost site's workloads, fence and verify, forced promotion
 //     of every volume group by priority with bounded parallelism, start of
 //     the workloads by priority until healthy; the result has the RTO, the
-//     RPO estimate and the timeline.
+//     RPO estimate and the timeline. With a point in time (PointAt), the
+//     workloads start on volumes made from the point (below).
 //
 //   - Reprotect (reprotect.go): stop the returned site's workloads, demote
 //     its stale primaries with force, resync until ready, wait for a sync
@@ -62,14 +63,24 @@
 //     it under its run's name (ActionHolder), with the worker's seal,
 //     which protection requires of such holds and releases, copies the
 //     point's snapshots, and its cleanup deletes the copies, not the
-//     snapshots, and releases the hold.
+//     snapshots, and releases the hold. A failover to a point
+//     (pointfailover.go, FailoverInput's PointAt) holds its point the
+//     same way after the preflight, before any side effect (a time with
+//     no point ends it there, unpaused), promotes as always, then makes
+//     one volume per point snapshot at To (KindRestore, through the CSI
+//     controller, named by the run before each call) and starts the
+//     workloads with them in DROVER_VOLUME_<VOLUME> and the point in
+//     DROVER_POINT; it keeps the promoted replicas and its hold, and
+//     notes the restored volumes in the record (RecordChange's
+//     Restored, ended by the next primary an action records).
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:
 //     primary site, what is fenced (CIDRs, through which site's storage,
 //     by which run), the last action and its outcome, protection and its
 //     lag, the newest plan version accepted, what it refused, and the
-//     plan's points in time with the latest pruned.
+//     plan's points in time with the latest pruned, and the volumes a
+//     failover to a point restored, while the plan runs on them.
 //     Actions send it their changes (a failover's fence inside the fence
 //     step, before any promotion), each sealed by the worker with its
 //     record key (proof.go): the record checks each seal in a local

@@ -37,6 +37,11 @@ type FailoverInput struct {
 	// through To's storage for every plan there: the fence step fences
 	// only what it lacks, and the verify step reads them back as always.
 	SiteFence *SiteFence `json:"siteFence,omitempty"`
+	// PointAt, when set, brings the workloads up on volumes made from a
+	// point in time instead of the promoted replicas: the newest point
+	// the plan's record has at To cut at or before PointAt (drctl
+	// failover --point), picked and held before any side effect.
+	PointAt time.Time `json:"pointAt,omitzero"`
 }
 
 // FailoverResult is the timeline with the achieved recovery figures.
@@ -49,6 +54,14 @@ type FailoverResult struct {
 	RPO      time.Duration `json:"rpo"`
 	RPOKnown bool          `json:"rpoKnown"`
 	Fenced   []string      `json:"fenced,omitempty"`
+	// Point is the point in time a failover with PointAt brought the
+	// workloads up on, held by the failover's run after it ends;
+	// Restored the volumes made from its snapshots at To; Discarded the
+	// writes the point does not hold (kept on the promoted replicas).
+	PointAt   time.Time        `json:"pointAt,omitzero"`
+	Point     *PointInTime     `json:"point,omitempty"`
+	Restored  []RestoredVolume `json:"restored,omitempty"`
+	Discarded *Discarded       `json:"discarded,omitempty"`
 }
 
 // Failover moves the plan to site To after the loss of site From:
@@ -63,6 +76,13 @@ type FailoverResult struct {
 //  4. force-promote every volume group on To, by priority, at most
 //     policy.parallelism at a time;
 //  5. start To's workloads by priority and wait until each is healthy.
+//
+// With PointAt (a failover to a point in time, pointfailover.go), the
+// point is picked and held after the preflight, before step 2, and
+// between steps 4 and 5 one volume is made from each of its snapshots at
+// To; the workloads start on those (their exec hooks get
+// DROVER_VOLUME_<VOLUME> and DROVER_POINT). The promoted replicas are
+// kept.
 //
 // Approval gates from the plan sit before the fence, the promotion and the
 // start. A step that fails for good pauses for `drctl resolve` (or ends the
@@ -92,6 +112,10 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	r.add(preflightStep(to), false)
 	if checkRoles {
 		r.add(checkRolesStep(to), false)
+	}
+	withPoint := !in.PointAt.IsZero()
+	if withPoint {
+		r.add(pointStep(to), false)
 	}
 	r.add(stopLostStep(from), false)
 	r.add(fenceStep(from), true) // guards: skipping them needs an override
@@ -133,6 +157,13 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 		}
 	} else if err := pre(ctx); err != nil {
 		return err
+	}
+	if withPoint {
+		// Before any side effect: a time with no point ends the action
+		// here, with nothing stopped, fenced or promoted.
+		if err := holdFailoverPoint(ctx, r, in, res); err != nil {
+			return err
+		}
 	}
 
 	_ = r.step(ctx, stopLostStep(from), false, func(ctx workflow.Context) (string, error) {
@@ -222,6 +253,17 @@ func failover(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResul
 	// no replica, from lost (see PlanRecorder).
 	if err := r.notePrimary(ctx, to, from); err != nil {
 		return err
+	}
+
+	if withPoint {
+		if err := restoreFromPoint(ctx, r, in, res); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(res.Restored, func(v RestoredVolume) bool { return v.ID == "" }) {
+			p = restoredPlan(p, to, res.Point.ID, res.Restored)
+		}
+		// Else the operator skipped the restore (an override): the
+		// workloads start on the promoted replicas, as in any failover.
 	}
 
 	if err := r.gate(ctx, "beforeStart"); err != nil {

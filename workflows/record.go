@@ -112,6 +112,10 @@ type PlanRecord struct {
 	Points      []PointInTime `json:"points,omitempty"`
 	Pruned      []PrunedPoint `json:"pruned,omitempty"`
 	PrunedCount int           `json:"prunedCount,omitempty"`
+	// Restored says the plan runs on volumes a failover restored from a
+	// point in time (its replicas at that site are kept); an action
+	// that records a primary since ends it.
+	Restored *RestoredEntry `json:"restored,omitempty"`
 }
 
 // FencedOf is what the record holds as fenced of site's clients, and
@@ -150,6 +154,9 @@ type RecordChange struct {
 	// deleted.
 	Point  *PointInTime `json:"point,omitempty"`
 	Pruned *PrunedPoint `json:"pruned,omitempty"`
+	// Restored is a failover's note that the plan runs on volumes it
+	// restored from a point in time.
+	Restored *RestoredEntry `json:"restored,omitempty"`
 	// More are changes sent together with this one, applied after it in
 	// their order.
 	More []RecordChange `json:"more,omitempty"`
@@ -168,6 +175,12 @@ func (r *PlanRecord) apply(c RecordChange) {
 	}
 	if c.Primary != "" {
 		r.Primary = c.Primary
+		// The action that moved the plan started its workloads on the
+		// replicas (a failover to a point notes its volumes after this).
+		r.Restored = nil
+	}
+	if c.Restored != nil {
+		r.Restored = c.Restored
 	}
 	if f := c.Fenced; f != nil {
 		i := slices.IndexFunc(r.Fences, func(e FenceEntry) bool { return e.Site == f.Site && e.Via == f.Via })

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -64,9 +65,20 @@ func (a *app) actionCommands() []*cobra.Command {
 	var from, drillAction string
 	var lost string
 	var plansAtOnce int
-	failover := actionCommand("failover PLAN --to SITE | failover --site LOST --to SITE PLAN|DIR...",
+	var foPoint string
+	failover := actionCommand("failover PLAN --to SITE [--point T] | failover --site LOST --to SITE PLAN|DIR...",
 		"Unplanned failover: fence the other site, force-promote on SITE, start the workloads there",
-		&fo, true, true, func(ctx context.Context, plan string) error { return a.failover(ctx, plan, fo, confirmUnfenced) })
+		&fo, true, true, nil)
+	failover.Long = `Unplanned failover: fence the other site's clients, force-promote the
+plan's volume groups on SITE and start its workloads there.
+
+--point T brings the workloads up on volumes made from a point in time
+(policy.pointsInTime) instead of the promoted replicas: the newest point
+cut at SITE at or before T (a time, a point's id as drctl points lists
+it, or newest), picked and held before anything is fenced. The
+replicas are promoted and kept, the point stays held, and the writes
+after the point's last sync are left on the replicas.`
+	failover.Flags().StringVar(&foPoint, "point", "", "bring the workloads up on volumes made from a point in time: the newest cut at --to at or before this time (RFC 3339), point id, or newest")
 	failover.Flags().BoolVar(&confirmUnfenced, "confirm-unfenced", false, "accept a forced promotion without a fence, for a lost site the plan says cannot be fenced")
 	failover.Flags().BoolVar(&fo.takeOver, "take-over-namespace", false, "when the namespace is global and active on a Temporal cluster that does not answer (the lost site's), make the cluster drctl reaches active for it first (at once, before the failover's confirmation)")
 	failover.Flags().StringVar(&lost, "site", "", "fail over every plan (files, or directories of them) that uses this lost site, tier by tier, as one site action")
@@ -74,12 +86,22 @@ func (a *app) actionCommands() []*cobra.Command {
 	failover.Args = cobra.MinimumNArgs(1)
 	failover.RunE = func(cmd *cobra.Command, args []string) error {
 		if lost != "" {
+			if foPoint != "" {
+				return badInput("--point is for one plan's failover, not a site's")
+			}
 			return a.siteFailover(cmd.Context(), args, lost, plansAtOnce, fo, confirmUnfenced)
 		}
 		if len(args) != 1 {
 			return badInput("failover takes one plan; to fail over every plan of a lost site, name it with --site")
 		}
-		return a.failover(cmd.Context(), args[0], fo, confirmUnfenced)
+		var pointAt time.Time
+		if foPoint != "" {
+			var err error
+			if pointAt, err = parsePointTime(foPoint, time.Now()); err != nil {
+				return err
+			}
+		}
+		return a.failover(cmd.Context(), args[0], fo, confirmUnfenced, pointAt)
 	}
 
 	reprotect := actionCommand("reprotect PLAN",
@@ -245,7 +267,7 @@ func (a *app) prepare(ctx context.Context, file, toFlag string) (*plans.Plan, st
 	return p, from, to, c, err
 }
 
-func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmUnfenced bool) error {
+func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmUnfenced bool, pointAt time.Time) error {
 	p, from, to, c, err := a.prepare(ctx, file, f.to)
 	if err != nil {
 		return err
@@ -256,7 +278,7 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if err := a.checkDirection(ctx, c, file, p, "failover", from, to, f.override); err != nil {
 		return err
 	}
-	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override}
+	in := workflows.FailoverInput{Plan: p, From: from, To: to, ConfirmUnfenced: confirmUnfenced, OverrideState: f.override, PointAt: pointAt}
 	if in.Origin, err = a.origin(file, p); err != nil {
 		return err
 	}
@@ -269,10 +291,44 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	}
 	what := fmt.Sprintf("Fail over plan %q from %s to %s: fence %s's clients %v and force-promote %s on %s, then start %d workload(s) there.",
 		p.Metadata.Name, from, to, from, fence, groupCount(p), to, len(p.Workloads))
+	if !pointAt.IsZero() {
+		what = fmt.Sprintf("Fail over plan %q from %s to %s to a point in time: the newest point cut at %s at or before %s, held before anything is fenced; fence %s's clients %v and force-promote %s on %s (the replicas are kept), make volumes from the point's snapshots and start %d workload(s) there on them. The writes after the point's last sync stay on the replicas only.",
+			p.Metadata.Name, from, to, to, pointAt.UTC().Format(time.RFC3339), from, fence, groupCount(p), to, len(p.Workloads))
+		if !a.json() {
+			fmt.Fprintf(a.stderr, "point: %s\n", a.pointNow(ctx, c, p.Metadata.Name, to, pointAt))
+		}
+	}
 	if err := a.confirm(f.yes, what); err != nil {
 		return err
 	}
 	return a.start(ctx, c, p, "failover", workflows.Failover, in, f.wait)
+}
+
+// pointNow says which point the plan's record picks at site for t, as
+// the worker will (from protection's state, which may be a little newer).
+func (a *app) pointNow(ctx context.Context, c client.Client, plan, site string, t time.Time) string {
+	rec, err := a.readRecord(ctx, c, plan)
+	if err != nil {
+		return "the plan's record cannot be read now (" + oneLine(err.Error()) + "): the worker picks the point"
+	}
+	var points []workflows.PointInTime
+	if rec != nil {
+		points = rec.Points
+	}
+	pt, err := workflows.PointFor(points, site, t)
+	if err != nil {
+		why := err.Error()
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) {
+			why = ae.Message()
+		}
+		return "no point now: " + oneLine(why) + "; the failover will end before it fences anything unless protection has cut one since"
+	}
+	held := "the writes up to a last sync not known"
+	if !pt.LastSync.IsZero() {
+		held = "every write up to " + pt.LastSync.Local().Format(time.DateTime)
+	}
+	return fmt.Sprintf("the record picks %s now, cut at %s, holding %s", pt.ID, pt.Taken.Local().Format(time.DateTime), held)
 }
 
 // protection is what the plan's protection last recorded from the site

@@ -218,6 +218,9 @@ func renderRecordPoints(w io.Writer, r *workflows.PlanRecord, now time.Time) {
 	renderPruned(w, r.Pruned, r.PrunedCount, "  ")
 }
 
+// pointIDLayout is the layout of a point's id (workflows.PointInTime.ID).
+const pointIDLayout = "20060102T150405Z"
+
 // parsePointTime reads --point: a time (RFC 3339), a point's id as
 // drctl points lists it (20261127T101500Z), or "newest". A recovery
 // goes back to the newest point cut at or before it.
@@ -226,10 +229,14 @@ func parsePointTime(s string, now time.Time) (time.Time, error) {
 	if strings.EqualFold(s, "newest") {
 		return now, nil
 	}
-	for _, layout := range []string{time.RFC3339Nano, "20060102T150405Z"} {
-		if t, err := time.Parse(layout, strings.ToUpper(s)); err == nil {
-			return t, nil
-		}
+	if t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s)); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(pointIDLayout, strings.ToUpper(s)); err == nil {
+		// A point's id is its cut's time to the second, the cut itself
+		// a fraction later: the id names the point cut within that
+		// second (points are at least a second apart).
+		return t.Add(time.Second - time.Nanosecond), nil
 	}
 	return time.Time{}, badInput("--point %q: give a time (2026-11-27T10:15:00Z), a point's id as drctl points lists it (20261127T101500Z), or newest", s)
 }

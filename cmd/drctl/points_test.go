@@ -27,7 +27,10 @@ import (
 // storage holds exactly their snapshots; the worker's metrics give the
 // newest point's age and the age the policy allows. Protection stopped
 // leaves its points in the record; started again, it takes them over
-// and prunes them. Stopped for good, its gauges leave /metrics.
+// and prunes them. Stopped for good, its gauges leave /metrics. A
+// failover to the older point names it first, holds it, and status says
+// the plan runs on the volumes restored from it; a reprotect or failback
+// is then refused.
 func TestPointsOnDevServer(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
@@ -207,6 +210,33 @@ policy:
 		resp.Body.Close()
 		return !strings.Contains(string(raw), workflows.MetricPointAge) && !strings.Contains(string(raw), workflows.MetricPointMaxAge)
 	})
+
+	// A failover to the older of the points names it before it starts,
+	// holds it (in the record: protection is stopped), and status says
+	// the plan runs on volumes restored from it.
+	pick := l.Points[0]
+	if code, _, errs := c.run("failover", shop, "--to", "west", "--point", "yesterday", "--yes"); code != 2 || !strings.Contains(errs, "--point \"yesterday\"") {
+		t.Fatalf("a --point drctl cannot read: exit %d, %s", code, errs)
+	}
+	code, out, errs = c.run("failover", shop, "--to", "west", "--point", pick.ID, "--yes", "--wait")
+	if code != 0 || !strings.Contains(errs, "point: the record picks "+pick.ID+" now") || !strings.Contains(out, "point "+pick.ID) {
+		t.Fatalf("drctl failover --point %s: exit %d\n%s%s", pick.ID, code, out, errs)
+	}
+	simtest.Eventually(t, time.Minute, "status to say the plan runs on the restored volumes", func() bool {
+		code, out, _ := c.run("status", "shop")
+		return code == 0 && strings.Contains(out, "running on volumes restored from point "+pick.ID+" at west") && strings.Contains(out, "the replicas are kept")
+	})
+	code, out, errs = c.run("points", "shop")
+	if code != 0 || !strings.Contains(out, "run drover-action-shop/") {
+		t.Fatalf("drctl points after a failover to a point: exit %d\n%s%s", code, out, errs)
+	}
+	// A reprotect or failback would act on the replicas, not on the
+	// restored volumes: refused, nothing done.
+	for _, args := range [][]string{{"reprotect", shop, "--yes"}, {"failback", shop, "--to", "east", "--yes"}} {
+		if code, _, errs := c.run(args...); code != 2 || !strings.Contains(errs, "runs on volumes restored from point "+pick.ID) || !strings.Contains(errs, "Nothing was done") {
+			t.Fatalf("drctl %s after a failover to a point: exit %d, %s", args[0], code, errs)
+		}
+	}
 }
 
 // pointsOut is drctl points -o json.

@@ -110,6 +110,11 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 // operator back (the worker checks the storage again before it demotes
 // anything).
 func (a *app) checkDirection(ctx context.Context, c client.Client, file string, p *plans.Plan, action, from, to string, override bool) error {
+	if action == "reprotect" || action == "failback" {
+		if err := a.checkRestored(ctx, c, p, action, override); err != nil {
+			return err
+		}
+	}
 	s, err := recordedState(ctx, c, p)
 	if err != nil {
 		return err
@@ -162,4 +167,31 @@ func (a *app) storageDenies(ctx context.Context, c client.Client, file string, p
 		}
 	}
 	return ""
+}
+
+// checkRestored refuses a reprotect or failback of a plan whose record
+// says it runs on volumes a failover to a point in time restored: both
+// act on the promoted replicas, not on the volumes the workloads write
+// to, whose writes would not follow. --override-state goes on.
+func (a *app) checkRestored(ctx context.Context, c client.Client, p *plans.Plan, action string, override bool) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rec, err := workflows.ReadRecord(rctx, c, p.Metadata.Name)
+	cancel()
+	if err != nil || rec == nil || rec.Restored == nil {
+		return nil
+	}
+	x := rec.Restored
+	what := "a reprotect would resync the other site from"
+	if action == "failback" {
+		what = "a failback would move"
+	}
+	wrong := fmt.Sprintf("the plan runs on volumes restored from point %s at %s (a failover to a point in time); %s the promoted replicas at %s, not the restored volumes its workloads write to, whose writes would not follow (reprotecting restored volumes is not there yet)",
+		x.Point, x.Site, what, x.Site)
+	if override {
+		if !a.json() {
+			fmt.Fprintf(a.stderr, "note: plan %q: %s; going on because of --override-state\n", p.Metadata.Name, wrong)
+		}
+		return nil
+	}
+	return badInput("plan %q: %s. Nothing was done. If you mean it, pass --override-state", p.Metadata.Name, wrong)
 }

@@ -1,0 +1,285 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// TestFailoverToAPoint: on the dev server, with protection cutting a
+// point every 2 s (keep 4), a write "clean" on east, then "damage" once
+// a point holds "clean".
+//
+// A failover to west from a time before any point ends at its point
+// step: no storage call of the failover's own reached either site (no
+// fence, no promotion) and no hook ran (not even the lost site's stop).
+//
+// A failover to the clean point cancelled at a gate before its fence
+// keeps its hold on the point.
+//
+// A failover to west from the time of the clean point fences and
+// promotes as always, then makes a volume from each of the point's
+// snapshots at west and starts the workloads on them: the restored v1
+// holds "clean", the promoted replica holds "damage" and is kept, and
+// the hooks saw DROVER_VOLUME_V1 and DROVER_POINT. The point is held by
+// the failover's run once it ended, and protection, unprotected on west,
+// keeps it. The result and the plan's record name the point, the
+// restored volumes and the writes discarded.
+func TestFailoverToAPoint(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 4})
+	for _, w := range f.plan.Workloads {
+		h := w.Sites["west"].Exec
+		h.Start = fmt.Sprintf(`echo "%s start $DROVER_SITE v1=$DROVER_VOLUME_V1 solo=$DROVER_VOLUME_SOLO point=$DROVER_POINT" >> %s`, w.Name, f.hooks)
+	}
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
+	mustOK(t, err)
+	defer east.Close()
+	_, err = east.Write(ctx, "v1", 0, []byte("clean"))
+	mustOK(t, err)
+	_, err = workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	var clean workflows.PointInTime
+	simtest.Eventually(t, time.Minute, "a point holding the clean write", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil {
+			return false
+		}
+		if pt := pointHolding(f, ps.Points, "clean"); pt != nil {
+			clean = *pt
+			return true
+		}
+		return false
+	})
+	_, err = east.Write(ctx, "v1", 0, []byte("damage"))
+	mustOK(t, err)
+	var ps *workflows.ProtectState
+	simtest.Eventually(t, time.Minute, "a point holding the damage", func() bool {
+		ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && pointHolding(f, ps.Points, "damage") != nil
+	})
+
+	// Every storage call that reaches a site from now on.
+	var mu sync.Mutex
+	var rpcs []string
+	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
+		mu.Lock()
+		rpcs = append(rpcs, site+" "+method)
+		mu.Unlock()
+		return handle()
+	})
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(rpcs)
+	}
+	hooksRan := func() string {
+		b, err := os.ReadFile(f.hooks)
+		if os.IsNotExist(err) {
+			return ""
+		}
+		mustOK(t, err)
+		return string(b)
+	}
+
+	// (b) No point at or before the time: nothing happens.
+	before := hooksRan()
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken.Add(-time.Hour)})
+	mustOK(t, err)
+	var res workflows.FailoverResult
+	err = run.Get(ctx, &res)
+	if err == nil || !strings.Contains(err.Error(), "drctl points") {
+		t.Fatalf("a failover to a time before any point: %v", err)
+	}
+	if !slices.Contains(seen(), "west Probe") {
+		t.Fatalf("the preflight's Probe of west was not seen: %v", seen())
+	}
+	for _, c := range seen() {
+		if !strings.HasSuffix(c, "Probe") && !strings.HasSuffix(c, "GetCapabilities") && !strings.HasSuffix(c, "GetVolumeReplicationInfo") &&
+			!strings.Contains(c, "Snapshot") {
+			// Protection's polls and cuts go on; the failover's own calls
+			// are the preflight's and the roles check's only.
+			t.Fatalf("a failover with no point made %q: %v", c, seen())
+		}
+	}
+	v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress)
+	mustOK(t, err)
+	var failed workflows.Progress
+	mustOK(t, v.Get(&failed))
+	if s := stepOf(t, failed, "point/west"); s.State != workflows.StateFailed || stepOf(t, failed, "fence/east").State != workflows.StatePending ||
+		stepOf(t, failed, "stop-workloads/east").State != workflows.StatePending {
+		t.Fatalf("the point step is %s, the fence %s", s.State, stepOf(t, failed, "fence/east").State)
+	}
+	if got := hooksRan(); got != before {
+		t.Fatalf("a failover with no point ran hooks: %q", strings.TrimPrefix(got, before))
+	}
+	if u := f.west.Snapshot().Unit("vg/vg-1"); u.Role == sim.RolePrimary {
+		t.Fatalf("a failover with no point promoted west's vg-1")
+	}
+
+	// A failover that ends after its point step, before its restore
+	// (cancelled at a gate before the fence), keeps its hold.
+	gated := *f.plan
+	gated.Policy.Approvals = []string{"beforeFence"}
+	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: &gated, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
+	mustOK(t, err)
+	cancelled := workflows.ActionHolder(run.GetID(), run.GetRunID())
+	waitFor(t, ctx, srv.Client, run, "approve beforeFence", workflows.StateWaiting)
+	mustOK(t, srv.Client.CancelWorkflow(ctx, run.GetID(), run.GetRunID()))
+	if err := run.Get(ctx, nil); err == nil {
+		t.Fatalf("the cancelled failover completed")
+	}
+
+	// (a) The clean point.
+	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
+	mustOK(t, err)
+	holder := workflows.ActionHolder(run.GetID(), run.GetRunID())
+	mustOK(t, run.Get(ctx, &res))
+	allDone(t, res.Progress)
+	if res.Point == nil || res.Point.ID != clean.ID {
+		t.Fatalf("the failover went to point %+v, want %s", res.Point, clean.ID)
+	}
+	restored := map[string]string{}
+	for _, v := range res.Restored {
+		restored[v.Volume] = v.ID
+	}
+	if len(restored) != 4 || restored["v1"] == "" {
+		t.Fatalf("restored %+v", res.Restored)
+	}
+	west := f.west.Snapshot()
+	i := slices.IndexFunc(west.Clones, func(c sim.CloneState) bool { return c.ID == restored["v1"] })
+	if i < 0 {
+		t.Fatalf("west has no volume %s: %+v", restored["v1"], west.Clones)
+	}
+	if want := "drover-pit-shop-" + run.GetRunID()[:8] + "-v1"; west.Clones[i].Name != want {
+		t.Fatalf("the restored v1 is named %q, want %q", west.Clones[i].Name, want)
+	}
+	if got := string(west.Clones[i].Blocks[0].Data); got != "clean" {
+		t.Fatalf("the restored v1 holds %q, want the point's clean data", got)
+	}
+	u := west.Unit("vg/vg-1")
+	if u == nil || u.Role != sim.RolePrimary || string(u.Blocks["v1"][0].Data) != "damage" {
+		t.Fatalf("west's vg-1 after the failover: %+v; want it promoted and kept with the damage", u)
+	}
+	want := fmt.Sprintf("pg start west v1=%s solo=%s point=%s", restored["v1"], restored["solo"], clean.ID)
+	if got := hooksRan(); !strings.Contains(got, want) || !strings.Contains(got, "web start west v1="+restored["v1"]) {
+		t.Fatalf("the hooks ran %q; want %q", got, want)
+	}
+	if d := res.Discarded; d == nil || !d.From.Equal(clean.LastSync) || !d.To.Equal(ps.LastSync()) || d.Span != d.To.Sub(d.From) || d.Span <= 0 {
+		t.Fatalf("discarded %+v; want from the point's last sync %v to the last sync known %v", res.Discarded, clean.LastSync, ps.LastSync())
+	}
+	if s := stepOf(t, res.Progress, "restore/west"); !strings.Contains(s.Output, "discarded: the writes from") || !strings.Contains(s.Output, clean.ID) {
+		t.Fatalf("the restore step says %q", s.Output)
+	}
+	for _, c := range seen() {
+		if strings.HasSuffix(c, "DeleteVolume") || strings.Contains(c, "Demote") {
+			t.Fatalf("a failover to a point made %q", c)
+		}
+	}
+
+	// Held by the failover's run after it ended, and kept by protection,
+	// which goes on unprotected on west and prunes nothing.
+	simtest.Eventually(t, time.Minute, "protection unprotected on west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && ps.Primary == "west" && ps.Unprotected != nil && ps.Polls > 0
+	})
+	ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	polls := ps.Polls
+	simtest.Eventually(t, time.Minute, "protection polling on past two cuts' time", func() bool {
+		ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && ps.Polls > polls+25
+	})
+	if i := slices.IndexFunc(ps.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID }); i < 0 || !slices.Equal(ps.Points[i].Held, []string{cancelled, holder}) {
+		t.Fatalf("after the failover protection's points are %+v; want %s held by %s and %s", ps.Points, clean.ID, cancelled, holder)
+	}
+	if !slices.ContainsFunc(f.west.Snapshot().Snapshots, func(s sim.SnapshotState) bool { return s.ID == clean.Groups[0].Snapshots[0].ID }) {
+		t.Fatalf("the point's snapshot %s is gone", clean.Groups[0].Snapshots[0].ID)
+	}
+	simtest.Eventually(t, time.Minute, "the record to say the plan runs on the restored volumes", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		if err != nil || rec == nil || rec.Restored == nil {
+			return false
+		}
+		i := slices.IndexFunc(rec.Points, func(x workflows.PointInTime) bool { return x.ID == clean.ID })
+		return rec.Primary == "west" && rec.Restored.Point == clean.ID && rec.Restored.Site == "west" &&
+			rec.Restored.Volumes["v1"] == restored["v1"] && i >= 0 && slices.Contains(rec.Points[i].Held, holder)
+	})
+}
+
+// TestRecordRestoredUntilTheNextMove: the record says the plan runs on
+// restored volumes from the failover's note (sent after its primary)
+// until an action records a primary again; protection's summaries leave
+// it.
+func TestRecordRestoredUntilTheNextMove(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := recorderEnv(&s)
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	restored := &workflows.RestoredEntry{Point: "20261127T115900Z", Site: "west", Volumes: map[string]string{"v1": "clone-1"}, By: "failover", At: at}
+	steps := []struct {
+		c    workflows.RecordChange
+		want *workflows.RestoredEntry
+	}{
+		{workflows.RecordChange{Primary: "west", More: []workflows.RecordChange{{Restored: restored}}}, restored},
+		{workflows.RecordChange{Protection: &workflows.ProtectionEntry{Primary: "west", Enabled: true}}, restored},
+		{workflows.RecordChange{Primary: "east"}, nil},
+	}
+	var got []string
+	for i, st := range steps {
+		st.c.At = at.Add(time.Duration(i) * time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, st.c)) }, time.Duration(i+1)*time.Minute)
+		env.RegisterDelayedCallback(func() {
+			v, err := env.QueryWorkflow(workflows.QueryRecord)
+			mustOK(t, err)
+			var rec workflows.PlanRecord
+			mustOK(t, v.Get(&rec))
+			if (rec.Restored == nil) != (st.want == nil) || (st.want != nil && (rec.Restored.Point != st.want.Point || rec.Restored.Volumes["v1"] != "clone-1")) {
+				got = append(got, fmt.Sprintf("after change %d: restored %+v, want %+v", i, rec.Restored, st.want))
+			}
+		}, time.Duration(i+1)*time.Minute+time.Second)
+	}
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Duration(len(steps)+1)*time.Minute)
+	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
+	if len(got) > 0 {
+		t.Fatal(strings.Join(got, "\n"))
+	}
+}
+
+// TestFailoverToAPointNotOnNomadYet: a failover to a point in time to a
+// site whose workloads Nomad runs is refused before any side effect: no
+// stop, fence or promotion.
+func TestFailoverToAPointNotOnNomadYet(t *testing.T) {
+	f := newFixture(t)
+	f.east.Down()
+	f.plan.Sites[1].Orchestrator = plans.Orchestrator{Nomad: &plans.Nomad{Address: "http://127.0.0.1:1"}}
+	env, calls := f.env(t)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", PointAt: time.Now()})
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "not there yet") {
+		t.Fatalf("a failover to a point at a Nomad site: %v", err)
+	}
+	for _, c := range *calls {
+		if c.name != "Probe" && c.name != "GetCapabilities" && c.name != "SurveyReplication" {
+			t.Fatalf("a refused failover to a point made %v: %v", c, *calls)
+		}
+	}
+}
