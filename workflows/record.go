@@ -421,7 +421,8 @@ func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *
 // empty tells a change that changes nothing: the first change of a
 // record started only to take a plan version.
 func (c RecordChange) empty() bool {
-	return c.Primary == "" && c.Fenced == nil && c.Unfenced == nil && c.Action == nil && c.Protection == nil && c.Point == nil && c.Pruned == nil && len(c.More) == 0
+	return c.Primary == "" && c.Fenced == nil && c.Unfenced == nil && c.Action == nil && c.Protection == nil && c.Point == nil && c.Pruned == nil &&
+		c.Restored == nil && len(c.More) == 0
 }
 
 // summary names what a change would have changed, for a refusal.
@@ -447,6 +448,9 @@ func (c RecordChange) summary() string {
 	}
 	if c.Pruned != nil {
 		parts = append(parts, "pruned point "+c.Pruned.ID)
+	}
+	if c.Restored != nil {
+		parts = append(parts, "restored from point "+c.Restored.Point)
 	}
 	if len(c.More) > 0 {
 		parts = append(parts, fmt.Sprintf("and %d more", len(c.More)))

@@ -117,6 +117,27 @@ func TestRecordKeepsARunsEndOverItsStart(t *testing.T) {
 	}
 }
 
+// TestRecordStartedByAnyChangeTakesIt: a record started by a worker's
+// sealed first change applies it, whatever it changes: the note of a
+// failover to a point in time too.
+func TestRecordStartedByAnyChangeTakesIt(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := recorderEnv(&s)
+	first := sealFor(t, env, workflows.RecordChange{At: env.Now(),
+		Restored: &workflows.RestoredEntry{Point: "20261127T120000Z", Site: "west", Volumes: map[string]string{"v1": "vol-r1"}, At: env.Now()}})
+	var rec workflows.PlanRecord
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryRecord)
+		mustOK(t, err)
+		mustOK(t, v.Get(&rec))
+	}, time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+	env.ExecuteWorkflow(workflows.PlanRecorder, workflows.PlanRecordInput{Plan: "shop", First: &first})
+	if rec.Restored == nil || rec.Restored.Point != "20261127T120000Z" || rec.Restored.Volumes["v1"] != "vol-r1" || rec.Changes != 1 {
+		t.Fatalf("the record started by a restored note holds %+v (restored %+v)", rec, rec.Restored)
+	}
+}
+
 // TestRecordChangesGoTogether: an action whose steps run in one stretch
 // sends the record its changes (its start, the fence, the new primary,
 // its end) as one signal, in order, where it sent one per change, each
