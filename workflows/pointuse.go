@@ -44,6 +44,11 @@ type PointUse struct {
 	Release bool      `json:"release,omitempty"`
 }
 
+// PointNewest is the time that picks a site's newest point, whenever the
+// worker picks it (drctl's --point newest): points cut between the
+// command and the pick count.
+var PointNewest = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
 // PointFor picks the point a recovery at site goes back to: the newest
 // usable point cut there at or before t.
 func PointFor(points []PointInTime, site string, t time.Time) (*PointInTime, error) {
@@ -65,6 +70,9 @@ func PointFor(points []PointInTime, site string, t time.Time) (*PointInTime, err
 		return pick, nil
 	}
 	why := fmt.Sprintf("the plan's record has no point in time at %s cut at or before %s", site, t.UTC().Format(time.RFC3339))
+	if !t.Before(PointNewest) {
+		why = fmt.Sprintf("the plan's record has no point in time at %s", site)
+	}
 	if later+failed > 0 {
 		why += fmt.Sprintf(" (%d later, %d whose cut failed)", later, failed)
 	}
@@ -83,6 +91,20 @@ func (s *RecordSender) HoldPoint(ctx context.Context, in PointUse) (PointInTime,
 	if !strings.HasPrefix(in.By, actionHolderPrefix) {
 		return PointInTime{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%q is no action's hold", in.By), ErrNoPoint, nil)
 	}
+	for try := 1; ; try++ {
+		pt, err := s.holdPoint(ctx, in)
+		// A point picked a moment before protection pruned it (the
+		// picked one was not the newest any more): the pick again finds
+		// what the time picks now.
+		if err != nil && !in.Release && try < 3 && (strings.Contains(err.Error(), "being pruned") || strings.Contains(err.Error(), "no point \"")) {
+			continue
+		}
+		return pt, err
+	}
+}
+
+// holdPoint is one pick and hold (or release) of HoldPoint.
+func (s *RecordSender) holdPoint(ctx context.Context, in PointUse) (PointInTime, error) {
 	// A running protection's own state is the newest (the record takes
 	// its changes a moment later); else the record's.
 	var points []PointInTime

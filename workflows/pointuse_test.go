@@ -256,3 +256,32 @@ func TestFirstPointReachesANewRecord(t *testing.T) {
 	mustOK(t, err)
 	mustOK(t, uh.Get(ctx, nil))
 }
+
+// TestPointForPicksTheNewestAtOrBefore: a recovery goes back to the
+// newest point cut at its site at or before its time, never a failed
+// cut, never another site's; PointNewest picks the newest there is; with
+// none, the refusal says what there is.
+func TestPointForPicksTheNewestAtOrBefore(t *testing.T) {
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	points := []workflows.PointInTime{
+		{ID: "a", Site: "west", Taken: at},
+		{ID: "b", Site: "west", Taken: at.Add(time.Minute)},
+		{ID: "c", Site: "west", Taken: at.Add(2 * time.Minute), Error: "the cut failed"},
+		{ID: "d", Site: "east", Taken: at.Add(3 * time.Minute)},
+	}
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{{at, "a"}, {at.Add(90 * time.Second), "b"}, {at.Add(time.Hour), "b"}, {workflows.PointNewest, "b"}} {
+		pt, err := workflows.PointFor(points, "west", c.t)
+		if err != nil || pt.ID != c.want {
+			t.Errorf("at %s: %+v, %v; want %s", c.t, pt, err, c.want)
+		}
+	}
+	if _, err := workflows.PointFor(points, "west", at.Add(-time.Second)); err == nil || !strings.Contains(err.Error(), "(3 later, 0 whose cut failed)") {
+		t.Errorf("before every point: %v", err)
+	}
+	if _, err := workflows.PointFor(nil, "west", workflows.PointNewest); err == nil || !strings.Contains(err.Error(), "no point in time at west: drctl points") {
+		t.Errorf("newest of none: %v", err)
+	}
+}

@@ -227,7 +227,8 @@ const pointIDLayout = "20060102T150405Z"
 func parsePointTime(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if strings.EqualFold(s, "newest") {
-		return now, nil
+		// The newest when the worker picks it, not when drctl ran.
+		return workflows.PointNewest, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s)); err == nil {
 		return t, nil
