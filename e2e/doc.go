@@ -23,7 +23,9 @@
 // TestPointInTimeStory writes damage at T while protection cuts points
 // in time at west, lists them, and runs two test recoveries from two
 // points: the newest holds the damage, the one at T the clean data and
-// no write made after T.
+// no write made after T; then it loses east and fails over to the clean
+// point: the application runs at west on volumes restored from it, the
+// promoted replicas keep the damage, and a reprotect is refused.
 //
 // TestSiteFailoverOfThreePlans loses east under three signed plans in
 // two tiers and fails them all over as one site action (one fence, tier

@@ -26,7 +26,11 @@ const ledger = 100
 // test recovery from T finds the clean ledger, and on its copy every
 // write the application made up to the point's last sync, none made
 // after T. Each test holds its point while it runs, and its cleanup
-// deletes its copies but not the point's snapshots.
+// deletes its copies but not the point's snapshots. Then east is lost
+// and the failover to the clean point brings the application up on
+// volumes made from it at west: the restored ledger is clean, the
+// promoted replica keeps the damage, the record says so, and a
+// reprotect is refused while the plan runs on restored volumes.
 func TestPointInTimeStory(t *testing.T) {
 	var marker, copyFile string
 	h := startWith(t, 2, 2, func(text string) string {
@@ -188,4 +192,46 @@ func TestPointInTimeStory(t *testing.T) {
 	}
 	h.check()
 	t.Logf("point at T: %s (last sync %s, lag %v); newest: %s", clean.ID, clean.LastSync.Format(time.RFC3339Nano), clean.Lag, newest.ID)
+
+	// East is lost; the failover to the clean point fences and promotes
+	// as any failover, then brings the application up on volumes made
+	// from the point.
+	h.stopWriters()
+	h.siteDown("east")
+	out = h.must("failover", h.plan, "--to", "west", "--point", clean.ID, "--yes", "--wait")
+	if !strings.Contains(out, "restore the volumes from the point at west") || !strings.Contains(out, "discarded: the writes from") {
+		t.Fatalf("the failover to the point:\n%s", out)
+	}
+	rec, err := workflows.ReadRecord(ctx, h.c, "e2e")
+	if err != nil || rec.Restored == nil || rec.Restored.Point != clean.ID || rec.Primary != "west" {
+		t.Fatalf("the record after the failover to %s: %+v, %v", clean.ID, rec, err)
+	}
+	restored := rec.Restored.Volumes["vg-0001-vol-1"]
+	for _, s := range h.states() {
+		if s.Site != "west" {
+			continue
+		}
+		if got := string(s.Unit("vg/vg-0001").Blocks["vg-0001-vol-1"][ledger].Data); got != "ledger: ENCRYPTED" || s.Unit("vg/vg-0001").Role != sim.RolePrimary {
+			t.Fatalf("the promoted replica: role %s, ledger %q (kept as it was)", s.Unit("vg/vg-0001").Role, got)
+		}
+		found := false
+		for _, c := range s.Clones {
+			if c.ID == restored {
+				found = true
+				if got := string(c.Blocks[ledger].Data); got != "ledger: clean" {
+					t.Fatalf("the restored volume %s holds %q", restored, got)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no restored volume %q on west", restored)
+		}
+	}
+	if !h.runningOn("west") {
+		t.Fatal("the application does not run on west")
+	}
+	if out, code := h.drctl("reprotect", h.plan, "--from", "east", "--yes"); code != 2 || !strings.Contains(out, "restored") {
+		t.Fatalf("a reprotect of a plan on restored volumes: exit %d\n%s", code, out)
+	}
+	h.check()
 }
