@@ -49,32 +49,9 @@ func TestFailoverToAPoint(t *testing.T) {
 	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
+	_, clean := cleanThenDamage(t, ctx, srv, f)
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
 	mustOK(t, err)
-	defer east.Close()
-	_, err = east.Write(ctx, "v1", 0, []byte("clean"))
-	mustOK(t, err)
-	_, err = workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
-	mustOK(t, err)
-	var clean workflows.PointInTime
-	simtest.Eventually(t, time.Minute, "a point holding the clean write", func() bool {
-		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-		if err != nil {
-			return false
-		}
-		if pt := pointHolding(f, ps.Points, "clean"); pt != nil {
-			clean = *pt
-			return true
-		}
-		return false
-	})
-	_, err = east.Write(ctx, "v1", 0, []byte("damage"))
-	mustOK(t, err)
-	var ps *workflows.ProtectState
-	simtest.Eventually(t, time.Minute, "a point holding the damage", func() bool {
-		ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
-		return err == nil && pointHolding(f, ps.Points, "damage") != nil
-	})
 
 	// Every storage call that reaches a site from now on.
 	var mu sync.Mutex

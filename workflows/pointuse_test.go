@@ -37,26 +37,12 @@ func pointHolding(f *fixture, points []workflows.PointInTime, data string) *work
 	return nil
 }
 
-// TestTestRecoveryFromAPoint: on the dev server, with protection cutting
-// a point every 2 s (keep 3), a write "clean" on east, then "damage"
-// once a point holds "clean". A test recovery at west from the time of
-// that point copies its snapshots, not the replicas: the test's copy of
-// v1 holds "clean" while the replica holds "damage". While the test
-// runs, the point is held under the run's name and is never pruned
-// though newer points go; a release of that hold sent without the
-// worker's seal is refused. Once the test ends, its copies are deleted,
-// the point's snapshots kept, and the hold released (the point then goes
-// with the next prune). With protection stopped, a second test holds
-// its point in the plan's record; terminated, it ran no cleanup, and the
-// cleanup workflow (drctl test-recovery --cleanup) deletes its copies,
-// keeps the point's snapshots and releases the hold in the record.
-func TestTestRecoveryFromAPoint(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 3})
-	addTestHooks(f)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+// cleanThenDamage writes "clean" on east's v1, starts the plan's
+// protection, waits for a point holding it, then writes "damage" and
+// waits for a point holding that: it returns the protection and the
+// clean point.
+func cleanThenDamage(t *testing.T, ctx context.Context, srv *devserver.Server, f *fixture) (client.WorkflowRun, workflows.PointInTime) {
+	t.Helper()
 	east, err := sim.NewClient(f.east.DataAddr(), simtest.NodeA, "east-node")
 	mustOK(t, err)
 	defer east.Close()
@@ -82,6 +68,30 @@ func TestTestRecoveryFromAPoint(t *testing.T) {
 		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
 		return err == nil && pointHolding(f, ps.Points, "damage") != nil
 	})
+	return prot, clean
+}
+
+// TestTestRecoveryFromAPoint: on the dev server, with protection cutting
+// a point every 2 s (keep 3), a write "clean" on east, then "damage"
+// once a point holds "clean". A test recovery at west from the time of
+// that point copies its snapshots, not the replicas: the test's copy of
+// v1 holds "clean" while the replica holds "damage". While the test
+// runs, the point is held under the run's name and is never pruned
+// though newer points go; a release of that hold sent without the
+// worker's seal is refused. Once the test ends, its copies are deleted,
+// the point's snapshots kept, and the hold released (the point then goes
+// with the next prune). With protection stopped, a second test holds
+// its point in the plan's record; terminated, it ran no cleanup, and the
+// cleanup workflow (drctl test-recovery --cleanup) deletes its copies,
+// keeps the point's snapshots and releases the hold in the record.
+func TestTestRecoveryFromAPoint(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 3})
+	addTestHooks(f)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	prot, clean := cleanThenDamage(t, ctx, srv, f)
 
 	run, err := workflows.StartTestRecovery(ctx, srv.Client, workflows.TestRecoveryInput{Plan: f.plan, At: "west", PointAt: clean.Taken})
 	mustOK(t, err)
