@@ -103,18 +103,11 @@ func holdFailoverPoint(ctx workflow.Context, r *run, in FailoverInput, res *Fail
 			return "", err
 		}
 		res.Point = &pt
-		for _, g := range p.VolumeGroups {
-			i := slices.IndexFunc(pt.Groups, func(pg PointGroup) bool { return pg.Group == g.Name })
-			if i < 0 {
-				return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshots of group %s (the plan changed since it was cut): pick another point", pt.ID, g.Name), ErrNoPoint, nil)
-			}
-			for _, sn := range pt.Groups[i].Snapshots {
-				if sn.ID == "" {
-					return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshot of volume %s", pt.ID, sn.Volume), ErrNoPoint, nil)
-				}
-				res.Restored = append(res.Restored, RestoredVolume{Group: g.Name, Volume: sn.Volume, Snapshot: sn.ID,
-					Name: restoredName(p.Metadata.Name, info.RunID, sn.Volume)})
-			}
+		if err := eachPointSnapshot(p, pt, func(group string, sn PointSnapshot) {
+			res.Restored = append(res.Restored, RestoredVolume{Group: group, Volume: sn.Volume, Snapshot: sn.ID,
+				Name: restoredName(p.Metadata.Name, info.RunID, sn.Volume)})
+		}); err != nil {
+			return "", err
 		}
 		return pointText(pt) + "; held by this failover, and kept held once it is done", nil
 	}()

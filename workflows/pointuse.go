@@ -241,20 +241,32 @@ func holdPointFor(ctx workflow.Context, p *plans.Plan, site string, t time.Time,
 		return nil, err
 	}
 	res.Point = &pt
+	if err := eachPointSnapshot(p, pt, func(group string, sn PointSnapshot) {
+		c := &res.Copies[res.copyIndex(group, sn.Volume)]
+		c.Snapshot, c.Point = sn.ID, pt.ID
+	}); err != nil {
+		return nil, err
+	}
+	return &pt, nil
+}
+
+// eachPointSnapshot calls fn with each snapshot of the point, group by
+// group of the plan: every group of the plan must have its part in the
+// point, every snapshot an id.
+func eachPointSnapshot(p *plans.Plan, pt PointInTime, fn func(group string, sn PointSnapshot)) error {
 	for _, g := range p.VolumeGroups {
 		i := slices.IndexFunc(pt.Groups, func(pg PointGroup) bool { return pg.Group == g.Name })
 		if i < 0 {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshots of group %s (the plan changed since it was cut): pick another point", pt.ID, g.Name), ErrNoPoint, nil)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshots of group %s (the plan changed since it was cut): pick another point", pt.ID, g.Name), ErrNoPoint, nil)
 		}
 		for _, sn := range pt.Groups[i].Snapshots {
 			if sn.ID == "" {
-				return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshot of volume %s", pt.ID, sn.Volume), ErrNoPoint, nil)
+				return temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshot of volume %s", pt.ID, sn.Volume), ErrNoPoint, nil)
 			}
-			c := &res.Copies[res.copyIndex(g.Name, sn.Volume)]
-			c.Snapshot, c.Point = sn.ID, pt.ID
+			fn(g.Name, sn)
 		}
 	}
-	return &pt, nil
+	return nil
 }
 
 // releasePoint releases the hold of the run that made res on its point
