@@ -237,6 +237,13 @@ policy:
 			t.Fatalf("drctl %s after a failover to a point: exit %d, %s", args[0], code, errs)
 		}
 	}
+	// As one site action too: the plan is left out, with why.
+	for _, args := range [][]string{{"reprotect", "--site", "east", filepath.Dir(shop), "--yes"}, {"failback", "--site", "west", "--to", "east", filepath.Dir(shop), "--yes"}} {
+		code, out, errs := c.run(args...)
+		if code == 0 || !strings.Contains(out+errs, "runs on volumes restored from point "+pick.ID) {
+			t.Fatalf("drctl %s after a failover to a point: exit %d\n%s%s", strings.Join(args[:3], " "), code, out, errs)
+		}
+	}
 }
 
 // pointsOut is drctl points -o json.
