@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -293,5 +294,70 @@ func TestPointForPicksTheNewestAtOrBefore(t *testing.T) {
 	}
 	if _, err := workflows.PointFor(nil, "west", workflows.PointNewest); err == nil || !strings.Contains(err.Error(), "no point in time at west: drctl points") {
 		t.Errorf("newest of none: %v", err)
+	}
+}
+
+// TestActionHoldSealTakenOnce: protection takes an action's sealed hold
+// once: the same seal sent again is refused, in the same run and after
+// protection continued as new (the seals it took go with it), so that a
+// hold read from its history cannot pin a point that was released.
+func TestActionHoldSealTakenOnce(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Hour), Keep: 5})
+	by := workflows.ActionHolder("drover-test-shop", "r1")
+	seal := func(env *testsuite.TestWorkflowEnvironment, h workflows.PointHold) workflows.PointHold {
+		h, err := (&workflows.RecordSender{}).SealHoldAt("shop", h, env.Now())
+		mustOK(t, err)
+		return h
+	}
+	var hold workflows.PointHold
+	var twice, again error
+	// update sends a hold, and gives its outcome (the seal is checked
+	// once the update is accepted) to done.
+	update := func(env *testsuite.TestWorkflowEnvironment, h workflows.PointHold, done func(error)) {
+		env.UpdateWorkflow(workflows.UpdateHoldPoint, "", &testsuite.TestUpdateCallback{OnAccept: func() {},
+			OnReject: done, OnComplete: func(_ any, err error) { done(err) }}, h)
+	}
+	must := func(err error) {
+		if err != nil {
+			t.Errorf("a hold or release refused: %v", err)
+		}
+	}
+	env, _ := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryProtect)
+		mustOK(t, err)
+		var s workflows.ProtectState
+		mustOK(t, v.Get(&s))
+		if len(s.Points) == 0 {
+			t.Error("no point at 30s")
+			return
+		}
+		hold = seal(env, workflows.PointHold{Point: s.Points[0].ID, By: by})
+		update(env, hold, must)
+		update(env, hold, func(err error) { twice = err })
+	}, 30*time.Second)
+	env.RegisterDelayedCallback(func() {
+		update(env, seal(env, workflows.PointHold{Point: hold.Point, By: by, Release: true}), must)
+	}, 40*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	next := continuedAs(t, env)
+	if twice == nil || !strings.Contains(twice.Error(), "taken before") {
+		t.Fatalf("the same hold's seal again: %v", twice)
+	}
+	if len(next.Seen) != 2 {
+		t.Fatalf("protection continued with %d seals taken, want the hold's and the release's", len(next.Seen))
+	}
+	// The next run, the hold's seal sent again within its ten minutes.
+	env, _ = f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		update(env, hold, func(err error) { again = err })
+	}, 15*time.Second)
+	held := stateThenStop(t, env, 30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, next)
+	if again == nil || !strings.Contains(again.Error(), "taken before") {
+		t.Fatalf("the hold's seal again after protection continued as new: %v", again)
+	}
+	if s := *held; s == nil || len(s.Points) == 0 || len(s.Points[0].Held) != 0 {
+		t.Fatalf("after the replayed hold the state is %+v", s)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -321,17 +322,19 @@ func (ps *proofs) check(ctx workflow.Context, in RecordProofCheck, p *Proof) err
 			keep = append(keep, s)
 		}
 	}
-	ps.seen = keep
+	// Taken from here on: a copy of the seal that comes while this one
+	// is checked (two updates at once) finds it; given back if refused.
+	ps.seen = append(keep, seenSeal{MAC: m, Sent: p.Sent})
 	var rs *RecordSender
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, checkProofOptions), rs.CheckRecordProof, in).Get(ctx, nil)
 	if err != nil {
+		ps.seen = slices.DeleteFunc(ps.seen, func(s seenSeal) bool { return s.MAC == m })
 		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) {
 			return errors.New(ae.Message())
 		}
 		return err
 	}
-	ps.seen = append(ps.seen, seenSeal{MAC: m, Sent: p.Sent})
 	return nil
 }
 

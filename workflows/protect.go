@@ -233,16 +233,18 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	// pruned, and a point being pruned cannot be held.
 	pruning := map[string]bool{}
 	notes := &pointNotes{}
-	holdSeals := &proofs{}
+	// The seals protection took (an action's holds, retargets), carried
+	// across its runs: a seal read from the history is not taken again.
+	ps := &proofs{seen: in.Seen}
 	if p != nil {
-		holdSeals.plan = p.Metadata.Name
+		ps.plan = p.Metadata.Name
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateHoldPoint, func(ctx workflow.Context, h PointHold) (*PointInTime, error) {
 		if h.byAction() {
 			// An action's hold comes sealed by the worker that runs
 			// the action; its seal is checked before anything else.
 			proof := h.Proof
-			if err := holdSeals.check(ctx, RecordProofCheck{Plan: holdSeals.plan, Hold: &h}, proof); err != nil {
+			if err := ps.check(ctx, RecordProofCheck{Plan: ps.plan, Hold: &h}, proof); err != nil {
 				return nil, fmt.Errorf("the hold is refused: %w", err)
 			}
 			if err := s.validHold(h, pruning); err != nil {
@@ -303,7 +305,6 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	// make it stop polling replication, or poll another site.
 	var retarget string
 	var lost *Unprotection
-	ps := &proofs{plan: p.Metadata.Name, seen: in.Seen}
 	checking := 0
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, SignalRetarget)
