@@ -317,7 +317,9 @@ func TestRealCeph(t *testing.T) {
 		fmt.Fprintf(&b, "          testStart: %q\n          testStop: %q\n          testHealth: %q\n",
 			e.appCmd(app, site, e.site(site, "CONF"), "check", result)+" 2>>"+filepath.Join(dir, "check.err"), "rm -f "+result, "test -s "+result)
 	}
-	b.WriteString("policy:\n  parallelism: 2\n  rpoTarget: 2m\n  retry: {initialInterval: 1s, maximumInterval: 15s, timeLimit: 8m}\n")
+	// Points in time asked for: ceph-csi cannot snapshot a replica, so
+	// each cut at the site that is not primary fails, and says why.
+	b.WriteString("policy:\n  parallelism: 2\n  rpoTarget: 2m\n  retry: {initialInterval: 1s, maximumInterval: 15s, timeLimit: 8m}\n  pointsInTime: {every: 1m, keep: 3}\n")
 	planFile := filepath.Join(dir, "e2e.yaml")
 	if err := os.WriteFile(planFile, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
@@ -407,6 +409,7 @@ func TestRealCeph(t *testing.T) {
 		}
 	}
 	t.Logf("ceph: protection for %s: lag at most %s (RPO target 2m), %d and %d distinct syncs of db and web", protectFor, maxLag.Round(time.Second), len(syncs["db"]), len(syncs["web"]))
+	cephPoints(t, h, e)
 
 	// Losing east: its daemons stop answering, its writer hangs.
 	ps, err := workflows.ReadProtect(ctx, h.c, "e2e")
@@ -788,6 +791,33 @@ func cephTestRecovery(t *testing.T, h *harness, e cephEnv, dir string) {
 	})
 	t.Logf("ceph: test recovery at east: %s; %d images and snapshots while it ran, %d before and after (the trash empty %s after the cleanup); %s",
 		strings.TrimSpace(string(res)), len(during), len(after), time.Since(deleted).Round(time.Second), time.Since(start).Round(time.Second))
+}
+
+// cephPoints checks what protection made of policy.pointsInTime on
+// ceph-csi: every cut at west, whose images are mirrored non-primary,
+// recorded as failed with ceph-csi's refusal (its deviation), none that
+// could be recovered to, and no snapshot of a point left on west.
+func cephPoints(t *testing.T, h *harness, e cephEnv) {
+	t.Helper()
+	var l struct{ Points []workflows.PointInTime }
+	out := h.must("-o", "json", "points", "e2e")
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("drctl points -o json: %v\n%s", err, out)
+	}
+	if len(l.Points) == 0 {
+		t.Fatalf("no point in time was tried in the protection run:\n%s", h.must("points", "e2e"))
+	}
+	for _, pt := range l.Points {
+		if pt.Site != "west" || pt.Usable() || !strings.Contains(pt.Error, "Read-only file system") {
+			t.Fatalf("point %s at %s: usable %v, error %q; ceph-csi refuses a replica's snapshot", pt.ID, pt.Site, pt.Usable(), pt.Error)
+		}
+	}
+	for _, img := range strings.Fields(e.cli(t, "west", "rbd", "ls", "rbd")) {
+		if strings.Contains(img, "snap") {
+			t.Fatalf("west holds %s after the failed cuts", img)
+		}
+	}
+	t.Logf("ceph: points in time: %d cut(s) tried at west, each recorded as failed: %s", len(l.Points), l.Points[len(l.Points)-1].Error)
 }
 
 // allDone fails the test unless every step of an action is done.
