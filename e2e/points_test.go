@@ -133,7 +133,7 @@ func TestPointInTimeStory(t *testing.T) {
 		}
 		h.must("approve", id, "--yes")
 		end := h.must("watch", id)
-		if !strings.Contains(end, "released") {
+		if !strings.Contains(end, "every copy deleted; the snapshots of point "+held.ID+" kept (protection's), its hold released") {
 			t.Fatalf("the test's end:\n%s", end)
 		}
 		return *held, blocks
@@ -199,7 +199,7 @@ func TestPointInTimeStory(t *testing.T) {
 	h.stopWriters()
 	h.siteDown("east")
 	out = h.must("failover", h.plan, "--to", "west", "--point", clean.ID, "--yes", "--wait")
-	if !strings.Contains(out, "restore the volumes from the point at west") || !strings.Contains(out, "discarded: the writes from") {
+	if !strings.Contains(out, "restore the volumes from the point at west") || !strings.Contains(out, "the workloads run on volumes restored from point "+clean.ID+" (held); discarded: the writes from") {
 		t.Fatalf("the failover to the point:\n%s", out)
 	}
 	rec, err := workflows.ReadRecord(ctx, h.c, "e2e")

@@ -159,7 +159,7 @@ func TestTestRecoveryFromAPoint(t *testing.T) {
 	if s := stepOf(t, res.Progress, "point/west"); !strings.Contains(s.Output, "point "+clean.ID) {
 		t.Fatalf("the point step says %q", s.Output)
 	}
-	if s := stepOf(t, res.Progress, "cleanup/west"); !strings.Contains(s.Output, "4 copies and snapshots deleted") || !strings.Contains(s.Output, clean.ID+" released") {
+	if s := stepOf(t, res.Progress, "cleanup/west"); !strings.Contains(s.Output, "4 copies deleted;") || !strings.Contains(s.Output, clean.ID+" released") {
 		t.Fatalf("the cleanup says %q", s.Output)
 	}
 	after := f.west.Snapshot()

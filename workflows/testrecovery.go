@@ -558,6 +558,10 @@ func cleanupTest(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestRe
 			}
 		}
 		out := fmt.Sprintf("%d copies and snapshots deleted", deleted)
+		if res.Point != nil {
+			// The snapshots are the point's: only the copies went.
+			out = fmt.Sprintf("%d copies deleted", deleted)
+		}
 		if lost > 0 {
 			out += fmt.Sprintf(" (%d asked for again by name: their create had no answer)", lost)
 		}

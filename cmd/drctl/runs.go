@@ -200,6 +200,10 @@ type result struct {
 	WorkloadRTO map[string]time.Duration `json:"workloadRTO"`
 	// A test cleanup's test recovery run.
 	Run string `json:"run"`
+	// The point in time a test recovery copied, or a failover restored
+	// the workloads' volumes from, and what the failover discarded.
+	Point     *workflows.PointInTime `json:"point"`
+	Discarded *workflows.Discarded   `json:"discarded"`
 }
 
 // outcome is what watch and --wait print at the end (-o json).
@@ -352,8 +356,14 @@ func (a *app) summary(r *result) {
 			rpo = r.RPO.Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(a.stdout, "  RTO %v, RPO estimate %s, fenced %v\n", r.RTO.Round(time.Millisecond), rpo, r.Fenced)
+		if r.Point != nil && r.Discarded != nil {
+			fmt.Fprintf(a.stdout, "  the workloads run on volumes restored from point %s (held); %s, kept on the promoted replicas\n", r.Point.ID, r.Discarded.Text())
+		}
 	case "test recovery":
 		state := "every copy and snapshot deleted"
+		if r.Point != nil {
+			state = fmt.Sprintf("every copy deleted; the snapshots of point %s kept (protection's), its hold released", r.Point.ID)
+		}
 		if !r.Cleaned {
 			state = "the cleanup did not finish: see the steps"
 		}
