@@ -222,21 +222,16 @@ func TestRecordRestoredUntilTheNextMove(t *testing.T) {
 		{workflows.RecordChange{Primary: "east"}, nil},
 	}
 	var got []string
+	changes := make([]workflows.RecordChange, len(steps))
 	for i, st := range steps {
-		st.c.At = at.Add(time.Duration(i) * time.Minute)
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, st.c)) }, time.Duration(i+1)*time.Minute)
-		env.RegisterDelayedCallback(func() {
-			v, err := env.QueryWorkflow(workflows.QueryRecord)
-			mustOK(t, err)
-			var rec workflows.PlanRecord
-			mustOK(t, v.Get(&rec))
-			if (rec.Restored == nil) != (st.want == nil) || (st.want != nil && (rec.Restored.Point != st.want.Point || rec.Restored.Volumes["v1"] != "clone-1")) {
-				got = append(got, fmt.Sprintf("after change %d: restored %+v, want %+v", i, rec.Restored, st.want))
-			}
-		}, time.Duration(i+1)*time.Minute+time.Second)
+		changes[i] = st.c
 	}
-	env.RegisterDelayedCallback(env.CancelWorkflow, time.Duration(len(steps)+1)*time.Minute)
-	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
+	applyToRecord(t, env, at, changes, func(i int, _ workflows.RecordChange, rec workflows.PlanRecord) {
+		st := steps[i]
+		if (rec.Restored == nil) != (st.want == nil) || (st.want != nil && (rec.Restored.Point != st.want.Point || rec.Restored.Volumes["v1"] != "clone-1")) {
+			got = append(got, fmt.Sprintf("after change %d: restored %+v, want %+v", i, rec.Restored, st.want))
+		}
+	})
 	if len(got) > 0 {
 		t.Fatal(strings.Join(got, "\n"))
 	}

@@ -335,38 +335,55 @@ func TestRecordAppliesEachChange(t *testing.T) {
 			want{"north", map[string][]string{"west": {"10.0.1.1/32", "10.0.1.2/32"}}, map[string]string{"west": "north"}, 12}},
 	}
 	var got []string
+	changes := make([]workflows.RecordChange, len(steps))
 	for i, st := range steps {
-		st.c.At = at.Add(time.Duration(i) * time.Minute)
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, st.c)) }, time.Duration(i+1)*time.Minute)
+		changes[i] = st.c
+	}
+	applyToRecord(t, env, at, changes, func(i int, c workflows.RecordChange, rec workflows.PlanRecord) {
+		st := steps[i]
+		st.c = c
+		if rec.Primary != st.want.primary || rec.Changes != st.want.changes || !rec.Updated.Equal(st.c.At) {
+			got = append(got, fmt.Sprintf("after change %d: primary %q, %d changes, updated %v; want %q, %d, %v", i, rec.Primary, rec.Changes, rec.Updated, st.want.primary, st.want.changes, st.c.At))
+		}
+		// One entry per site and storage: a fence through the same
+		// storage merges into it.
+		for j, e := range rec.Fences {
+			for _, o := range rec.Fences[j+1:] {
+				if e.Site == o.Site && e.Via == o.Via {
+					got = append(got, fmt.Sprintf("after change %d: two entries for %s through %s: %+v", i, e.Site, e.Via, rec.Fences))
+				}
+			}
+		}
+		for site, cidrs := range st.want.fenced {
+			if c, via := rec.FencedOf(site); !slices.Equal(c, cidrs) || via != st.want.via[site] {
+				got = append(got, fmt.Sprintf("after change %d: %s fenced %v through %q, want %v through %q (%+v)", i, site, c, via, cidrs, st.want.via[site], rec.Fences))
+			}
+		}
+	})
+	for _, g := range got {
+		t.Error(g)
+	}
+}
+
+// applyToRecord runs plan shop's record in env and sends it each change,
+// sealed, a minute apart, each with its time set (at, then a minute
+// later each); a second after each it calls look with the change as sent
+// and the record as it then answers. The record ends after the last.
+func applyToRecord(t *testing.T, env *testsuite.TestWorkflowEnvironment, at time.Time, changes []workflows.RecordChange, look func(i int, c workflows.RecordChange, rec workflows.PlanRecord)) {
+	t.Helper()
+	for i, c := range changes {
+		c.At = at.Add(time.Duration(i) * time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(workflows.SignalRecord, sealFor(t, env, c)) }, time.Duration(i+1)*time.Minute)
 		env.RegisterDelayedCallback(func() {
 			v, err := env.QueryWorkflow(workflows.QueryRecord)
 			mustOK(t, err)
 			var rec workflows.PlanRecord
 			mustOK(t, v.Get(&rec))
-			if rec.Primary != st.want.primary || rec.Changes != st.want.changes || !rec.Updated.Equal(st.c.At) {
-				got = append(got, fmt.Sprintf("after change %d: primary %q, %d changes, updated %v; want %q, %d, %v", i, rec.Primary, rec.Changes, rec.Updated, st.want.primary, st.want.changes, st.c.At))
-			}
-			// One entry per site and storage: a fence through the same
-			// storage merges into it.
-			for j, e := range rec.Fences {
-				for _, o := range rec.Fences[j+1:] {
-					if e.Site == o.Site && e.Via == o.Via {
-						got = append(got, fmt.Sprintf("after change %d: two entries for %s through %s: %+v", i, e.Site, e.Via, rec.Fences))
-					}
-				}
-			}
-			for site, cidrs := range st.want.fenced {
-				if c, via := rec.FencedOf(site); !slices.Equal(c, cidrs) || via != st.want.via[site] {
-					got = append(got, fmt.Sprintf("after change %d: %s fenced %v through %q, want %v through %q (%+v)", i, site, c, via, cidrs, st.want.via[site], rec.Fences))
-				}
-			}
+			look(i, c, rec)
 		}, time.Duration(i+1)*time.Minute+time.Second)
 	}
-	env.RegisterDelayedCallback(env.CancelWorkflow, time.Duration(len(steps)+1)*time.Minute)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Duration(len(changes)+1)*time.Minute)
 	env.ExecuteWorkflow(workflows.PlanRecorder, recordStart(t, env))
-	for _, g := range got {
-		t.Error(g)
-	}
 }
 
 // recordStack is the dev server, the fixture and a worker of its

@@ -97,7 +97,7 @@ after the point's last sync are left on the replicas.`
 		var pointAt time.Time
 		if foPoint != "" {
 			var err error
-			if pointAt, err = parsePointTime(foPoint, time.Now()); err != nil {
+			if pointAt, err = parsePointTime(foPoint); err != nil {
 				return err
 			}
 		}
@@ -189,7 +189,7 @@ test workloads stopped, the copies and snapshots deleted.`,
 			var pointAt time.Time
 			if point != "" {
 				var err error
-				if pointAt, err = parsePointTime(point, time.Now()); err != nil {
+				if pointAt, err = parsePointTime(point); err != nil {
 					return err
 				}
 			}

@@ -224,7 +224,7 @@ const pointIDLayout = "20060102T150405Z"
 // parsePointTime reads --point: a time (RFC 3339), a point's id as
 // drctl points lists it (20261127T101500Z), or "newest". A recovery
 // goes back to the newest point cut at or before it.
-func parsePointTime(s string, now time.Time) (time.Time, error) {
+func parsePointTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if strings.EqualFold(s, "newest") {
 		// The newest when the worker picks it, not when drctl ran.
