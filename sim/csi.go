@@ -29,8 +29,9 @@ import (
 // was cut: later writes and replicated changes do not reach it. A group
 // snapshot cuts every volume it names at one point, under the locks of
 // all their units at once. A clone is an independent volume of the site,
-// writable on the data path by any client the fence admits, never
-// replicated, promoted or demoted. A replicated volume cannot be deleted
+// writable on the data path by any client the fence admits, neither
+// replicated, promoted nor demoted until replication is enabled on it,
+// which makes it a replicated volume (made.go). A replicated volume cannot be deleted
 // through CSI (FAILED_PRECONDITION, the spec's "volume in use"). Names
 // make every create idempotent: the same name and source answer the same
 // object, the same name with another source ALREADY_EXISTS. Deleting

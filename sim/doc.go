@@ -18,9 +18,12 @@
 // point-in-time snapshots of its copies (CreateSnapshot, and
 // CreateVolumeGroupSnapshot, which cuts a group's volumes at one point),
 // writable volumes created from them (CreateVolume; independent of the
-// replica, never replicated, on the same data path and behind the same
-// fence), ListSnapshots and the deletes. A replicated volume cannot be
-// deleted through CSI. ReplicasUnchanged (check.go) compares two states
+// replica, on the same data path and behind the same fence, not
+// replicated until EnableVolumeReplication names one: it then becomes a
+// replicated volume of its own, primary there, whose copy the peer
+// creates under the same id with the first sync, as RBD mirroring does
+// for an image; made.go), ListSnapshots and the deletes. A replicated
+// volume cannot be deleted through CSI. ReplicasUnchanged (check.go) compares two states
 // of a site to show that its replicas were left alone.
 //
 // # The storage model

@@ -56,6 +56,10 @@ type applyUnit struct {
 	Lineage  []Fork                     `json:"lineage"`
 	Blocks   map[string]map[int64]Block `json:"blocks"`
 	SnapTime time.Time                  `json:"snapTime"`
+	// Made: the peer creates its copy of this volume (Volumes) when it
+	// has none (made.go).
+	Made    bool     `json:"made,omitempty"`
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 type applyRequest struct {
@@ -172,7 +176,7 @@ func (s *Site) handlePeerStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := peerStatusResponse{Site: s.cfg.Name, Units: map[string]peerUnitStatus{}}
 	for _, k := range req.Units {
-		u, ok := s.units[k]
+		u, ok := s.unitByKey(k)
 		if !ok {
 			resp.Units[k] = peerUnitStatus{}
 			continue
@@ -208,8 +212,13 @@ func (s *Site) handlePeerApply(w http.ResponseWriter, r *http.Request) {
 // applyFromPeer applies one shipped change to the local copy; it returns ""
 // or why it refused.
 func (s *Site) applyFromPeer(a applyUnit) string {
-	u, ok := s.units[a.Key]
-	if !ok {
+	u, ok := s.unitByKey(a.Key)
+	if !ok && a.Made {
+		var why string
+		if u, why = s.createFromPeer(a); u == nil {
+			return why
+		}
+	} else if !ok {
 		return "missing on this site"
 	}
 	u.mu.Lock()
@@ -329,7 +338,9 @@ type shipment struct {
 func (s *Site) replicateOnce(ctx context.Context) {
 	now := time.Now()
 	var due []shipment
-	for k, u := range s.units {
+	unitKeys, units := s.unitList()
+	for i, u := range units {
+		k := unitKeys[i]
 		u.mu.Lock()
 		candidate := u.st.Enabled && (u.st.Role == RolePrimary || (u.st.Demoted && u.st.Seq > 0))
 		if candidate && !now.Before(u.nextSync) {
@@ -390,6 +401,8 @@ func (s *Site) replicateOnce(ctx context.Context) {
 		a := applyUnit{Key: sh.key, ToSeq: u.st.Seq, Epoch: u.st.Epoch, Lineage: append([]Fork(nil), lineage...), SnapTime: time.Now()}
 		var reason string
 		switch {
+		case !p.Exists && u.st.Made && sh.primary:
+			a.Full, a.Made, a.Volumes = true, true, slices.Clone(u.st.Volumes)
 		case !p.Exists:
 			reason = "missing on the peer site"
 		case p.Role == RolePrimary && sh.primary:

@@ -260,7 +260,7 @@ func (s *Site) resolve(volumeID string, src *replication.ReplicationSource) (*un
 			if id == "" {
 				return nil, status.Error(codes.InvalidArgument, "replication_source.volumegroup.volume_group_id is required")
 			}
-			u, ok := s.units[unitKey(KindGroup, id)]
+			u, ok := s.unitByKey(unitKey(KindGroup, id))
 			if !ok {
 				return nil, status.Errorf(codes.NotFound, "volume group %q not found", id)
 			}
@@ -296,6 +296,15 @@ func (s *Site) withUnit(ctx context.Context, method string, secrets map[string]s
 		return err
 	}
 	u, err := s.resolve(volumeID, src)
+	if err != nil && method == "EnableVolumeReplication" {
+		// A volume created through CSI becomes a replicated one.
+		var made bool
+		if made, err = s.adopt(volumeID, src); made && err == nil {
+			u, err = s.resolve(volumeID, src)
+		} else if !made {
+			_, err = s.resolve(volumeID, src)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,10 @@ type Site struct {
 	faults *faults
 	peer   *peerClient
 
+	// unitsMu guards units and volumes: a unit is added at run time when
+	// replication is enabled on a volume created through CSI (made.go),
+	// on this site or, by the link, on its peer.
+	unitsMu sync.RWMutex
 	units   map[string]*unit  // by unit key
 	volumes map[string]string // volume id -> unit key
 	unimpl  map[string]bool
@@ -134,6 +138,11 @@ func New(cfg Config, log *slog.Logger) (*Site, error) {
 		s.sf = sf
 		for _, st := range units {
 			s.addUnit(*st)
+			// A crash between an adoption's two files (made.go): the
+			// replicated volume is the one that counts.
+			if st.Made {
+				delete(s.sf.Clones, st.ID)
+			}
 		}
 		s.log.Info("restored state", "units", len(units), "dir", cfg.StateDir)
 	} else {
@@ -170,7 +179,8 @@ func (s *Site) createInventory() error {
 	for _, v := range s.cfg.Volumes {
 		s.addUnit(mk(KindVolume, v, []string{v}))
 	}
-	for _, u := range s.units {
+	_, units := s.unitList()
+	for _, u := range units {
 		if err := s.store.saveUnit(&u.st); err != nil {
 			return fmt.Errorf("site %q: save %s: %w", s.cfg.Name, u.st.Key(), err)
 		}
@@ -178,15 +188,41 @@ func (s *Site) createInventory() error {
 	return s.store.saveSite(s.sf)
 }
 
-func (s *Site) addUnit(st UnitState) {
+func (s *Site) addUnit(st UnitState) *unit {
 	if st.Blocks == nil {
 		st.Blocks = map[string]map[int64]Block{}
 	}
 	u := &unit{st: st}
+	s.unitsMu.Lock()
+	defer s.unitsMu.Unlock()
 	s.units[st.Key()] = u
 	for _, v := range st.Volumes {
 		s.volumes[v] = st.Key()
 	}
+	return u
+}
+
+// unitByKey returns the unit named key ("vg/ID" or "vol/ID").
+func (s *Site) unitByKey(key string) (*unit, bool) {
+	s.unitsMu.RLock()
+	defer s.unitsMu.RUnlock()
+	u, ok := s.units[key]
+	return u, ok
+}
+
+// unitList returns the site's units by key, sorted.
+func (s *Site) unitList() (keys []string, units []*unit) {
+	s.unitsMu.RLock()
+	defer s.unitsMu.RUnlock()
+	keys = make([]string, 0, len(s.units))
+	for k := range s.units {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		units = append(units, s.units[k])
+	}
+	return keys, units
 }
 
 // Name is the site's name.
@@ -221,7 +257,8 @@ func (s *Site) Start() error {
 	s.stop = make(chan struct{})
 	s.loopDone = make(chan struct{})
 	go s.replicationLoop()
-	s.log.Info("site serving", "grpc", s.cfg.GRPCAddr, "data", s.cfg.DataAddr, "control", s.cfg.ControlAddr, "peer", s.cfg.PeerAddr, "units", len(s.units))
+	keys, _ := s.unitList()
+	s.log.Info("site serving", "grpc", s.cfg.GRPCAddr, "data", s.cfg.DataAddr, "control", s.cfg.ControlAddr, "peer", s.cfg.PeerAddr, "units", len(keys))
 	return nil
 }
 
@@ -427,15 +464,16 @@ func stopServers(gs *grpc.Server, ds *http.Server) {
 // Snapshot returns a deep copy of the site's state.
 func (s *Site) Snapshot() *State {
 	st := &State{Site: s.cfg.Name}
-	keys := make([]string, 0, len(s.units))
-	for k := range s.units {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		u := s.units[k]
+	_, units := s.unitList()
+	for _, u := range units {
 		u.mu.Lock()
 		st.Units = append(st.Units, cloneUnit(&u.st))
+		if u.statusMsg != "" {
+			if st.Refused == nil {
+				st.Refused = map[string]string{}
+			}
+			st.Refused[u.st.Key()] = u.statusMsg
+		}
 		u.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -503,6 +541,8 @@ var errUnitNotFound = errors.New("not found")
 
 // lookupVolume returns the unit a volume belongs to.
 func (s *Site) lookupVolume(vol string) (*unit, error) {
+	s.unitsMu.RLock()
+	defer s.unitsMu.RUnlock()
 	key, ok := s.volumes[vol]
 	if !ok {
 		return nil, errUnitNotFound

@@ -118,6 +118,10 @@ type UnitState struct {
 	SnapPending bool `json:"snapPending,omitempty"`
 	DemoteStamp bool `json:"demoteStamp,omitempty"`
 
+	// Made: the copy was made a replicated volume on this site from a
+	// volume created through CSI (made.go); the link creates the peer's.
+	Made bool `json:"made,omitempty"`
+
 	// Logs for the invariant checker.
 	Writes      []WriteRecord `json:"writes,omitempty"`
 	Syncs       []SyncRecord  `json:"syncs,omitempty"`
@@ -199,6 +203,9 @@ type State struct {
 	Snapshots      []SnapshotState      `json:"snapshots,omitempty"`
 	GroupSnapshots []GroupSnapshotState `json:"groupSnapshots,omitempty"`
 	Clones         []CloneState         `json:"clones,omitempty"`
+	// Refused is, per unit key, why the primary's last shipment to the
+	// peer failed (its replication status message while not healthy).
+	Refused map[string]string `json:"refused,omitempty"`
 }
 
 // Unit returns the copy of the named unit ("vg/ID" or "vol/ID"), or nil.

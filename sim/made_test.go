@@ -1,0 +1,142 @@
+package sim_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/drover-dr/drover/csiaddons/replication"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/sim"
+)
+
+// restoreVolume makes, on s, a volume named name from a snapshot of
+// volume vol as it stands, and returns the volume's id.
+func restoreVolume(t *testing.T, s *siteUnderTest, name, vol string) string {
+	t.Helper()
+	cc := csi.NewControllerClient(s.conn)
+	sn, err := cc.CreateSnapshot(ctxT(t), &csi.CreateSnapshotRequest{Name: name + "-snap", SourceVolumeId: vol})
+	mustOK(t, err)
+	v, err := cc.CreateVolume(ctxT(t), &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: mountRW,
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.Snapshot.SnapshotId}}}})
+	mustOK(t, err)
+	return v.Volume.VolumeId
+}
+
+// TestReplicationOfAVolumeMadeAfterStart: replication enabled on a volume
+// created through CSI from a snapshot (as a failover to a point in time
+// restores one) makes it a replicated volume, primary where it was made:
+// its data, the writes made to it before included, reaches a copy the
+// peer creates under the same id; the peer's copy is read-only; the
+// volume can no longer be deleted through CSI; it moves like any
+// replica (a planned move to the peer); it survives a restart; and a
+// peer that holds a volume of that id already refuses to create it.
+func TestReplicationOfAVolumeMadeAfterStart(t *testing.T) {
+	a, b := startPair(t, pairOpts{Interval: 20 * time.Millisecond})
+	enable(t, a, group("vg-1"))
+	wa := dataClient(t, a, nodeA)
+	ctx := ctxT(t)
+	_, err := wa.Write(ctx, "v1", 0, []byte("clean"))
+	mustOK(t, err)
+	waitSynced(t, a, "vg/vg-1")
+
+	// At b, a volume from the replica's snapshot, written before its
+	// replication is enabled.
+	id := restoreVolume(t, b, "restored", "v1")
+	wb := dataClient(t, b, nodeB)
+	_, err = wb.Write(ctx, id, 1, []byte("written on the restored volume"))
+	mustOK(t, err)
+	enable(t, b, volume(id))
+	enable(t, b, volume(id)) // idempotent
+	st := b.Snapshot()
+	if len(st.Clones) != 0 {
+		t.Fatalf("the volume is still a CSI copy: %+v", st.Clones)
+	}
+	key := "vol/" + id
+	if u := st.Unit(key); u == nil || u.Role != sim.RolePrimary || !u.Made {
+		t.Fatalf("unit %s on b: %+v, want a made primary", key, u)
+	}
+	waitSynced(t, b, key)
+	peer := a.Snapshot().Unit(key)
+	if peer == nil || peer.Role != sim.RoleSecondary || !peer.InSync {
+		t.Fatalf("a's copy of %s: %+v, want an in-sync secondary", key, peer)
+	}
+	for n, want := range map[int64]string{0: "clean", 1: "written on the restored volume"} {
+		got, err := wa.Read(ctx, id, n)
+		mustOK(t, err)
+		if string(got) != want {
+			t.Fatalf("a's copy block %d holds %q, want %q", n, got, want)
+		}
+	}
+	if _, err := wa.Write(ctx, id, 0, []byte("x")); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("a write to the peer's copy: %v, want read-only", err)
+	}
+	_, err = csi.NewControllerClient(b.conn).DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, err, codes.FailedPrecondition)
+	r, err := info(t, b, volume(id))
+	mustOK(t, err)
+	if r.Status != replication.GetVolumeReplicationInfoResponse_HEALTHY || r.LastSyncTime == nil {
+		t.Fatalf("replication info %v", r)
+	}
+	_, err = wb.Write(ctx, id, 2, []byte("after enable"))
+	mustOK(t, err)
+	waitSynced(t, b, key)
+	check(t, a, b)
+
+	// A planned move to a: b demoted, a promoted.
+	_, err = b.rc.DemoteVolume(ctx, &replication.DemoteVolumeRequest{ReplicationSource: volume(id), Secrets: b.cfg.Secrets})
+	mustOK(t, err)
+	eventually(t, 5*time.Second, "a's copy holds b's last write", func() bool {
+		u := a.Snapshot().Unit(key)
+		return u != nil && string(u.Blocks[id][2].Data) == "after enable"
+	})
+	_, err = a.rc.PromoteVolume(ctx, &replication.PromoteVolumeRequest{ReplicationSource: volume(id), Secrets: a.cfg.Secrets})
+	mustOK(t, err)
+	_, err = wa.Write(ctx, id, 3, []byte("on a"))
+	mustOK(t, err)
+	check(t, a, b)
+
+	// A restart of b keeps the volume replicated.
+	mustOK(t, b.Close())
+	b2 := startSite(t, b.cfg)
+	if st := b2.Snapshot(); st.Unit(key) == nil || len(st.Clones) != 0 {
+		t.Fatalf("after a restart: unit %v, copies %v", st.Unit(key), st.Clones)
+	}
+	enable(t, a, volume(id))
+	waitSynced(t, a, key)
+	check(t, a, b2)
+}
+
+// TestMadeVolumeNeverOverwritesThePeers: a peer holding a volume of the
+// made volume's id (here a CSI copy of its own under the same name) does
+// not create the copy over it: the sync is refused and the primary says
+// why, and the peer's volume keeps its data.
+func TestMadeVolumeNeverOverwritesThePeers(t *testing.T) {
+	a, b := startPair(t, pairOpts{Interval: 20 * time.Millisecond})
+	enable(t, a, group("vg-1"))
+	wa := dataClient(t, a, nodeA)
+	ctx := ctxT(t)
+	_, err := wa.Write(ctx, "v1", 0, []byte("a's data"))
+	mustOK(t, err)
+	waitSynced(t, a, "vg/vg-1")
+	theirs := restoreVolume(t, a, "same-name", "v1")
+	_, err = wa.Write(ctx, theirs, 0, []byte("a's own copy"))
+	mustOK(t, err)
+	ours := restoreVolume(t, b, "same-name", "v1")
+	if ours != theirs {
+		t.Fatalf("ids %q and %q: the test needs one id on both sites", ours, theirs)
+	}
+	enable(t, b, volume(ours))
+	simtest.Eventually(t, 5*time.Second, "the refusal", func() bool {
+		return strings.Contains(b.Snapshot().Refused["vol/"+ours], "created through CSI exists on this site")
+	})
+	got, err := wa.Read(ctx, theirs, 0)
+	mustOK(t, err)
+	if string(got) != "a's own copy" || a.Snapshot().Unit("vol/"+ours) != nil {
+		t.Fatalf("a's volume holds %q (unit %v): overwritten", got, a.Snapshot().Unit("vol/"+ours))
+	}
+}
