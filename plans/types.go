@@ -136,6 +136,12 @@ type GroupRef struct {
 	GroupID string   `yaml:"groupID,omitempty" json:"groupID,omitempty"`
 	Volumes []string `yaml:"volumes,omitempty" json:"volumes,omitempty"`
 	Members []string `yaml:"members,omitempty" json:"members,omitempty" doc:"With groupID: the group's volumes on this site, which a test recovery snapshots together."`
+	// Names is set by the worker on its own copy of the plan, never
+	// from a plan file: when other volumes stand in for the group's
+	// (a reprotect after a failover to a point in time), Volumes are
+	// theirs and Names the plan's names of the volumes they stand in
+	// for, in the same order, for the hooks' DROVER_VOLUME_<NAME>.
+	Names []string `yaml:"-" json:"names,omitempty"`
 }
 
 // Workload is an application that uses volume groups.

@@ -72,15 +72,30 @@
 //     workloads with them in DROVER_VOLUME_<VOLUME> and the point in
 //     DROVER_POINT; it keeps the promoted replicas and its hold, and
 //     notes the restored volumes in the record (RecordChange's
-//     Restored, ended by the next primary an action records).
+//     Restored, ended by the next primary an action records). A
+//     reprotect then (replaced.go) makes them the protected ones: it
+//     demotes the returned site's copies of the replicas with force and
+//     leaves them, enables replication on the restored volumes (whose
+//     copies the returned site's storage creates), waits for a sync of
+//     each and records which volume stands in for each of the plan's
+//     (RecordChange's Replaced). Every workflow that acts on volumes
+//     reads that from the record once the plan's signature has checked
+//     (trust: in the record's answer to the plan's version, else with
+//     ViewRecord) and acts on the plan with those volumes (replacedPlan),
+//     its hooks told them as DROVER_VOLUME_<NAME>; protection is given
+//     the plan as signed and reads the record at each run. Failback
+//     refuses a plan that runs on restored volumes no reprotect has
+//     protected.
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:
 //     primary site, what is fenced (CIDRs, through which site's storage,
 //     by which run), the last action and its outcome, protection and its
 //     lag, the newest plan version accepted, what it refused, and the
-//     plan's points in time with the latest pruned, and the volumes a
-//     failover to a point restored, while the plan runs on them.
+//     plan's points in time with the latest pruned, the volumes a
+//     failover to a point restored, while the plan runs on them, and
+//     the volumes that stand in for the plan's once a reprotect made
+//     those the protected ones, with the replicas they replaced.
 //     Actions send it their changes (a failover's fence inside the fence
 //     step, before any promotion), each sealed by the worker with its
 //     record key (proof.go): the record checks each seal in a local
@@ -162,7 +177,8 @@
 // plan action with a small plan and with one that fans out in batches, a
 // GroupBatch child, Protect (and one that keeps points in time), the
 // plan's record, Verify, a site failover
-// and a Failover it runs as its child, a test recovery and its cleanup.
+// and a Failover it runs as its child, a test recovery and its cleanup,
+// and a reprotect of restored volumes and a release (replaced.go).
 // TestReplay replays them against the code and fails on a change that
 // would break a running workflow, and when a registered workflow type
 // has no history. A change of behaviour made on purpose is recorded again

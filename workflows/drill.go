@@ -64,7 +64,7 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 		return nil, err
 	}
 	res := &DrillResult{}
-	p = drillPlan(p)
+	p = drillPlan(r.plan)
 	check := func(ref stepRef, fn func(ctx workflow.Context) (string, error)) bool {
 		s := r.add(ref, false)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1

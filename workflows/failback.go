@@ -57,6 +57,7 @@ func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	in.Plan = r.plan
 	res := &FailbackResult{}
 	err = failback(ctx, r, in, res)
 	r.finish(ctx, err)
@@ -66,6 +67,14 @@ func Failback(ctx workflow.Context, in FailbackInput) (*FailbackResult, error) {
 
 func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResult) error {
 	p, from, to := in.Plan, in.From, in.To
+	if rs := r.view.Restored; rs != nil && rs.Site == from {
+		// The plan's groups name the promoted replicas, which hold what
+		// the failover to a point went back from; the workloads write to
+		// the restored volumes, which have no copy at To yet.
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"plan %q runs on volumes restored from point %s at %s: a failback would move the promoted replicas, which hold what the failover went back from, not the restored volumes the workloads write to; reprotect first (drctl reprotect), which makes the restored volumes the protected ones, then fail back",
+			p.Metadata.Name, rs.Point, from), ErrPreflight, nil)
+	}
 	// Storage is the truth before any demotion: From, which the failback
 	// demotes, must hold the primary copies it hands to To.
 	if err := holdsPrimary(ctx, r, p, from, from, "failback"); err != nil {

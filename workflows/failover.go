@@ -94,6 +94,7 @@ func Failover(ctx workflow.Context, in FailoverInput) (*FailoverResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	in.Plan = r.plan
 	res := &FailoverResult{}
 	err = failover(ctx, r, in, res)
 	r.finish(ctx, err)

@@ -209,10 +209,10 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	calls := &[]call{}
 	add := func(info *activity.Info, in map[string]any) {
 		switch info.ActivityType.Name {
-		case "VerifyPlan", "SendRecordChange", "SealRecordChange", "StartedBy", "RunningActions", "Settle":
-			// The plan check, and the worker's signal to the plan's
-			// record (not registered here: the workflow signals it, as
-			// below), are no calls to storage or a CO.
+		case "VerifyPlan", "SendRecordChange", "SealRecordChange", "StartedBy", "RunningActions", "Settle", "ViewRecord":
+			// The plan check, the worker's read of and signal to the
+			// plan's record (not registered here: the workflow signals
+			// it, as below), are no calls to storage or a CO.
 			return
 		}
 		c := call{name: info.ActivityType.Name}

@@ -53,7 +53,9 @@ type Discarded struct {
 // restored from a point in time at Site (volume → restored id), by the
 // failover By, at At; its replicas there are kept.
 type RestoredEntry struct {
-	Point   string            `json:"point"`
+	Point string `json:"point"`
+	// Holder is the failover's hold on the point (ActionHolder).
+	Holder  string            `json:"holder,omitempty"`
 	Site    string            `json:"site"`
 	Volumes map[string]string `json:"volumes"`
 	By      string            `json:"by,omitempty"`
@@ -164,7 +166,8 @@ func restoreFromPoint(ctx workflow.Context, r *run, in FailoverInput, res *Failo
 		}
 		d := discarded(*res.Point, in.LastSync, r.progress.Start)
 		res.Discarded = &d
-		if err := r.record(ctx, RecordChange{Restored: &RestoredEntry{Point: res.Point.ID, Site: to, Volumes: vols, By: by(ctx), At: workflow.Now(ctx)}}); err != nil {
+		if err := r.record(ctx, RecordChange{Restored: &RestoredEntry{Point: res.Point.ID, Site: to, Volumes: vols, By: by(ctx), At: workflow.Now(ctx),
+			Holder: ActionHolder(workflow.GetInfo(ctx).WorkflowExecution.ID, workflow.GetInfo(ctx).WorkflowExecution.RunID)}}); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%d volume(s) restored from point %s: %s; the workloads start on them. %s; the promoted replicas, which hold those writes, are kept",
@@ -196,7 +199,7 @@ func restoredPlan(p *plans.Plan, site, point string, restored []RestoredVolume) 
 		h.Env["DROVER_POINT"] = point
 		for _, v := range restored {
 			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group) {
-				h.Env["DROVER_VOLUME_"+envName(v.Volume)] = v.ID
+				h.Env["DROVER_VOLUME_"+envVolume(p, site, v.Group, v.Volume)] = v.ID
 			}
 		}
 		sites := maps.Clone(w.Sites)

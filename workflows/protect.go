@@ -263,10 +263,14 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error { return s.validHold(h, pruning) }}); err != nil {
 		return nil, err
 	}
-	note, err := trust(ctx, p, in.Origin)
+	note, view, err := trust(ctx, p, in.Origin)
 	if err != nil {
 		return nil, err
 	}
+	// Polls and points act on the volumes that stand in for the plan's;
+	// the next run gets the plan as signed (in.Plan), and reads the
+	// record again.
+	p = replacedPlan(p, view.Replaced)
 	if p == nil || p.Site(in.Primary) == nil {
 		return nil, fmt.Errorf("protect: the plan has no site %q", in.Primary)
 	}
@@ -353,7 +357,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if err := workflow.Await(ctx, notes.idle); err != nil {
 			return err
 		}
-		next := ProtectInput{Origin: in.Origin, Plan: p, Primary: retarget, Interval: interval, Seen: ps.seen}
+		next := ProtectInput{Origin: in.Origin, Plan: in.Plan, Primary: retarget, Interval: interval, Seen: ps.seen}
 		switch {
 		case lost != nil:
 			next.State = &ProtectState{Primary: retarget, Groups: map[string]GroupHealth{}, Clients: s.Clients,
@@ -410,7 +414,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			if moved() {
 				return nil, again()
 			}
-			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: p, Primary: in.Primary, Interval: interval, State: s,
+			return nil, workflow.NewContinueAsNewError(ctx, Protect, ProtectInput{Origin: in.Origin, Plan: in.Plan, Primary: in.Primary, Interval: interval, State: s,
 				Promote: in.Promote && len(s.Unpromoted) > 0, Seen: ps.seen})
 		}
 		wasOut := s.OutOfRPO
@@ -613,7 +617,12 @@ func protectFrom(ctx workflow.Context, r *run, p *plans.Plan, primary string) er
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id,
 			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON, TypedSearchAttributes: childAttributes(ctx, "protect", primary)})
 		var exec workflow.Execution
-		err := workflow.ExecuteChildWorkflow(cctx, Protect, ProtectInput{Origin: r.origin, Plan: p, Primary: primary}).GetChildWorkflowExecution().Get(ctx, &exec)
+		// Protection checks the plan's signature: the plan as signed.
+		signed := p
+		if r.signed != nil {
+			signed = r.signed
+		}
+		err := workflow.ExecuteChildWorkflow(cctx, Protect, ProtectInput{Origin: r.origin, Plan: signed, Primary: primary}).GetChildWorkflowExecution().Get(ctx, &exec)
 		if err == nil {
 			return fmt.Sprintf("protection started from %s (workflow %s)", primary, id), nil
 		}

@@ -116,6 +116,10 @@ type PlanRecord struct {
 	// point in time (its replicas at that site are kept); an action
 	// that records a primary since ends it.
 	Restored *RestoredEntry `json:"restored,omitempty"`
+	// Replaced says which volumes stand in for those the plan names: a
+	// reprotect made the volumes a failover restored from a point in time
+	// the protected ones (replaced.go). Every action acts on them.
+	Replaced *ReplacedEntry `json:"replaced,omitempty"`
 }
 
 // FencedOf is what the record holds as fenced of site's clients, and
@@ -157,6 +161,9 @@ type RecordChange struct {
 	// Restored is a failover's note that the plan runs on volumes it
 	// restored from a point in time.
 	Restored *RestoredEntry `json:"restored,omitempty"`
+	// Replaced is a reprotect's note that the restored volumes stand in
+	// for the plan's from now on; it ends the Restored note.
+	Replaced *ReplacedEntry `json:"replaced,omitempty"`
 	// More are changes sent together with this one, applied after it in
 	// their order.
 	More []RecordChange `json:"more,omitempty"`
@@ -181,6 +188,9 @@ func (r *PlanRecord) apply(c RecordChange) {
 	}
 	if c.Restored != nil {
 		r.Restored = c.Restored
+	}
+	if c.Replaced != nil {
+		r.Replaced, r.Restored = c.Replaced, nil
 	}
 	if f := c.Fenced; f != nil {
 		i := slices.IndexFunc(r.Fences, func(e FenceEntry) bool { return e.Site == f.Site && e.Via == f.Via })
@@ -422,7 +432,7 @@ func tellProtection(ctx workflow.Context, plan string, c RecordChange, telling *
 // record started only to take a plan version.
 func (c RecordChange) empty() bool {
 	return c.Primary == "" && c.Fenced == nil && c.Unfenced == nil && c.Action == nil && c.Protection == nil && c.Point == nil && c.Pruned == nil &&
-		c.Restored == nil && len(c.More) == 0
+		c.Restored == nil && c.Replaced == nil && len(c.More) == 0
 }
 
 // summary names what a change would have changed, for a refusal.
@@ -451,6 +461,9 @@ func (c RecordChange) summary() string {
 	}
 	if c.Restored != nil {
 		parts = append(parts, "restored from point "+c.Restored.Point)
+	}
+	if c.Replaced != nil {
+		parts = append(parts, "replaced by the volumes restored from point "+c.Replaced.Point)
 	}
 	if len(c.More) > 0 {
 		parts = append(parts, fmt.Sprintf("and %d more", len(c.More)))

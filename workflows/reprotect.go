@@ -45,6 +45,7 @@ func Reprotect(ctx workflow.Context, in ReprotectInput) (*ReprotectResult, error
 	if err != nil {
 		return nil, err
 	}
+	in.Plan = r.plan
 	res := &ReprotectResult{}
 	err = reprotect(ctx, r, in, res)
 	r.finish(ctx, err)
@@ -53,6 +54,11 @@ func Reprotect(ctx workflow.Context, in ReprotectInput) (*ReprotectResult, error
 }
 
 func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult) error {
+	if rs := r.view.Restored; rs != nil && rs.Site == in.To {
+		// A failover to a point in time: the restored volumes become the
+		// protected ones.
+		return reprotectRestored(ctx, r, in, res, rs)
+	}
 	p, from, to := in.Plan, in.From, in.To
 	// Storage is the truth before any demotion: To must hold the primary
 	// copies, whatever the record that aimed this reprotect says.

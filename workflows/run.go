@@ -122,7 +122,13 @@ type run struct {
 	groupAt map[string]int
 	// from and to are the action's sites; recording: it is a plan's
 	// action (begin), which sends what it changes to the plan's record.
-	from, to  string
+	from, to string
+	// signed is the plan as given (its defaults applied), which
+	// protection checks the signature of again; plan is what the run
+	// acts on: signed with the volumes that stand in for its own
+	// (replaced.go). view is what trust read of the plan's record.
+	signed    *plans.Plan
+	view      RecordView
 	recording bool
 	aside     *aside // the sender of changes to the record
 	cancelled bool   // the action was cancelled: it records its end regardless
@@ -131,17 +137,18 @@ type run struct {
 // begin checks that the worker trusts the plan (before anything else),
 // checks the action's sites and starts its bookkeeping.
 func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, o Origin) (*run, error) {
-	note, err := trust(ctx, p, o)
+	note, view, err := trust(ctx, p, o)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkSites(p, from, to); err != nil {
 		return nil, err
 	}
-	r, err := newRun(ctx, action, p)
+	r, err := newRun(ctx, action, replacedPlan(p, view.Replaced))
 	if err != nil {
 		return nil, err
 	}
+	r.signed, r.view = p, view
 	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
 	r.from, r.to, r.recording, r.aside = from, to, true, &aside{}
 	r.noteAction(ctx, StateRunning, "")

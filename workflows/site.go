@@ -76,6 +76,9 @@ type SitePlan struct {
 	Reprotect *ReprotectInput `json:"reprotect,omitempty"`
 	Failback  *FailbackInput  `json:"failback,omitempty"`
 	Drill     *DrillInput     `json:"drill,omitempty"`
+	// view is what the site action's check read of the plan's record,
+	// handed to the plan's own action (Origin.View).
+	view *RecordView
 }
 
 // SiteFailoverInput fails over, from From to To, every plan listed; or,
@@ -245,10 +248,12 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 	}
 	checked := make([]string, len(order))
 	refused := make([]error, len(order))
+	views := make([]RecordView, len(order))
 	check := func(ctx workflow.Context, i int) {
 		sp, s := byName[order[i]], steps[i]
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
-		note, err := trust(ctx, sp.Plan, Origin{Signature: sp.Signature, By: in.By})
+		note, view, err := trust(ctx, sp.Plan, Origin{Signature: sp.Signature, By: in.By})
+		views[i] = view
 		if err == nil {
 			from, to := sp.sites(action, in)
 			err = checkSites(sp.Plan, from, to)
@@ -282,6 +287,9 @@ func SiteFailover(ctx workflow.Context, in SiteFailoverInput) (*SiteFailoverResu
 		}
 		trusted = append(trusted, name)
 		notes = append(notes, [2]string{name, checked[i]})
+		sp := byName[name]
+		sp.view = &views[i]
+		byName[name] = sp
 	}
 	r.progress.Trust = trustSummary(notes)
 
@@ -627,7 +635,7 @@ func (r *run) sitePlan(ctx workflow.Context, in SiteFailoverInput, action string
 	s := r.find(newRef(planKind(action), "", name).id)
 	s.State, s.Start, s.End, s.LastError, s.Output = StateRunning, workflow.Now(ctx), time.Time{}, "", ""
 	s.Attempts++
-	origin := Origin{Signature: sp.Signature, By: in.By}
+	origin := Origin{Signature: sp.Signature, By: in.By, View: sp.view}
 	var wf, child any
 	to := in.To
 	switch action {

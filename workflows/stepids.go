@@ -30,6 +30,10 @@ const (
 	KindRecordState   StepKind = "record-state"
 	KindRecordPrimary StepKind = "record-primary"
 	KindProtect       StepKind = "protect"
+	// After a failover to a point in time: the reprotect's record of the
+	// volumes that stand in for the plan's, and drctl release's steps.
+	KindRecordReplaced StepKind = "record-replaced"
+	KindRelease        StepKind = "release"
 	// The checks of a drill.
 	KindCheckStorage     StepKind = "check-storage"
 	KindCheckSecrets     StepKind = "check-secrets"

@@ -155,10 +155,12 @@ func (e *TestBusyError) Error() string {
 // TestRecovery tests the recovery of a plan (see above).
 func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResult, error) {
 	p := in.Plan
-	note, err := trust(ctx, p, in.Origin)
+	note, view, err := trust(ctx, p, in.Origin)
 	if err != nil {
 		return nil, err
 	}
+	p = replacedPlan(p, view.Replaced)
+	in.Plan = p
 	if p.Site(in.At) == nil {
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %q has no site %q", p.Metadata.Name, in.At), ErrPreflight, nil)
 	}
@@ -443,7 +445,7 @@ func testPlan(p *plans.Plan, site string, copies []TestCopy) *plans.Plan {
 		}
 		for _, c := range copies {
 			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, c.Group) {
-				h.Env["DROVER_COPY_"+envName(c.Volume)] = c.Copy
+				h.Env["DROVER_COPY_"+envVolume(p, site, c.Group, c.Volume)] = c.Copy
 			}
 		}
 		tw := w
@@ -827,10 +829,12 @@ func article(word string) string {
 // deletes is what the run reports it made, read by the worker.
 func TestCleanup(ctx workflow.Context, in TestCleanupInput) (*TestCleanupResult, error) {
 	p := in.Plan
-	note, err := trust(ctx, p, in.Origin)
+	note, view, err := trust(ctx, p, in.Origin)
 	if err != nil {
 		return nil, err
 	}
+	p = replacedPlan(p, view.Replaced)
+	in.Plan = p
 	if p.Site(in.At) == nil {
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("plan %q has no site %q", p.Metadata.Name, in.At), ErrPreflight, nil)
 	}

@@ -30,6 +30,11 @@ type Origin struct {
 	// By is who started the action: drctl's identity (user@host), or its
 	// --by.
 	By string `json:"by,omitempty"`
+	// View is what a site action read of the plan's record when it
+	// checked the plan, for the plan's action it starts as its child
+	// (checkedBySiteAction); any other workflow reads the record itself
+	// and ignores it.
+	View *RecordView `json:"view,omitempty"`
 }
 
 // MemoBy is the memo field where Start and StartProtect record who
@@ -53,19 +58,32 @@ func (o Origin) origin() Origin { return o }
 // ends the workflow with a non-retryable UntrustedPlan error naming the
 // reason. It returns the note the result shows: the signer, or the
 // warning of a worker that does not check.
-func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
+//
+// It also returns what the action needs of the plan's record (the
+// volumes that stand in for the plan's, replaced.go): from the record's
+// answer to the version of a signed plan, else read.
+func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, error) {
 	versioned := sealing(ctx)
 	if versioned && p != nil {
 		ownAttributes(ctx, p.Metadata.Name, actionNames[workflow.GetInfo(ctx).WorkflowType.Name], "", o)
 	}
 	if note, ok := checkedBySiteAction(ctx, p); ok {
-		return note, nil
+		var view RecordView
+		if o.View != nil {
+			view = *o.View
+		}
+		return note, view, nil
 	}
+	var view RecordView
 	note, err := verifyPlan(ctx, p, o)
-	if err == nil && versioned && o.Signature != nil {
+	switch {
+	case err != nil || !versioned || p == nil:
+	case o.Signature != nil:
 		// Signed and trusted: the newest version of the plan, or refused.
 		// (A worker that runs unsigned plans has nothing to compare.)
-		err = acceptVersion(ctx, p, o)
+		view, err = acceptVersion(ctx, p, o)
+	default:
+		view, err = readView(ctx, p)
 	}
 	if err == nil && p != nil {
 		// The plan's defaults, applied here once for the whole run (a
@@ -75,7 +93,7 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
 		//workflowcheck:ignore
 		p.ApplyDefaults()
 	}
-	return note, err
+	return note, view, err
 }
 
 // checkedBySiteAction takes the check a site action made of a plan, for
@@ -160,6 +178,9 @@ type PlanVersion struct {
 	By         string    `json:"by,omitempty"`
 	Accepted   time.Time `json:"accepted,omitzero"`
 	Proof      *Proof    `json:"proof,omitempty"`
+	// View, in the record's answer only, is what the action needs of
+	// the record (replaced.go): one turn through the server for both.
+	View *RecordView `json:"view,omitempty"`
 }
 
 // accept is the record's answer to a plan version: the newest it holds
@@ -171,7 +192,7 @@ func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*P
 		r.refuse(RefusedEntry{What: what, Reason: err.Error(), From: from, At: workflow.Now(ctx)})
 		return nil, temporal.NewNonRetryableApplicationError("the record refused the plan version: "+err.Error(), ErrRecordRefused, nil)
 	}
-	v.Proof = nil
+	v.Proof, v.View = nil, nil
 	v.Accepted = workflow.Now(ctx)
 	cur := r.Version
 	switch {
@@ -189,7 +210,9 @@ func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*P
 			fmt.Sprintf("the plan was signed at %s; %s: sign the current plan, or start the action with it", v.SignedAt.UTC().Format(time.RFC3339), reason),
 			ErrOlderPlan, nil)
 	}
-	return r.Version, nil
+	out := *r.Version
+	out.View = &RecordView{Replaced: r.Replaced, Restored: r.Restored}
+	return &out, nil
 }
 
 // AcceptPlanVersion is the worker's activity that presents a plan
@@ -244,27 +267,32 @@ var acceptOptions = workflow.LocalActivityOptions{
 	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan}},
 }
 
-// acceptVersion presents the run's plan version to the plan's record.
-func acceptVersion(ctx workflow.Context, p *plans.Plan, o Origin) error {
+// acceptVersion presents the run's plan version to the plan's record,
+// and returns what the record's answer tells of it (replaced.go).
+func acceptVersion(ctx workflow.Context, p *plans.Plan, o Origin) (RecordView, error) {
 	// The digest of the canonical JSON: encoding/json writes a struct's
 	// fields in order and a map's keys sorted, the defaults fill missing
 	// keys whatever the order: the same bytes on every replay.
 	//workflowcheck:ignore
 	digest, err := planDigest(p)
 	if err != nil {
-		return err
+		return RecordView{}, err
 	}
 	info := workflow.GetInfo(ctx)
 	v := PlanVersion{Digest: digest, SignedAt: o.Signature.SignedAt, KeyID: o.Signature.KeyID(), Workflow: info.WorkflowType.Name,
 		WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, By: o.By}
 	var rs *RecordSender
+	var out PlanVersion
 	err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, acceptOptions), rs.AcceptPlanVersion,
-		VersionRequest{Plan: p.Metadata.Name, Version: v}).Get(ctx, nil)
+		VersionRequest{Plan: p.Metadata.Name, Version: v}).Get(ctx, &out)
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) && ae.Type() == activities.ErrUntrustedPlan {
-		return temporal.NewNonRetryableApplicationError(ae.Message(), activities.ErrUntrustedPlan, nil)
+		return RecordView{}, temporal.NewNonRetryableApplicationError(ae.Message(), activities.ErrUntrustedPlan, nil)
 	}
-	return err
+	if err != nil || out.View == nil {
+		return RecordView{}, err
+	}
+	return *out.View, nil
 }
 
 // planDigest is the SHA-256 of the plan's canonical JSON, which its
@@ -358,5 +386,5 @@ func ownAttributes(ctx workflow.Context, plan, action, site string, o Origin) {
 // attributes a workflow sets itself.
 var actionNames = map[string]string{
 	"Failover": "failover", "Reprotect": "reprotect", "Failback": "failback", "Drill": "drill", "Protect": "protect",
-	"Verify": "verify", "SiteFailover": "site-failover", "TestRecovery": "test-recovery", "TestCleanup": "test-cleanup",
+	"Verify": "verify", "SiteFailover": "site-failover", "TestRecovery": "test-recovery", "TestCleanup": "test-cleanup", "Release": "release",
 }

@@ -40,9 +40,11 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 	p, rec := in.Plan, in.Record
 	// The plan names endpoints and secrets the worker calls with: it is
 	// checked first, as an action's is.
-	if _, err := trust(ctx, p, in.Origin); err != nil {
+	_, view, err := trust(ctx, p, in.Origin)
+	if err != nil {
 		return nil, err
 	}
+	p = replacedPlan(p, view.Replaced)
 	if p == nil || rec == nil {
 		return nil, fmt.Errorf("verify: give the plan and its record")
 	}

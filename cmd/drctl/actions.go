@@ -201,7 +201,54 @@ test workloads stopped, the copies and snapshots deleted.`,
 	testRecovery.Flags().StringVar(&point, "point", "", "copy from a point in time: the newest cut at --at at or before this time (RFC 3339), point id, or newest")
 	testRecovery.Flags().BoolVarP(&testWait, "wait", "w", false, "wait for the test to end (drctl approve ends it), showing its progress")
 
-	return []*cobra.Command{failover, reprotect, failback, drill, testRecovery, a.protectCommand()}
+	var rl actionFlags
+	release := actionCommand("release PLAN",
+		"After a failover to a point in time and its reprotect: release the point and the replicas the failover kept",
+		&rl, false, true, func(ctx context.Context, plan string) error { return a.release(ctx, plan, rl) })
+	release.Long = `After a failover to a point in time and the reprotect that made the
+restored volumes the protected ones: release the failover's hold on its
+point (protection prunes it again as its policy says) and the replicas
+the failover went back from, which were kept (their replication turned
+off where they are primary). Nothing is deleted: the released replicas
+stay on both sites' storage for you to delete with its own tools.`
+
+	return []*cobra.Command{failover, reprotect, failback, drill, release, testRecovery, a.protectCommand()}
+}
+
+// release starts plan's Release: what its record says a failover to a
+// point in time kept, the worker reads it again.
+func (a *app) release(ctx context.Context, file string, f actionFlags) error {
+	p, err := loadPlan(file)
+	if err != nil {
+		return err
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	in := workflows.ReleaseInput{Plan: p}
+	if in.Origin, err = a.origin(file, p); err != nil {
+		return err
+	}
+	rec, err := a.readRecord(ctx, c, p.Metadata.Name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rec != nil && rec.Restored != nil:
+		return badInput("plan %q runs on volumes restored from point %s at %s that no reprotect has protected yet. Nothing was done. Reprotect first (drctl reprotect %s), then release what the failover kept",
+			p.Metadata.Name, rec.Restored.Point, rec.Restored.Site, p.Metadata.Name)
+	case rec == nil || rec.Replaced == nil || (len(rec.Replaced.Kept) == 0 && rec.Replaced.Holder == ""):
+		return badInput("plan %q keeps nothing to release: its record names no replicas a failover to a point in time kept. Nothing was done", p.Metadata.Name)
+	}
+	rep := rec.Replaced
+	in.To, in.From = rep.Site, otherSite(p, rep.Site)
+	what := fmt.Sprintf("Release what the failover to point %s kept for plan %q: the failover's hold on the point (protection may prune it), and the replicas the restored volumes replaced (%s), their replication turned off at %s. Nothing is deleted.",
+		rep.Point, p.Metadata.Name, workflows.KeptText(rep.Kept), rep.Site)
+	if err := a.confirm(f.yes, what); err != nil {
+		return err
+	}
+	return a.start(ctx, c, p, "release", workflows.Release, in, f.wait)
 }
 
 // sites checks --to against the plan and returns (from, to).
@@ -452,6 +499,10 @@ func (a *app) reprotectInput(ctx context.Context, c client.Client, file string, 
 	}
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
 		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
+	if rec != nil && rec.Restored != nil && rec.Restored.Site == in.To {
+		what = fmt.Sprintf("Reprotect plan %q, which runs on %d volume(s) restored from point %s at %s: stop %s's workloads, demote %s's copies of the replicas with force and keep them as they are (with %s's promoted replicas), enable replication of the restored volumes toward %s and unfence %s; from then on every action acts on the restored volumes.",
+			p.Metadata.Name, len(rec.Restored.Volumes), rec.Restored.Point, in.To, in.From, in.From, in.To, in.From, in.From)
+	}
 	return in, what, nil
 }
 

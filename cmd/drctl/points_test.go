@@ -29,8 +29,12 @@ import (
 // leaves its points in the record; started again, it takes them over
 // and prunes them. Stopped for good, its gauges leave /metrics. A
 // failover to the older point names it first, holds it, and status says
-// the plan runs on the volumes restored from it; a reprotect or failback
-// is then refused.
+// the plan runs on the volumes restored from it; a failback is then
+// refused (as one site action too) until a reprotect has made the
+// restored volumes the protected ones, which status then says; the
+// failback then runs. drctl release is refused before the reprotect,
+// frees the point and the kept replicas after it, and then finds nothing
+// to release.
 func TestPointsOnDevServer(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
@@ -230,19 +234,43 @@ policy:
 	if code != 0 || !strings.Contains(out, "run drover-action-shop/") {
 		t.Fatalf("drctl points after a failover to a point: exit %d\n%s%s", code, out, errs)
 	}
-	// A reprotect or failback would act on the replicas, not on the
-	// restored volumes: refused, nothing done.
-	for _, args := range [][]string{{"reprotect", shop, "--yes"}, {"failback", shop, "--to", "east", "--yes"}} {
-		if code, _, errs := c.run(args...); code != 2 || !strings.Contains(errs, "runs on volumes restored from point "+pick.ID) || !strings.Contains(errs, "Nothing was done") {
-			t.Fatalf("drctl %s after a failover to a point: exit %d, %s", args[0], code, errs)
-		}
+	// A failback would act on the replicas, not on the restored volumes:
+	// refused, nothing done; as one site action too, the plan left out
+	// with why.
+	if code, _, errs := c.run("failback", shop, "--to", "east", "--yes"); code != 2 || !strings.Contains(errs, "runs on volumes restored from point "+pick.ID) || !strings.Contains(errs, "Nothing was done") {
+		t.Fatalf("drctl failback after a failover to a point: exit %d, %s", code, errs)
 	}
-	// As one site action too: the plan is left out, with why.
-	for _, args := range [][]string{{"reprotect", "--site", "east", filepath.Dir(shop), "--yes"}, {"failback", "--site", "west", "--to", "east", filepath.Dir(shop), "--yes"}} {
-		code, out, errs := c.run(args...)
-		if code == 0 || !strings.Contains(out+errs, "runs on volumes restored from point "+pick.ID) {
-			t.Fatalf("drctl %s after a failover to a point: exit %d\n%s%s", strings.Join(args[:3], " "), code, out, errs)
-		}
+	code, out, errs = c.run("failback", "--site", "west", "--to", "east", filepath.Dir(shop), "--yes")
+	if code == 0 || !strings.Contains(out+errs, "runs on volumes restored from point "+pick.ID) {
+		t.Fatalf("drctl failback --site after a failover to a point: exit %d\n%s%s", code, out, errs)
+	}
+	// Nothing to release before the reprotect.
+	if code, _, errs := c.run("release", shop, "--yes"); code != 2 || !strings.Contains(errs, "Reprotect first") {
+		t.Fatalf("drctl release before the reprotect: exit %d, %s", code, errs)
+	}
+	// A reprotect makes the restored volumes the protected ones; the
+	// failback then moves them.
+	if code, out, errs := c.run("reprotect", shop, "--yes", "--wait"); code != 0 || !strings.Contains(out, "record the restored volumes as the protected ones") {
+		t.Fatalf("drctl reprotect after a failover to a point: exit %d\n%s%s", code, out, errs)
+	}
+	simtest.Eventually(t, time.Minute, "status to say the restored volumes are protected", func() bool {
+		code, out, _ := c.run("status", "shop")
+		return code == 0 && strings.Contains(out, "the plan runs on the volumes restored from point "+pick.ID) && strings.Contains(out, "the replicas they replaced are kept") &&
+			!strings.Contains(out, "running on volumes restored")
+	})
+	if code, out, errs := c.run("failback", shop, "--to", "east", "--yes", "--wait"); code != 0 {
+		t.Fatalf("drctl failback after the reprotect: exit %d\n%s%s", code, out, errs)
+	}
+	// drctl release frees the point and the kept replicas, once.
+	if code, out, errs := c.run("release", shop, "--yes", "--wait"); code != 0 || !strings.Contains(out, "nothing kept any more") {
+		t.Fatalf("drctl release: exit %d\n%s%s", code, out, errs)
+	}
+	simtest.Eventually(t, time.Minute, "status to say the replicas were released", func() bool {
+		code, out, _ := c.run("status", "shop")
+		return code == 0 && strings.Contains(out, "the replicas they replaced were released")
+	})
+	if code, _, errs := c.run("release", shop, "--yes"); code != 2 || !strings.Contains(errs, "keeps nothing to release") {
+		t.Fatalf("a second drctl release: exit %d, %s", code, errs)
 	}
 }
 

@@ -895,6 +895,9 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 	if x := r.Restored; x != nil {
 		fmt.Fprintf(w, "  running on volumes restored from point %s at %s (by %s at %s); the replicas are kept\n", x.Point, x.Site, x.By, x.At.Local().Format(time.DateTime))
 	}
+	if x := r.Replaced; x != nil {
+		fmt.Fprintf(w, "  %s\n", x.Text())
+	}
 	renderRecordPoints(w, r, now)
 	if pr := r.Protection; pr != nil {
 		state := "stopped"

@@ -110,8 +110,8 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 // operator back (the worker checks the storage again before it demotes
 // anything).
 func (a *app) checkDirection(ctx context.Context, c client.Client, file string, p *plans.Plan, action, from, to string, override bool) error {
-	if action == "reprotect" || action == "failback" {
-		if err := a.checkRestored(ctx, c, p, action, override); err != nil {
+	if action == "failback" {
+		if err := a.checkRestored(ctx, c, p); err != nil {
 			return err
 		}
 	}
@@ -169,11 +169,12 @@ func (a *app) storageDenies(ctx context.Context, c client.Client, file string, p
 	return ""
 }
 
-// checkRestored refuses a reprotect or failback of a plan whose record
-// says it runs on volumes a failover to a point in time restored: both
-// act on the promoted replicas, not on the volumes the workloads write
-// to, whose writes would not follow. --override-state goes on.
-func (a *app) checkRestored(ctx context.Context, c client.Client, p *plans.Plan, action string, override bool) error {
+// checkRestored refuses a failback of a plan whose record says it runs
+// on volumes a failover to a point in time restored and no reprotect
+// has protected yet: the failback would move the promoted replicas, not
+// the restored volumes the workloads write to. The worker refuses it
+// too; a reprotect first makes the restored volumes the protected ones.
+func (a *app) checkRestored(ctx context.Context, c client.Client, p *plans.Plan) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	rec, err := workflows.ReadRecord(rctx, c, p.Metadata.Name)
 	cancel()
@@ -181,17 +182,6 @@ func (a *app) checkRestored(ctx context.Context, c client.Client, p *plans.Plan,
 		return nil
 	}
 	x := rec.Restored
-	what := "a reprotect would resync the other site from"
-	if action == "failback" {
-		what = "a failback would move"
-	}
-	wrong := fmt.Sprintf("the plan runs on volumes restored from point %s at %s (a failover to a point in time); %s the promoted replicas at %s, not the restored volumes its workloads write to, whose writes would not follow (reprotecting restored volumes is not there yet)",
-		x.Point, x.Site, what, x.Site)
-	if override {
-		if !a.json() {
-			fmt.Fprintf(a.stderr, "note: plan %q: %s; going on because of --override-state\n", p.Metadata.Name, wrong)
-		}
-		return nil
-	}
-	return badInput("plan %q: %s. Nothing was done. If you mean it, pass --override-state", p.Metadata.Name, wrong)
+	return badInput("plan %q runs on volumes restored from point %s at %s (a failover to a point in time): a failback would move the promoted replicas at %s, which hold what the failover went back from, not the restored volumes its workloads write to. Nothing was done. Reprotect first (drctl reprotect %s), which makes the restored volumes the protected ones, then fail back",
+		p.Metadata.Name, x.Point, x.Site, x.Site, p.Metadata.Name)
 }
