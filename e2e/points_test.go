@@ -30,7 +30,13 @@ const ledger = 100
 // and the failover to the clean point brings the application up on
 // volumes made from it at west: the restored ledger is clean, the
 // promoted replica keeps the damage, the record says so, and a
-// reprotect is refused while the plan runs on restored volumes.
+// failback is refused while no reprotect has protected the restored
+// volumes. The application writes on at west; east comes back; the
+// reprotect makes the restored volumes the protected ones (east's copies
+// of the replicas demoted and kept), and the failback moves them to
+// east: east holds every block the point held, the ledger written at
+// west and the write made after the reprotect; the kept replicas are
+// as they were.
 func TestPointInTimeStory(t *testing.T) {
 	var marker, copyFile string
 	h := startWith(t, 2, 2, func(text string) string {
@@ -230,8 +236,83 @@ func TestPointInTimeStory(t *testing.T) {
 	if !h.runningOn("west") {
 		t.Fatal("the application does not run on west")
 	}
-	if out, code := h.drctl("reprotect", h.plan, "--from", "east", "--yes"); code != 2 || !strings.Contains(out, "restored") {
-		t.Fatalf("a reprotect of a plan on restored volumes: exit %d\n%s", code, out)
+	if out, code := h.drctl("failback", h.plan, "--to", "east", "--yes"); code != 2 || !strings.Contains(out, "Reprotect first") {
+		t.Fatalf("a failback of a plan on restored volumes: exit %d\n%s", code, out)
+	}
+	h.check()
+
+	// The application writes on at west, on the restored volume.
+	westSite := h.st.Layout.Sites[1]
+	wapp, err := sim.NewClient(westSite.Data, westSite.Client, "west-ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wapp.Close()
+	if _, err := wapp.Write(ctx, restored, ledger, []byte("ledger: restored, then written at west")); err != nil {
+		t.Fatal(err)
+	}
+
+	// East is back: the reprotect makes the restored volumes the
+	// protected ones, east's copies of the replicas demoted and kept;
+	// the failback moves the restored volumes to east with no loss.
+	h.siteUp("east")
+	out = h.must("reprotect", h.plan, "--yes", "--wait")
+	if !strings.Contains(out, "record the restored volumes as the protected ones") {
+		t.Fatalf("the reprotect of the restored volumes:\n%s", out)
+	}
+	if out := h.must("status", "e2e"); !strings.Contains(out, "the plan runs on the volumes restored from point "+clean.ID) {
+		t.Fatalf("status after the reprotect:\n%s", out)
+	}
+	if _, err := wapp.Write(ctx, restored, ledger+1, []byte("written after the reprotect")); err != nil {
+		t.Fatal(err)
+	}
+	h.must("failback", h.plan, "--to", "east", "--yes", "--wait")
+	if !h.runningOn("east") {
+		t.Fatal("the application does not run on east after the failback")
+	}
+	var westRestored map[string]map[int64]sim.Block
+	for _, s := range h.states() {
+		if s.Site == "west" {
+			u := s.Unit("vol/" + restored)
+			if u == nil || u.Role != sim.RoleSecondary {
+				t.Fatalf("west's restored volume after the failback: %+v", u)
+			}
+			westRestored = u.Blocks
+			if got := string(s.Unit("vg/vg-0001").Blocks["vg-0001-vol-1"][ledger].Data); got != "ledger: ENCRYPTED" {
+				t.Fatalf("west's kept replica holds %q", got)
+			}
+		}
+	}
+	for _, s := range h.states() {
+		if s.Site != "east" {
+			continue
+		}
+		u := s.Unit("vol/" + restored)
+		if u == nil || u.Role != sim.RolePrimary {
+			t.Fatalf("east's copy of the restored volume after the failback: %+v", u)
+		}
+		if got, want := string(u.Blocks[restored][ledger].Data), "ledger: restored, then written at west"; got != want {
+			t.Fatalf("east's ledger after the failback: %q, want %q", got, want)
+		}
+		if got := string(u.Blocks[restored][ledger+1].Data); got != "written after the reprotect" {
+			t.Fatalf("east lost the write made after the reprotect: %q", got)
+		}
+		// Every block the application wrote before T, as the point held
+		// it, is on east now.
+		for i, b := range blocks {
+			if i == ledger {
+				continue
+			}
+			if got := u.Blocks[restored][i].Data; string(got) != string(b.Data) {
+				t.Fatalf("block %d on east after the failback: %q, the point held %q", i, got, b.Data)
+			}
+		}
+		if len(u.Blocks[restored]) != len(westRestored[restored]) {
+			t.Fatalf("east holds %d blocks of the restored volume, west %d", len(u.Blocks[restored]), len(westRestored[restored]))
+		}
+		if g := s.Unit("vg/vg-0001"); g.Role != sim.RoleSecondary || !g.Demoted {
+			t.Fatalf("east's kept replica after the failback: role %s, demoted %v", g.Role, g.Demoted)
+		}
 	}
 	h.check()
 }
