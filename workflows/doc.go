@@ -72,7 +72,15 @@
 //     workloads with them in DROVER_VOLUME_<VOLUME> and the point in
 //     DROVER_POINT; it keeps the promoted replicas and its hold, and
 //     notes the restored volumes in the record (RecordChange's
-//     Restored, ended by the next primary an action records).
+//     Restored, ended by the next primary an action records). At a
+//     Nomad site it first, before the hold, finds the Nomad CSI volumes
+//     of the plan's volumes and reads each job as it would start it
+//     (CheckRestored): a job mounting a CSI volume the point does not
+//     restore ends it there. A volume Nomad knows is restored through
+//     Nomad's CSI API (NomadCopy, as Nomad volume VOLUME-pit-RUN8), and
+//     the jobs start with their CSI volume sources on the restored
+//     Nomad volumes (plans.NomadRestore); the record's note names them
+//     (RestoredEntry.Nomad).
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:
