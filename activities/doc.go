@@ -33,8 +33,9 @@
 // classification table come from the CSI spec's error tables; a delete
 // refused as "in use" (FAILED_PRECONDITION) is retried under the type
 // InUse, so that FailedPrecondition stays final for every RPC. At a
-// Nomad site, the volumes Nomad knows go through Nomad's CSI API instead
-// (Workloads: FindNomadVolumes, NomadSnapshot, NomadCopy,
+// Nomad site, the volumes Nomad knows go through Nomad's CSI API instead,
+// for a test recovery's copies and a failover to a point's restored
+// volumes (Workloads: FindNomadVolumes, NomadSnapshot, NomadCopy,
 // NomadDeleteCopy, NomadDeleteSnapshot), classified as Nomad's answers.
 //
 // Two activities batch one site's calls for a large plan.
@@ -88,8 +89,9 @@
 //
 // # Orchestrator activities
 //
-// Workloads holds StopWorkload, WaitStopped, StartWorkload, WaitHealthy
-// and DescribeWorkload, which reach a site's CO through the orchestrators
+// Workloads holds StopWorkload, WaitStopped, StartWorkload, WaitHealthy,
+// DescribeWorkload and CheckRestored (a failover to a point in time
+// reading a Nomad job as it will start it, changing nothing), which reach a site's CO through the orchestrators
 // package (Nomad or exec hooks). A temporary CO error (unreachable, busy,
 // a scale blocked by a deployment, a hook's try-again exit code) is
 // ErrWorkloadRetry and retried with the plan's back-off; anything else is

@@ -211,6 +211,23 @@ func (x *Workloads) StartWorkload(ctx context.Context, in WorkloadInput) (Worklo
 	return WorkloadOutput{Output: RedactResolved(out)}, workloadError(err)
 }
 
+// CheckRestored reads the Nomad job a failover to a point in time will
+// start on the restored volumes (the workload's Nomad.Restore, the
+// action a failover) and says which volumes it would mount, changing
+// nothing; a job that would mount a volume the point did not restore is
+// refused, as its start would be.
+func (x *Workloads) CheckRestored(ctx context.Context, in WorkloadInput) (WorkloadOutput, error) {
+	if in.Orchestrator.Nomad == nil {
+		return WorkloadOutput{}, workloadSetupError("check", in, ErrWorkloadError, errors.New("the site's orchestrator is not Nomad"))
+	}
+	a, err := x.adapter("check", in)
+	if err != nil {
+		return WorkloadOutput{}, err
+	}
+	out, err := a.(*orchestrators.Nomad).CheckRestored(ctx, in.Workload)
+	return WorkloadOutput{Output: RedactResolved(out)}, workloadError(err)
+}
+
 // DescribeWorkload reports a workload for a drill, changing nothing.
 func (x *Workloads) DescribeWorkload(ctx context.Context, in WorkloadInput) (orchestrators.Description, error) {
 	a, err := x.adapter("describe", in)
@@ -329,9 +346,9 @@ func HealthOptions(p *plans.Plan, site string, w orchestrators.Workload, timeout
 	return o
 }
 
-// NomadCSIInput is a test recovery's call on the Nomad CSI volumes of a
-// site (Workload names the plan and the site; its Action is
-// test-recovery): find the volumes of storage ids Volumes, snapshot
+// NomadCSIInput is a test recovery's, or a failover to a point in
+// time's, call on the Nomad CSI volumes of a site (Workload names the
+// plan, the site and the action): find the volumes of storage ids Volumes, snapshot
 // Volume under Name, copy it as volume ID of Namespace from Snapshot,
 // delete copy ID of Namespace, or delete snapshot ID of Volume's plugin.
 type NomadCSIInput struct {
@@ -345,7 +362,7 @@ type NomadCSIInput struct {
 }
 
 // NomadCSIInputFor is the input of a test recovery's Nomad CSI calls on
-// site.
+// site (a failover to a point in time sets its own action).
 func NomadCSIInputFor(p *plans.Plan, site string) NomadCSIInput {
 	var o plans.Orchestrator
 	if s := p.Site(site); s != nil {

@@ -11,4 +11,11 @@
 // a job that would mount a volume not copied, purges the copy once it
 // has stopped, and makes, copies and deletes CSI snapshots and volumes
 // through Nomad's CSI API.
+//
+// For a failover to a point in time (nomadrestore.go), a job marked with
+// plans.NomadJob.Restore, on a failover's call only, is registered with
+// every CSI volume source replaced by the volume restored from the point,
+// the point in its meta; a job that mounts a CSI volume the point did not
+// restore is refused, so that it never runs on a replica the point
+// replaced. CheckRestored reads a job the same way, registering nothing.
 package orchestrators

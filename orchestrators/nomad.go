@@ -235,6 +235,9 @@ func (n *Nomad) StartWorkload(ctx context.Context, w Workload) (string, error) {
 	if isTestCopy(w) {
 		return n.startTestCopy(ctx, w, nj)
 	}
+	if isRestored(w) {
+		return n.startRestored(ctx, w)
+	}
 	j, err := n.info(ctx, w, "start", nj.Job)
 	if err != nil {
 		return "", err

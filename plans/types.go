@@ -168,6 +168,20 @@ type NomadJob struct {
 	// Test is set by a test recovery on its own copy of the plan, never
 	// from a plan file: the job is then a copy of Test.Source.
 	Test *NomadTest `yaml:"-" json:"test,omitempty"`
+	// Restore is set by a failover to a point in time on its own copy of
+	// the plan, never from a plan file: the job then starts on the
+	// volumes restored from the point.
+	Restore *NomadRestore `yaml:"-" json:"restore,omitempty"`
+}
+
+// NomadRestore starts a job on the volumes a failover to a point in time
+// restored: each CSI volume source replaced by its restored Nomad volume
+// from Volumes (the replica's Nomad volume id → the restored one's), and
+// Meta (DROVER_POINT, DROVER_VOLUME_<VOLUME>) added to the job's meta.
+type NomadRestore struct {
+	Point   string            `json:"point"`
+	Volumes map[string]string `json:"volumes,omitempty"`
+	Meta    map[string]string `json:"meta,omitempty"`
 }
 
 // NomadTest makes a job a test recovery's copy of another: Source (read

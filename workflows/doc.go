@@ -72,8 +72,16 @@
 //     workloads with them in DROVER_VOLUME_<VOLUME> and the point in
 //     DROVER_POINT; it keeps the promoted replicas and its hold, and
 //     notes the restored volumes in the record (RecordChange's
-//     Restored, ended by the next primary an action records). A
-//     reprotect then (replaced.go) makes them the protected ones: it
+//     Restored, ended by the next primary an action records). At a
+//     Nomad site it first, before the hold, finds the Nomad CSI volumes
+//     of the plan's volumes and reads each job as it would start it
+//     (CheckRestored): a job mounting a CSI volume the point does not
+//     restore ends it there. A volume Nomad knows is restored through
+//     Nomad's CSI API (NomadCopy, as Nomad volume VOLUME-pit-RUN8), and
+//     the jobs start with their CSI volume sources on the restored
+//     Nomad volumes (plans.NomadRestore); the record's note names them
+//     (RestoredEntry.Nomad). A reprotect then (replaced.go) makes them
+//     the protected ones: it
 //     demotes the returned site's copies of the replicas with force and
 //     leaves them, enables replication on the restored volumes (whose
 //     copies the returned site's storage creates), waits for a sync of

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
 )
 
@@ -23,6 +23,16 @@ import (
 // held once the failover is done: the restored volumes come from its
 // snapshots. The promoted replicas, which hold the writes the point does
 // not, are kept; nothing here deletes anything.
+//
+// At a site whose workloads Nomad runs, a volume Nomad knows (a Nomad
+// CSI volume whose external id is the plan's volume) is restored through
+// Nomad's CSI API, as a Nomad volume beside the replica's, so that Nomad
+// can schedule claims on it; the jobs then start with every CSI volume
+// source that named a replica naming its restored volume instead
+// (plans.NomadRestore). Before the point is held, each job is read
+// (orchestrators' CheckRestored): one that mounts a CSI volume the point
+// would not restore ends the failover there, with nothing held, stopped,
+// fenced or promoted, and its start refuses the same.
 
 // KindRestore is the step of a failover to a point in time that creates
 // the volumes from the point's snapshots.
@@ -37,6 +47,13 @@ type RestoredVolume struct {
 	Snapshot string `json:"snapshot"`
 	Name     string `json:"name"`
 	ID       string `json:"id,omitempty"`
+	// Nomad is the replica's Nomad CSI volume, when To's Nomad has one:
+	// the volume is then restored through Nomad as Nomad volume NomadID
+	// of NomadNamespace (the replica's), named before the call too, and
+	// the jobs that mounted the replica's mount it instead.
+	Nomad          *orchestrators.CSIVolume `json:"nomad,omitempty"`
+	NomadID        string                   `json:"nomadID,omitempty"`
+	NomadNamespace string                   `json:"nomadNamespace,omitempty"`
 }
 
 // Discarded is what a failover to a point in time leaves out: the writes
@@ -58,8 +75,21 @@ type RestoredEntry struct {
 	Holder  string            `json:"holder,omitempty"`
 	Site    string            `json:"site"`
 	Volumes map[string]string `json:"volumes"`
-	By      string            `json:"by,omitempty"`
-	At      time.Time         `json:"at"`
+	// Nomad are the restored volumes Site's Nomad knows, by volume:
+	// what a reprotect or failback needs to find them there, and the
+	// replica's Nomad volume each stands for in the jobs.
+	Nomad map[string]RestoredNomad `json:"nomad,omitempty"`
+	By    string                   `json:"by,omitempty"`
+	At    time.Time                `json:"at"`
+}
+
+// RestoredNomad is a restored volume's Nomad CSI volume (ID of
+// Namespace) and the replica's (Replica) whose place it took in the
+// jobs.
+type RestoredNomad struct {
+	ID        string `json:"id"`
+	Namespace string `json:"namespace"`
+	Replica   string `json:"replica"`
 }
 
 // restoredName is the name a failover's run asks for the volume made from
@@ -71,19 +101,61 @@ func restoredName(plan, runID, v string) string {
 	return "drover-pit-" + plan + "-" + runID + "-" + v
 }
 
-// pointCheck refuses a failover to a point in time that this build cannot
-// do: the workloads at a Nomad site would need the restored volumes
-// registered with Nomad.
-func pointCheck(p *plans.Plan, to string) error {
-	nomad := p.Site(to).Orchestrator.Nomad != nil
-	for _, w := range workloadsOn(p, to) {
-		nomad = nomad || w.Sites[to].Nomad != nil
+// restoredNomadID is the Nomad volume id a failover's run asks for the
+// volume restored in place of Nomad volume v.
+func restoredNomadID(v, runID string) string {
+	if len(runID) > 8 {
+		runID = runID[:8]
 	}
-	if nomad {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"a failover to a point in time to %s, whose workloads Nomad runs, is not there yet: fail over without --point, or restore by hand from the point's snapshots", to), ErrPreflight, nil)
+	return v + "-pit-" + runID
+}
+
+// nomadRestoreCheck, at a site whose workloads Nomad runs, finds the
+// Nomad CSI volumes of the plan's volumes there and reads each Nomad job
+// as the failover would start it on the volumes restored in their place
+// (names only: nothing is made yet); a job that would mount a volume the
+// point does not restore refuses. It returns the volumes found, by
+// storage id, and what it read; it changes nothing.
+func nomadRestoreCheck(ctx workflow.Context, p *plans.Plan, to, runID string, at time.Time) (map[string]orchestrators.CSIVolume, string, error) {
+	if p.Site(to).Orchestrator.Nomad == nil {
+		return nil, "", nil
 	}
-	return nil
+	in := activities.NomadCSIInputFor(p, to)
+	in.Workload.Action = orchestrators.ActionFailover
+	var planned []RestoredVolume
+	for _, g := range p.VolumeGroups {
+		ref := g.Sites[to]
+		for _, v := range append(slices.Clone(ref.Volumes), ref.Members...) {
+			in.Volumes = append(in.Volumes, v)
+			planned = append(planned, RestoredVolume{Group: g.Name, Volume: v})
+		}
+	}
+	vols, err := call[map[string]orchestrators.CSIVolume](ctx, activities.WorkloadOptions(p, to, in.Workload), wl.FindNomadVolumes, in)
+	if err != nil {
+		return nil, "", err
+	}
+	for i := range planned {
+		if nv, ok := vols[planned[i].Volume]; ok {
+			planned[i].Nomad, planned[i].NomadID = &nv, restoredNomadID(nv.ID, runID)
+		}
+	}
+	rp := restoredPlan(p, to, "at or before "+at.UTC().Format(time.RFC3339), planned)
+	read := []string{fmt.Sprintf("%d of %d volume(s) are Nomad CSI volumes, restored through Nomad", len(vols), len(in.Volumes))}
+	for _, w := range workloadsOn(rp, to) {
+		if w.Sites[to].Nomad == nil {
+			continue
+		}
+		win, err := activities.WorkloadInputFor(rp, to, w.Name, orchestrators.ActionFailover)
+		if err != nil {
+			return nil, "", err
+		}
+		out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(rp, to, win.Workload), wl.CheckRestored, win)
+		if err != nil {
+			return nil, "", err
+		}
+		read = append(read, out.Output)
+	}
+	return vols, strings.Join(read, "; "), nil
 }
 
 // holdFailoverPoint picks and holds the point a failover to a point in
@@ -95,10 +167,13 @@ func holdFailoverPoint(ctx workflow.Context, r *run, in FailoverInput, res *Fail
 	s := r.find(pointStep(to).id)
 	s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
 	out, err := func() (string, error) {
-		if err := pointCheck(p, to); err != nil {
+		info := workflow.GetInfo(ctx).WorkflowExecution
+		// The jobs first: one that would mount a volume the point does
+		// not restore ends the failover with nothing held.
+		nomadVols, read, err := nomadRestoreCheck(ctx, p, to, info.RunID, in.PointAt)
+		if err != nil {
 			return "", err
 		}
-		info := workflow.GetInfo(ctx).WorkflowExecution
 		res.PointAt = in.PointAt
 		pt, err := usePoint(ctx, PointUse{Plan: p.Metadata.Name, Site: to, At: in.PointAt, By: ActionHolder(info.ID, info.RunID)})
 		if err != nil {
@@ -106,12 +181,20 @@ func holdFailoverPoint(ctx workflow.Context, r *run, in FailoverInput, res *Fail
 		}
 		res.Point = &pt
 		if err := eachPointSnapshot(p, pt, func(group string, sn PointSnapshot) {
-			res.Restored = append(res.Restored, RestoredVolume{Group: group, Volume: sn.Volume, Snapshot: sn.ID,
-				Name: restoredName(p.Metadata.Name, info.RunID, sn.Volume)})
+			v := RestoredVolume{Group: group, Volume: sn.Volume, Snapshot: sn.ID,
+				Name: restoredName(p.Metadata.Name, info.RunID, sn.Volume)}
+			if nv, ok := nomadVols[sn.Volume]; ok {
+				v.Nomad, v.NomadID, v.NomadNamespace = &nv, restoredNomadID(nv.ID, info.RunID), nv.Namespace
+			}
+			res.Restored = append(res.Restored, v)
 		}); err != nil {
 			return "", err
 		}
-		return pointText(pt) + "; held by this failover, and kept held once it is done", nil
+		out := pointText(pt) + "; held by this failover, and kept held once it is done"
+		if read != "" {
+			out += "; " + read
+		}
+		return out, nil
 	}()
 	s.Output, s.End = out, workflow.Now(ctx)
 	if err != nil {
@@ -139,9 +222,10 @@ func discarded(pt PointInTime, lastSync, start time.Time) Discarded {
 }
 
 // restoreFromPoint creates, at To, one volume from each of the point's
-// snapshots (through the CSI controller, each under the name recorded in
-// res before the call), and records in the plan's record that the plan
-// runs on them.
+// snapshots (through Nomad's CSI API for a volume Nomad knows, else
+// through the CSI controller, each under the names recorded in res
+// before the call), and records in the plan's record that the plan runs
+// on them.
 func restoreFromPoint(ctx workflow.Context, r *run, in FailoverInput, res *FailoverResult) error {
 	p, to := in.Plan, in.To
 	return r.step(ctx, restoreStep(to), true, func(ctx workflow.Context) (string, error) {
@@ -151,28 +235,52 @@ func restoreFromPoint(ctx workflow.Context, r *run, in FailoverInput, res *Failo
 		}
 		made := make([]string, 0, len(res.Restored))
 		vols := map[string]string{}
+		var nomadVols map[string]RestoredNomad
 		for i := range res.Restored {
 			v := &res.Restored[i]
 			if v.ID == "" {
-				out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, to, activities.RPCCreateVolume), st.CreateVolume,
-					activities.CopyInput{Endpoint: e, Name: v.Name, Snapshot: v.Snapshot})
+				id, err := restoreVolume(ctx, p, to, e, v)
 				if err != nil {
 					return "", err
 				}
-				v.ID = out.ID
+				v.ID = id
 			}
-			made = append(made, v.Volume+" as "+v.ID)
 			vols[v.Volume] = v.ID
+			if v.NomadID == "" {
+				made = append(made, v.Volume+" as "+v.ID)
+				continue
+			}
+			made = append(made, fmt.Sprintf("%s as %s (Nomad volume %s, in place of %s)", v.Volume, v.ID, v.NomadID, v.Nomad.ID))
+			if nomadVols == nil {
+				nomadVols = map[string]RestoredNomad{}
+			}
+			nomadVols[v.Volume] = RestoredNomad{ID: v.NomadID, Namespace: v.NomadNamespace, Replica: v.Nomad.ID}
 		}
 		d := discarded(*res.Point, in.LastSync, r.progress.Start)
 		res.Discarded = &d
-		if err := r.record(ctx, RecordChange{Restored: &RestoredEntry{Point: res.Point.ID, Site: to, Volumes: vols, By: by(ctx), At: workflow.Now(ctx),
+		if err := r.record(ctx, RecordChange{Restored: &RestoredEntry{Point: res.Point.ID, Site: to, Volumes: vols, Nomad: nomadVols, By: by(ctx), At: workflow.Now(ctx),
 			Holder: ActionHolder(workflow.GetInfo(ctx).WorkflowExecution.ID, workflow.GetInfo(ctx).WorkflowExecution.RunID)}}); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%d volume(s) restored from point %s: %s; the workloads start on them. %s; the promoted replicas, which hold those writes, are kept",
 			len(made), res.Point.ID, strings.Join(made, ", "), d.Text()), nil
 	})
+}
+
+// restoreVolume asks for v's volume from its snapshot (the same volume
+// again, if it was made): as Nomad volume v.NomadID through Nomad when
+// the replica is Nomad's, else from site's storage at e. It returns the
+// volume's storage id.
+func restoreVolume(ctx workflow.Context, p *plans.Plan, site string, e activities.Endpoint, v *RestoredVolume) (string, error) {
+	if v.NomadID != "" {
+		in := activities.NomadCSIInputFor(p, site)
+		in.Workload.Action = orchestrators.ActionFailover
+		in.Volume, in.ID, in.Name, in.Namespace, in.Snapshot = *v.Nomad, v.NomadID, v.Name, v.NomadNamespace, v.Snapshot
+		return call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadCopy, in)
+	}
+	out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
+		activities.CopyInput{Endpoint: e, Name: v.Name, Snapshot: v.Snapshot})
+	return out.ID, err
 }
 
 // Text says what was discarded.
@@ -182,12 +290,19 @@ func (d Discarded) Text() string {
 
 // restoredPlan is p with the exec hooks of its workloads at site given
 // the restored volumes of their groups as DROVER_VOLUME_<VOLUME>, and
-// the point as DROVER_POINT.
+// the point as DROVER_POINT; and its Nomad jobs there started on the
+// restored volumes (nomadRestored).
 func restoredPlan(p *plans.Plan, site, point string, restored []RestoredVolume) *plans.Plan {
 	rp := *p
 	rp.Workloads = slices.Clone(p.Workloads)
 	for i, w := range rp.Workloads {
 		ref, ok := w.Sites[site]
+		if ok && ref.Nomad != nil {
+			sites := maps.Clone(w.Sites)
+			sites[site] = plans.WorkloadRef{Nomad: nomadRestored(w, ref.Nomad, point, restored)}
+			rp.Workloads[i].Sites = sites
+			continue
+		}
 		if !ok || ref.Exec == nil {
 			continue
 		}
@@ -216,4 +331,25 @@ func pointStep(site string) stepRef {
 
 func restoreStep(site string) stepRef {
 	return newRef(KindRestore, "restore the volumes from the point at "+site, site)
+}
+
+// nomadRestored is Nomad job nj of workload w started on the restored
+// volumes: every Nomad volume restored through Nomad replaced by its
+// restored one (whichever group it is in: a job mounting a replica the
+// point restored never starts on the replica), and the point and the
+// restored volumes of w's groups in the job's meta as DROVER_POINT and
+// DROVER_VOLUME_<VOLUME>.
+func nomadRestored(w plans.Workload, nj *plans.NomadJob, point string, restored []RestoredVolume) *plans.NomadJob {
+	r := &plans.NomadRestore{Point: point, Volumes: map[string]string{}, Meta: map[string]string{"DROVER_POINT": point}}
+	for _, v := range restored {
+		if v.Nomad != nil && v.NomadID != "" {
+			r.Volumes[v.Nomad.ID] = v.NomadID
+		}
+		if v.ID != "" && (len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group)) {
+			r.Meta["DROVER_VOLUME_"+envName(v.Volume)] = v.ID
+		}
+	}
+	rj := *nj
+	rj.Restore = r
+	return &rj
 }

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -237,21 +239,158 @@ func TestRecordRestoredUntilTheNextMove(t *testing.T) {
 	}
 }
 
-// TestFailoverToAPointNotOnNomadYet: a failover to a point in time to a
-// site whose workloads Nomad runs is refused before any side effect: no
-// stop, fence or promotion.
-func TestFailoverToAPointNotOnNomadYet(t *testing.T) {
-	f := newFixture(t)
-	f.east.Down()
-	f.plan.Sites[1].Orchestrator = plans.Orchestrator{Nomad: &plans.Nomad{Address: "http://127.0.0.1:1"}}
-	env, calls := f.env(t)
-	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", PointAt: time.Now()})
-	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "not there yet") {
-		t.Fatalf("a failover to a point at a Nomad site: %v", err)
+// TestFailoverToAPointOnNomad: as TestFailoverToAPoint, at a west whose
+// workloads Nomad runs (the fake agent, the simulator its CSI controller
+// plugin), where Nomad knows v1 as CSI volume pg-data, which job pg
+// mounts, and solo as solo-vol, which job web mounts.
+//
+// While web also mounts scratch, a Nomad volume of no volume of the
+// plan, a failover to the clean point ends at its point step: nothing
+// held, no fence or promotion, no job registered on west.
+//
+// Without scratch, the failover to the clean point restores v1 and solo
+// through Nomad (Nomad volumes pg-data-pit-RUN8 and solo-vol-pit-RUN8,
+// made from the point's snapshots on west's storage), v2 and v3 through
+// the CSI controller, and registers pg and web mounting the restored
+// Nomad volumes, never the replicas', with the point in their meta; both
+// become healthy on them (the fake fails an allocation whose CSI volume
+// is missing). The restored v1 holds "clean", the promoted replica
+// "damage". The record names each restored volume's Nomad volume and the
+// replica's it replaced.
+func TestFailoverToAPointOnNomad(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 4})
+	_, west := f.nomadSites(t, "/bin/sleep")
+	west.AddPlugin("sim", f.west.Endpoint())
+	for _, v := range [][2]string{{"pg-data", "v1"}, {"solo-vol", "solo"}, {"scratch", "scratch-1"}} {
+		west.AddVolume(api.CSIVolumeListStub{ID: v[0], Name: v[0], ExternalID: v[1], PluginID: "sim", Schedulable: true})
 	}
-	for _, c := range *calls {
-		if c.name != "Probe" && c.name != "GetCapabilities" && c.name != "SurveyReplication" {
-			t.Fatalf("a refused failover to a point made %v: %v", c, *calls)
+	mounts := func(w string, sources ...string) {
+		j := nomadfake.ServiceJob(w, 1, "/bin/sleep")
+		j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{}
+		for _, src := range sources {
+			j.TaskGroups[0].Volumes[src] = &api.VolumeRequest{Name: src, Type: "csi", Source: src, AccessMode: "single-node-writer", AttachmentMode: "file-system"}
+		}
+		for i := range f.plan.Workloads {
+			if f.plan.Workloads[i].Name == w {
+				f.plan.Workloads[i].Sites["west"].Nomad.JobFile = nomadfake.WriteJobFile(t, j)
+			}
 		}
 	}
+	mounts("pg", "pg-data")
+	mounts("web", "solo-vol", "scratch")
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	_, clean := cleanThenDamage(t, ctx, srv, f)
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	var mu sync.Mutex
+	var rpcs []string
+	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
+		mu.Lock()
+		rpcs = append(rpcs, site+" "+method)
+		mu.Unlock()
+		return handle()
+	})
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(rpcs)
+	}
+	in := workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken}
+
+	// web would mount scratch, which the point does not restore.
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, in)
+	mustOK(t, err)
+	refused := workflows.ActionHolder(run.GetID(), run.GetRunID())
+	var res workflows.FailoverResult
+	err = run.Get(ctx, &res)
+	if err == nil || !strings.Contains(err.Error(), `mounts CSI volume "scratch", which the point in time`) {
+		t.Fatalf("a failover to a point with web on scratch: %v", err)
+	}
+	v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.QueryProgress)
+	mustOK(t, err)
+	var failed workflows.Progress
+	mustOK(t, v.Get(&failed))
+	if s := stepOf(t, failed, "point/west"); s.State != workflows.StateFailed || stepOf(t, failed, "fence/east").State != workflows.StatePending {
+		t.Fatalf("the point step is %s, the fence %s", s.State, stepOf(t, failed, "fence/east").State)
+	}
+	for _, c := range seen() {
+		if strings.Contains(c, "Fence") || strings.Contains(c, "Promote") || strings.HasSuffix(c, "CreateVolume") {
+			t.Fatalf("a refused failover to a point made %q: %v", c, seen())
+		}
+	}
+	if west.Job("", "pg") != nil || west.Job("", "web") != nil {
+		t.Fatalf("a refused failover registered a job on west: %v", west.Calls())
+	}
+	ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	for _, pt := range ps.Points {
+		if slices.Contains(pt.Held, refused) {
+			t.Fatalf("the refused failover holds point %s", pt.ID)
+		}
+	}
+
+	// Without scratch.
+	mounts("web", "solo-vol")
+	run, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failover, in)
+	mustOK(t, err)
+	mustOK(t, run.Get(ctx, &res))
+	allDone(t, res.Progress)
+	run8 := run.GetRunID()[:8]
+	byVol := map[string]workflows.RestoredVolume{}
+	for _, v := range res.Restored {
+		byVol[v.Volume] = v
+	}
+	if len(byVol) != 4 || byVol["v1"].NomadID != "pg-data-pit-"+run8 || byVol["solo"].NomadID != "solo-vol-pit-"+run8 ||
+		byVol["v2"].NomadID != "" || byVol["v3"].NomadID != "" {
+		t.Fatalf("restored %+v", res.Restored)
+	}
+	for w, want := range map[string]workflows.RestoredVolume{"pg": byVol["v1"], "web": byVol["solo"]} {
+		j := west.Job("", w)
+		if j == nil || j.Stop == nil || *j.Stop || len(j.TaskGroups) != 1 || len(j.TaskGroups[0].Volumes) != 1 {
+			t.Fatalf("west's Nomad has job %s %+v", w, j)
+		}
+		for _, vr := range j.TaskGroups[0].Volumes {
+			if vr.Source != want.NomadID {
+				t.Fatalf("job %s mounts %q, want the restored %q", w, vr.Source, want.NomadID)
+			}
+		}
+		if j.Meta["DROVER_POINT"] != clean.ID {
+			t.Fatalf("job %s has meta %v", w, j.Meta)
+		}
+		nv := west.Volume("default", want.NomadID)
+		if nv == nil || nv.ExternalID != want.ID || nv.SnapshotID != want.Snapshot || nv.PluginID != "sim" {
+			t.Fatalf("west's Nomad has %s as %+v; want volume %s from snapshot %s", want.NomadID, nv, want.ID, want.Snapshot)
+		}
+	}
+	if m := west.Job("", "pg").Meta; m["DROVER_VOLUME_V1"] != byVol["v1"].ID {
+		t.Fatalf("pg's meta %v", m)
+	}
+	st := f.west.Snapshot()
+	i := slices.IndexFunc(st.Clones, func(c sim.CloneState) bool { return c.ID == byVol["v1"].ID })
+	if i < 0 || string(st.Clones[i].Blocks[0].Data) != "clean" || st.Clones[i].Name != "drover-pit-shop-"+run8+"-v1" {
+		t.Fatalf("west's restored v1: %+v", st.Clones)
+	}
+	if u := st.Unit("vg/vg-1"); u == nil || u.Role != sim.RolePrimary || string(u.Blocks["v1"][0].Data) != "damage" {
+		t.Fatalf("west's vg-1 after the failover: %+v; want it promoted and kept with the damage", u)
+	}
+	for _, c := range seen() {
+		if strings.HasSuffix(c, "DeleteVolume") || strings.Contains(c, "Demote") {
+			t.Fatalf("a failover to a point made %q", c)
+		}
+	}
+	if s := stepOf(t, res.Progress, "point/west"); !strings.Contains(s.Output, "2 of 4 volume(s) are Nomad CSI volumes, restored through Nomad") {
+		t.Fatalf("the point step says %q", s.Output)
+	}
+	simtest.Eventually(t, time.Minute, "the record to name the restored Nomad volumes", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		if err != nil || rec == nil || rec.Restored == nil {
+			return false
+		}
+		return rec.Restored.Point == clean.ID && rec.Restored.Volumes["v1"] == byVol["v1"].ID &&
+			rec.Restored.Nomad["v1"] == workflows.RestoredNomad{ID: "pg-data-pit-" + run8, Namespace: "default", Replica: "pg-data"} &&
+			len(rec.Restored.Nomad) == 2
+	})
 }

@@ -272,6 +272,15 @@ func (e *ReplacedEntry) Text() string {
 // before protection starts on them.
 func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult, rs *RestoredEntry) error {
 	p, from, to := r.plan, in.From, in.To
+	for _, w := range p.Workloads {
+		for _, site := range []string{from, to} {
+			if ref, ok := w.Sites[site]; (ok && ref.Nomad != nil) || p.Site(site).Orchestrator.Nomad != nil {
+				return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+					"reprotect of the volumes restored from point %s: workload %s runs under Nomad at %s, and protecting restored volumes where Nomad runs the workloads is not there yet (its copies at %s would need registering with Nomad); nothing was done",
+					rs.Point, w.Name, site, from), ErrPreflight, nil)
+			}
+		}
+	}
 	groups, err := standIns(r.signed, p, from, to, rs)
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError("reprotect of the restored volumes: "+err.Error(), ErrPreflight, nil)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
+
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
@@ -203,5 +205,23 @@ func TestReprotectMakesTheRestoredVolumesTheProtectedOnes(t *testing.T) {
 	mustOK(t, err)
 	if err := rl.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), "keeps nothing to release") {
 		t.Fatalf("a second release: %v", err)
+	}
+}
+
+// TestReprotectOfRestoredVolumesNotOnNomadYet: the reprotect of volumes
+// a failover to a point restored, for a plan whose workloads Nomad runs,
+// is refused before any storage call or hook.
+func TestReprotectOfRestoredVolumesNotOnNomadYet(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Sites[1].Orchestrator = plans.Orchestrator{Nomad: &plans.Nomad{Address: "http://127.0.0.1:1"}}
+	env, calls := f.env(t)
+	env.OnActivity("ViewRecord", mock.Anything, mock.Anything).Return(workflows.RecordView{
+		Restored: &workflows.RestoredEntry{Point: "20261127T120000Z", Site: "west", Volumes: map[string]string{"v1": "clone-1"}}}, nil)
+	env.ExecuteWorkflow(workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west"})
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "not there yet") {
+		t.Fatalf("a reprotect of restored volumes under Nomad: %v", err)
+	}
+	if len(*calls) != 0 {
+		t.Fatalf("the refused reprotect made %v", *calls)
 	}
 }

@@ -1,0 +1,131 @@
+package orchestrators
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// ActionFailover is the action of a failover's calls: only they start a
+// job on the volumes a failover to a point in time restored
+// (plans.NomadJob.Restore).
+const ActionFailover = "failover"
+
+func isRestored(w Workload) bool {
+	return w.Nomad != nil && w.Nomad.Restore != nil && w.Action == ActionFailover
+}
+
+// restoredSpec is the job as a failover to a point in time starts it:
+// the job as Nomad has it (else as the job file gives it), running (the
+// plan's group counts applied), every CSI volume it mounts replaced by
+// the volume restored from the point, and the restore's meta added. A
+// job that mounts a CSI volume the point did not restore, or a per_alloc
+// one, is refused: started, it would run on a volume the point does not
+// hold (the damaged replica, say), beside those it does. A source that
+// is already a restored volume (a start repeated after its register) is
+// kept. from says where the job came from.
+func (n *Nomad) restoredSpec(ctx context.Context, w Workload, op string) (spec *api.Job, from string, err error) {
+	nj := w.Nomad
+	r := nj.Restore
+	j, err := n.info(ctx, w, op, nj.Job)
+	if err != nil {
+		return nil, "", err
+	}
+	from = fmt.Sprintf("job %q as Nomad has it", nj.Job)
+	if j == nil {
+		if nj.JobFile == "" {
+			return nil, "", fail(op, w, false, nil, "job %q is not registered on this site and the plan names no jobFile to register", nj.Job)
+		}
+		if j, err = n.readJobFile(ctx, w, nj, op); err != nil {
+			return nil, "", err
+		}
+		from = fmt.Sprintf("job %q from %s", nj.Job, nj.JobFile)
+	}
+	s := *j
+	s.Stop = new(false)
+	s.Meta = maps.Clone(j.Meta)
+	if s.Meta == nil {
+		s.Meta = map[string]string{}
+	}
+	maps.Copy(s.Meta, r.Meta)
+	restored := slices.Collect(maps.Values(r.Volumes))
+	s.TaskGroups = make([]*api.TaskGroup, len(j.TaskGroups))
+	for i, tg := range j.TaskGroups {
+		c := *tg
+		c.Volumes = map[string]*api.VolumeRequest{}
+		for name, v := range tg.Volumes {
+			vr := *v
+			if vr.Type == "csi" {
+				if vr.PerAlloc {
+					return nil, "", fail(op, w, false, nil, "job %q group %q mounts per_alloc CSI volume %q: a failover to a point in time cannot restore per-allocation volumes", nj.Job, *tg.Name, vr.Source)
+				}
+				switch to, ok := r.Volumes[vr.Source]; {
+				case ok:
+					vr.Source = to
+				case slices.Contains(restored, vr.Source):
+				default:
+					return nil, "", fail(op, w, false, nil, "job %q group %q mounts CSI volume %q, which the point in time (%s) does not restore: started, it would run on a volume the point does not hold; put the volume's storage volume in the plan's volume groups (or take it out of the job) and fail over again",
+						nj.Job, *tg.Name, vr.Source, r.Point)
+				}
+			}
+			c.Volumes[name] = &vr
+		}
+		s.TaskGroups[i] = &c
+	}
+	setCounts(&s, nj.Groups)
+	return &s, from, nil
+}
+
+// startRestored registers the job on the volumes restored from the
+// point (restoredSpec), whether Nomad had it stopped, running (on the
+// replicas: it moves to the restored volumes) or not at all.
+func (n *Nomad) startRestored(ctx context.Context, w Workload) (string, error) {
+	spec, from, err := n.restoredSpec(ctx, w, "start")
+	if err != nil {
+		return "", err
+	}
+	if _, _, err := n.client.Jobs().Register(spec, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return "", n.classify("start", w, err)
+	}
+	return fmt.Sprintf("registered %s to run from point %s; it mounts %s", from, w.Nomad.Restore.Point, mountsOf(spec)), nil
+}
+
+// CheckRestored reads the job a failover to a point in time will start
+// on the restored volumes and says which it would mount, registering
+// nothing; it refuses as the start would (restoredSpec). A failover runs
+// it before any side effect.
+func (n *Nomad) CheckRestored(ctx context.Context, w Workload) (string, error) {
+	if _, err := job(w, "check"); err != nil {
+		return "", err
+	}
+	if !isRestored(w) {
+		return "", fail("check", w, false, nil, "the job is not started from a point in time here")
+	}
+	spec, from, err := n.restoredSpec(ctx, w, "check")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s would mount %s", from, mountsOf(spec)), nil
+}
+
+// mountsOf names the CSI volumes a job mounts, "no CSI volume" when
+// none.
+func mountsOf(spec *api.Job) string {
+	var vols []string
+	for _, tg := range spec.TaskGroups {
+		for _, v := range tg.Volumes {
+			if v.Type == "csi" && !slices.Contains(vols, v.Source) {
+				vols = append(vols, v.Source)
+			}
+		}
+	}
+	if len(vols) == 0 {
+		return "no CSI volume"
+	}
+	slices.Sort(vols)
+	return strings.Join(vols, ", ")
+}
