@@ -303,26 +303,12 @@ func restoredPlan(p *plans.Plan, site, point string, restored []RestoredVolume) 
 			rp.Workloads[i].Sites = sites
 			continue
 		}
-		if !ok || ref.Exec == nil {
-			continue
-		}
-		h := *ref.Exec
-		h.Env = maps.Clone(h.Env)
-		if h.Env == nil {
-			h.Env = map[string]string{}
-		}
-		h.Env["DROVER_POINT"] = point
-		for _, v := range restored {
-			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group) {
-				h.Env["DROVER_VOLUME_"+envVolume(p, site, v.Group, v.Volume)] = v.ID
-			}
-		}
-		sites := maps.Clone(w.Sites)
-		ref.Exec = &h
-		sites[site] = ref
-		rp.Workloads[i].Sites = sites
 	}
-	return &rp
+	vols := make([]groupVolume, len(restored))
+	for i, v := range restored {
+		vols[i] = groupVolume{Group: v.Group, Name: volumeName(p, site, v.Group, v.Volume), ID: v.ID}
+	}
+	return withVolumeEnv(&rp, site, map[string]string{"DROVER_POINT": point}, vols)
 }
 
 func pointStep(site string) stepRef {

@@ -180,17 +180,16 @@ func withVolumeEnv(p *plans.Plan, site string, extra map[string]string, vols []g
 	return &q
 }
 
-// envVolume is the DROVER_VOLUME_<NAME> (or DROVER_COPY_) suffix of
-// volume id of group at site: the name the plan gives it, or the volume
-// it stands in for (GroupRef.Names).
-func envVolume(p *plans.Plan, site, group, id string) string {
+// volumeName is the name the plan gives volume id of group at site: the
+// volume it stands in for (GroupRef.Names), else id itself.
+func volumeName(p *plans.Plan, site, group, id string) string {
 	for _, g := range p.VolumeGroups {
 		ref := g.Sites[site]
 		if i := slices.Index(ref.Volumes, id); g.Name == group && i >= 0 && i < len(ref.Names) {
-			return envName(ref.Names[i])
+			return ref.Names[i]
 		}
 	}
-	return envName(id)
+	return id
 }
 
 // groupVolumes are the volumes a group's ref names: its members for a

@@ -445,7 +445,7 @@ func testPlan(p *plans.Plan, site string, copies []TestCopy) *plans.Plan {
 		}
 		for _, c := range copies {
 			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, c.Group) {
-				h.Env["DROVER_COPY_"+envVolume(p, site, c.Group, c.Volume)] = c.Copy
+				h.Env["DROVER_COPY_"+envName(volumeName(p, site, c.Group, c.Volume))] = c.Copy
 			}
 		}
 		tw := w
