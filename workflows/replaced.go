@@ -410,8 +410,8 @@ func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *Rep
 // From's Nomad as NomadID, in the namespace and with the plugin and
 // capabilities of Replica, the Nomad volume of the volume it stands in
 // for there (Volume, as the plan acted on it). The name is chosen before
-// the call, so that a retried call finds the same volume; Done once
-// Nomad has it.
+// the call, from the record (restoringRun), so that a retried call or
+// run finds the same volume; Done once Nomad has it.
 type NomadRegistration struct {
 	Group   string                  `json:"group"`
 	Volume  string                  `json:"volume"`
@@ -456,7 +456,10 @@ func checkNomadStandIns(ctx workflow.Context, r *run, in ReprotectInput, res *Re
 		if err != nil {
 			return "", err
 		}
-		runID := workflow.GetInfo(ctx).WorkflowExecution.RunID
+		runID := restoringRun(rs)
+		if runID == "" {
+			runID = workflow.GetInfo(ctx).WorkflowExecution.RunID
+		}
 		res.Registered = []NomadRegistration{}
 		for _, g := range p.VolumeGroups {
 			toVols, fromVols := groupVolumes(g.Sites[to]), groupVolumes(g.Sites[from])
@@ -498,6 +501,24 @@ func checkNomadStandIns(ctx workflow.Context, r *run, in ReprotectInput, res *Re
 		}
 	}
 	return strings.Join(read, "; "), nil
+}
+
+// restoringRun is the run id of the failover that restored rs's
+// volumes, which names their Nomad volumes at both sites: every run of
+// the reprotect (a retried call, or a reprotect started again after one
+// that failed past its register) asks for the same names. A record from
+// before the failover's run was noted gives "" (the reprotect's own run
+// names them then).
+func restoringRun(rs *RestoredEntry) string {
+	if h, ok := strings.CutPrefix(rs.Holder, actionHolderPrefix); ok {
+		if i := strings.LastIndex(h, "/"); i >= 0 && i+1 < len(h) {
+			return h[i+1:]
+		}
+	}
+	if i := strings.LastIndex(rs.By, " run "); i >= 0 && i+5 < len(rs.By) {
+		return rs.By[i+5:]
+	}
+	return ""
 }
 
 // registerCopies registers each copy at site of res.Registered with

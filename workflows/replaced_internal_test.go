@@ -95,3 +95,26 @@ func TestStandInJobsComposeWithCopiesAndPoints(t *testing.T) {
 		t.Fatalf("a failover to a later point starts pg on %v, want %v", got.Restore.Volumes, w)
 	}
 }
+
+// TestStandInsNamedAfterTheRestoringRun: the Nomad volumes a reprotect
+// registers are named after the failover that restored the volumes, read
+// from the record's note (its hold on the point, else its run), so that
+// every run of the reprotect asks for the same names.
+func TestStandInsNamedAfterTheRestoringRun(t *testing.T) {
+	for _, c := range []struct {
+		rs   RestoredEntry
+		want string
+	}{
+		{RestoredEntry{Holder: ActionHolder("drover-action-shop", "019abcde-0000-7000-8000-000000000001"), By: "drover-action-shop run other"}, "019abcde-0000-7000-8000-000000000001"},
+		{RestoredEntry{By: "drover-action-shop run 019abcde-0000-7000-8000-000000000002"}, "019abcde-0000-7000-8000-000000000002"},
+		{RestoredEntry{Holder: "alice@host"}, ""},
+		{RestoredEntry{}, ""},
+	} {
+		if got := restoringRun(&c.rs); got != c.want {
+			t.Fatalf("restoringRun(%+v) = %q, want %q", c.rs, got, c.want)
+		}
+	}
+	if got := restoredNomadID("pg-data-east", restoringRun(&RestoredEntry{Holder: ActionHolder("w", "019abcde-1111")})); got != "pg-data-east-pit-019abcde" {
+		t.Fatalf("named %q", got)
+	}
+}

@@ -222,8 +222,8 @@ func TestReprotectMakesTheRestoredVolumesTheProtectedOnes(t *testing.T) {
 // demoted at east, nothing registered with east's Nomad.
 //
 // Without scratch, the reprotect registers east's copies of the restored
-// v1 and solo with east's Nomad as pg-data-east-pit-RP8 and
-// solo-vol-east-pit-RP8, with the plugin, namespace and capabilities of
+// v1 and solo with east's Nomad as pg-data-east-pit-FO8 and
+// solo-vol-east-pit-FO8 (named after the failover's run), with the plugin, namespace and capabilities of
 // the volumes they stand in for, and the record names each stand-in's
 // Nomad volume at both sites; west's jobs keep running on the restored
 // volumes. The failback to east then starts east's jobs (pg registered
@@ -338,8 +338,9 @@ func TestReprotectOnNomad(t *testing.T) {
 	var res workflows.ReprotectResult
 	mustOK(t, rp.Get(ctx, &res))
 	allDone(t, res.Progress)
-	rp8 := rp.GetRunID()[:8]
-	pgEast, soloEast := "pg-data-east-pit-"+rp8, "solo-vol-east-pit-"+rp8
+	// Named after the failover's run, as the restored volumes at west
+	// are: a reprotect started again asks for the same names.
+	pgEast, soloEast := "pg-data-east-pit-"+fo8, "solo-vol-east-pit-"+fo8
 	if len(res.Registered) != 2 {
 		t.Fatalf("registered %+v", res.Registered)
 	}
