@@ -103,7 +103,8 @@
 //     failover to a later point compose with it); protection is given
 //     the plan as signed and reads the record at each run. Failback
 //     refuses a plan that runs on restored volumes no reprotect has
-//     protected.
+//     protected, and reads To's Nomad jobs on the stand-ins before it
+//     stops or demotes anything (checkStandInJobs, unpaused).
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:

@@ -543,6 +543,49 @@ func registerCopies(ctx workflow.Context, p *plans.Plan, site string, res *Repro
 	return strings.Join(done, "; "), nil
 }
 
+// checkStandInJobs reads each Nomad job at site that starts on the
+// volumes standing in for the plan's (p acts on them) as it will start
+// them (CheckRestored), before the action stops or demotes anything: a
+// job that would mount a CSI volume no stand-in replaces (its job edited
+// since the reprotect, say) ends the action at once, unpaused, with
+// nothing done, instead of at its start once the storage has moved.
+// Nothing to read where no job does.
+func checkStandInJobs(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
+	var ws []plans.Workload
+	for _, w := range workloadsOn(p, site) {
+		if ref := w.Sites[site]; ref.Nomad != nil && ref.Nomad.Restore != nil {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	s := r.add(newRef(KindCheckStandIns, "check the Nomad jobs on the volumes that stand in at "+site, site), true)
+	s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+	var read []string
+	err := func() error {
+		for _, w := range ws {
+			win, err := activities.WorkloadInputFor(p, site, w.Name, action)
+			if err != nil {
+				return err
+			}
+			out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, win.Workload), wl.CheckRestored, win)
+			if err != nil {
+				return err
+			}
+			read = append(read, out.Output)
+		}
+		return nil
+	}()
+	s.Output, s.End = strings.Join(read, "; "), workflow.Now(ctx)
+	if err != nil {
+		s.State, s.LastError = StateFailed, ErrorText(err)
+		return err
+	}
+	s.State = StateDone
+	return nil
+}
+
 func checkStandInsStep() stepRef {
 	return newRef(KindCheckStandIns, "check the Nomad jobs on the restored volumes")
 }

@@ -226,7 +226,9 @@ func TestReprotectMakesTheRestoredVolumesTheProtectedOnes(t *testing.T) {
 // solo-vol-east-pit-FO8 (named after the failover's run), with the plugin, namespace and capabilities of
 // the volumes they stand in for, and the record names each stand-in's
 // Nomad volume at both sites; west's jobs keep running on the restored
-// volumes. The failback to east then starts east's jobs (pg registered
+// volumes. A failback while east's web would mount scratch again ends
+// at its check of east's jobs, with west's jobs and volumes as they
+// were. The failback to east then starts east's jobs (pg registered
 // before the failover, on pg-data-east) on the registered copies, never
 // on the kept replicas' Nomad volumes, with the stand-in in pg's meta,
 // and they become healthy on them; east's copy of the restored v1 is
@@ -374,7 +376,20 @@ func TestReprotectOnNomad(t *testing.T) {
 			g["east"][1].Nomad == nil && len(l["east"]) == 1 && l["east"][0].Nomad != nil && l["east"][0].Nomad.ID == soloEast
 	})
 
+	// A failback while east's web would mount scratch again (its job
+	// edited since the reprotect) ends before anything is stopped or
+	// demoted.
+	mounts("east", "web", "solo-vol-east", "scratch")
 	fb, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
+	mustOK(t, err)
+	if err := fb.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), `mounts CSI volume "scratch"`) {
+		t.Fatalf("a failback with east's web on scratch: %v", err)
+	}
+	if u := f.west.Snapshot().Unit("vol/" + v1); u == nil || u.Role != sim.RolePrimary || mountsOf(west, "pg") == nil {
+		t.Fatalf("the refused failback moved west: restored v1 %+v, west's pg mounts %v", u, mountsOf(west, "pg"))
+	}
+	mounts("east", "web", "solo-vol-east")
+	fb, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
 	mustOK(t, err)
 	var back workflows.FailbackResult
 	mustOK(t, fb.Get(ctx, &back))
