@@ -36,7 +36,9 @@
 // Nomad site, the volumes Nomad knows go through Nomad's CSI API instead,
 // for a test recovery's copies and a failover to a point's restored
 // volumes (Workloads: FindNomadVolumes, NomadSnapshot, NomadCopy,
-// NomadDeleteCopy, NomadDeleteSnapshot), classified as Nomad's answers.
+// NomadDeleteCopy, NomadDeleteSnapshot), and a reprotect registers the
+// copies the storage made of the restored volumes at the returned site
+// (NomadRegister), classified as Nomad's answers.
 //
 // Two activities batch one site's calls for a large plan.
 // SurveyReplication makes Protect's GetVolumeReplicationInfo calls of a
@@ -90,8 +92,9 @@
 // # Orchestrator activities
 //
 // Workloads holds StopWorkload, WaitStopped, StartWorkload, WaitHealthy,
-// DescribeWorkload and CheckRestored (a failover to a point in time
-// reading a Nomad job as it will start it, changing nothing), which reach a site's CO through the orchestrators
+// DescribeWorkload and CheckRestored (a failover to a point in time, or a
+// reprotect of its restored volumes, reading a Nomad job as it will
+// start it on them, changing nothing), which reach a site's CO through the orchestrators
 // package (Nomad or exec hooks). A temporary CO error (unreachable, busy,
 // a scale blocked by a deployment, a hook's try-again exit code) is
 // ErrWorkloadRetry and retried with the plan's back-off; anything else is

@@ -359,6 +359,8 @@ type NomadCSIInput struct {
 	ID        string                  `json:"id,omitempty"`
 	Namespace string                  `json:"namespace,omitempty"`
 	Snapshot  string                  `json:"snapshot,omitempty"`
+	// External is the storage volume a register names.
+	External string `json:"external,omitempty"`
 }
 
 // NomadCSIInputFor is the input of a test recovery's Nomad CSI calls on
@@ -413,6 +415,19 @@ func (x *Workloads) NomadCopy(ctx context.Context, in NomadCSIInput) (string, er
 	}
 	id, err := n.CreateVolume(ctx, in.Workload, in.Volume, in.ID, in.Name, in.Namespace, in.Snapshot)
 	return id, workloadError(err)
+}
+
+// NomadRegister registers storage volume in.External as Nomad volume
+// in.ID of in.Namespace, named in.Name, with in.Volume's plugin and
+// capabilities (a reprotect of restored volumes: the copies the storage
+// made at the returned site).
+func (x *Workloads) NomadRegister(ctx context.Context, in NomadCSIInput) (string, error) {
+	n, err := x.nomad("register", in)
+	if err != nil {
+		return "", err
+	}
+	out, err := n.RegisterVolume(ctx, in.Workload, in.Volume, in.ID, in.Name, in.Namespace, in.External)
+	return out, workloadError(err)
 }
 
 // NomadDeleteCopy deletes Nomad volume in.ID of in.Namespace.

@@ -25,7 +25,10 @@
 // points: the newest holds the damage, the one at T the clean data and
 // no write made after T; then it loses east and fails over to the clean
 // point: the application runs at west on volumes restored from it, the
-// promoted replicas keep the damage, and a reprotect is refused.
+// promoted replicas keep the damage, and a failback is refused; with
+// east back, the reprotect protects the restored volumes and the
+// failback moves them to east with every block the point held and
+// every write made at west since.
 //
 // TestSiteFailoverOfThreePlans loses east under three signed plans in
 // two tiers and fails them all over as one site action (one fence, tier

@@ -13,9 +13,15 @@
 // through Nomad's CSI API.
 //
 // For a failover to a point in time (nomadrestore.go), a job marked with
-// plans.NomadJob.Restore, on a failover's call only, is registered with
-// every CSI volume source replaced by the volume restored from the point,
-// the point in its meta; a job that mounts a CSI volume the point did not
-// restore is refused, so that it never runs on a replica the point
-// replaced. CheckRestored reads a job the same way, registering nothing.
+// plans.NomadJob.Restore is registered with every CSI volume source
+// replaced by the volume restored from the point, the point in its meta;
+// a job that mounts a CSI volume the point did not restore is refused,
+// so that it never runs on a replica the point replaced. After a
+// reprotect has made the restored volumes the protected ones, every
+// action that starts the plan's jobs marks them the same way with the
+// volumes that stand in at that site, and RegisterVolume registers the
+// returned site's copies of the restored volumes with its Nomad, with
+// the plugin, namespace and capabilities of the volume each stands in
+// for. CheckRestored reads a job the same way, registering nothing;
+// DescribeWorkload names the volumes such a job will claim.
 package orchestrators

@@ -443,8 +443,9 @@ func allocProblem(a *api.AllocationListStub) string {
 }
 
 // DescribeWorkload reports the job and the CSI volumes its task groups
-// claim, with whether each is registered on this site. A missing job is
-// described from the plan's job file when there is one.
+// claim, with whether each is registered on this site; a job started on
+// restored volumes (plans.NomadJob.Restore) claims those. A missing job
+// is described from the plan's job file when there is one.
 func (n *Nomad) DescribeWorkload(ctx context.Context, w Workload) (Description, error) {
 	nj, err := job(w, "describe")
 	if err != nil {
@@ -478,7 +479,12 @@ func (n *Nomad) DescribeWorkload(ctx context.Context, w Workload) (Description, 
 		}
 		for _, v := range tg.Volumes {
 			if v != nil && v.Type == "csi" && v.Source != "" {
-				claims[v.Source] = true
+				src := v.Source
+				if to, ok := restoredSource(nj, src); ok {
+					// Started on the restored volumes, it claims those.
+					src = to
+				}
+				claims[src] = true
 			}
 		}
 	}

@@ -8,15 +8,22 @@ import (
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/drover-dr/drover/plans"
 )
 
-// ActionFailover is the action of a failover's calls: only they start a
-// job on the volumes a failover to a point in time restored
-// (plans.NomadJob.Restore).
+// ActionFailover is the action of a failover's calls.
 const ActionFailover = "failover"
 
+// isRestored: the job starts on the volumes restored from a point in
+// time (plans.NomadJob.Restore), whichever action starts it: a failover
+// to the point, or, once a reprotect made them the protected ones, any
+// action that starts the plan's jobs on them or on their copies (a
+// failback, a failover back). Only a worker's own copy of the plan sets
+// it (a plan file cannot, and a signed plan given with it fails its
+// signature).
 func isRestored(w Workload) bool {
-	return w.Nomad != nil && w.Nomad.Restore != nil && w.Action == ActionFailover
+	return w.Nomad != nil && w.Nomad.Restore != nil
 }
 
 // restoredSpec is the job as a failover to a point in time starts it:
@@ -68,7 +75,7 @@ func (n *Nomad) restoredSpec(ctx context.Context, w Workload, op string) (spec *
 					vr.Source = to
 				case slices.Contains(restored, vr.Source):
 				default:
-					return nil, "", fail(op, w, false, nil, "job %q group %q mounts CSI volume %q, which the point in time (%s) does not restore: started, it would run on a volume the point does not hold; put the volume's storage volume in the plan's volume groups (or take it out of the job) and fail over again",
+					return nil, "", fail(op, w, false, nil, "job %q group %q mounts CSI volume %q, which the point in time (%s) does not restore: started, it would run on a volume the point does not hold; put the volume's storage volume in the plan's volume groups (or take it out of the job) and run the action again",
 						nj.Job, *tg.Name, vr.Source, r.Point)
 				}
 			}
@@ -110,6 +117,16 @@ func (n *Nomad) CheckRestored(ctx context.Context, w Workload) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s would mount %s", from, mountsOf(spec)), nil
+}
+
+// restoredSource is the restored volume a job started on restored
+// volumes mounts in place of CSI volume src, if any.
+func restoredSource(nj *plans.NomadJob, src string) (string, bool) {
+	if nj == nil || nj.Restore == nil {
+		return "", false
+	}
+	to, ok := nj.Restore.Volumes[src]
+	return to, ok
 }
 
 // mountsOf names the CSI volumes a job mounts, "no CSI volume" when

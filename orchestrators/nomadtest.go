@@ -220,15 +220,7 @@ func (n *Nomad) CreateVolume(ctx context.Context, w Workload, src CSIVolume, id,
 	} else if !isStatus(err, http.StatusNotFound) {
 		return "", n.classify("copy", w, err)
 	}
-	vol := &api.CSIVolume{ID: id, Name: name, Namespace: ns, PluginID: src.PluginID, SnapshotID: snapshot}
-	for _, c := range src.Capabilities {
-		am, at, _ := strings.Cut(c, "/")
-		vol.RequestedCapabilities = append(vol.RequestedCapabilities, &api.CSIVolumeCapability{
-			AccessMode: api.CSIVolumeAccessMode(am), AttachmentMode: api.CSIVolumeAttachmentMode(at)})
-	}
-	if len(vol.RequestedCapabilities) == 0 {
-		vol.RequestedCapabilities = []*api.CSIVolumeCapability{{AccessMode: api.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: api.CSIVolumeAttachmentModeFilesystem}}
-	}
+	vol := &api.CSIVolume{ID: id, Name: name, Namespace: ns, PluginID: src.PluginID, SnapshotID: snapshot, RequestedCapabilities: capabilitiesOf(src)}
 	got, _, err := n.client.CSIVolumes().Create(vol, (&api.WriteOptions{Namespace: ns}).WithContext(ctx))
 	if err != nil {
 		return "", n.classify("copy", w, err)
@@ -237,6 +229,43 @@ func (n *Nomad) CreateVolume(ctx context.Context, w Workload, src CSIVolume, id,
 		return "", fail("copy", w, true, nil, "Nomad answered the creation of volume %q without it", id)
 	}
 	return got[0].ExternalID, nil
+}
+
+// capabilitiesOf are the capabilities a volume made or registered in
+// place of src requests: src's, else one-node writer on a file system.
+func capabilitiesOf(src CSIVolume) []*api.CSIVolumeCapability {
+	var out []*api.CSIVolumeCapability
+	for _, c := range src.Capabilities {
+		am, at, _ := strings.Cut(c, "/")
+		out = append(out, &api.CSIVolumeCapability{AccessMode: api.CSIVolumeAccessMode(am), AttachmentMode: api.CSIVolumeAttachmentMode(at)})
+	}
+	if len(out) == 0 {
+		out = []*api.CSIVolumeCapability{{AccessMode: api.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: api.CSIVolumeAttachmentModeFilesystem}}
+	}
+	return out
+}
+
+// RegisterVolume registers the storage's existing volume external as
+// Nomad volume id of namespace ns, named name, with the plugin and
+// capabilities of src (the Nomad volume it stands in for), so that jobs
+// can claim it; Nomad asks the plugin's controller to validate it first.
+// A volume id already registered for external is left as it is (a
+// repeat after a lost answer finds the first); one registered for
+// another storage volume is refused, never changed.
+func (n *Nomad) RegisterVolume(ctx context.Context, w Workload, src CSIVolume, id, name, ns, external string) (string, error) {
+	if v, _, err := n.client.CSIVolumes().Info(id, (&api.QueryOptions{Namespace: ns}).WithContext(ctx)); err == nil {
+		if v.ExternalID != external {
+			return "", fail("register", w, false, nil, "Nomad volume %q of namespace %q exists already, for storage volume %q, not %q", id, ns, v.ExternalID, external)
+		}
+		return fmt.Sprintf("Nomad volume %q of namespace %q is registered for storage volume %q", id, ns, external), nil
+	} else if !isStatus(err, http.StatusNotFound) {
+		return "", n.classify("register", w, err)
+	}
+	vol := &api.CSIVolume{ID: id, Name: name, Namespace: ns, ExternalID: external, PluginID: src.PluginID, RequestedCapabilities: capabilitiesOf(src)}
+	if _, err := n.client.CSIVolumes().Register(vol, (&api.WriteOptions{Namespace: ns}).WithContext(ctx)); err != nil {
+		return "", n.classify("register", w, err)
+	}
+	return fmt.Sprintf("registered storage volume %q as Nomad volume %q of namespace %q (plugin %s, as %q)", external, id, ns, src.PluginID, src.ID), nil
 }
 
 // DeleteVolume deletes Nomad volume id of namespace ns through Nomad,

@@ -168,16 +168,20 @@ type NomadJob struct {
 	// Test is set by a test recovery on its own copy of the plan, never
 	// from a plan file: the job is then a copy of Test.Source.
 	Test *NomadTest `yaml:"-" json:"test,omitempty"`
-	// Restore is set by a failover to a point in time on its own copy of
-	// the plan, never from a plan file: the job then starts on the
-	// volumes restored from the point.
+	// Restore is set by a failover to a point in time, or by any action
+	// once a reprotect made the restored volumes the protected ones, on
+	// its own copy of the plan, never from a plan file: the job then
+	// starts on the volumes restored from the point (or those standing
+	// in for the plan's at the site).
 	Restore *NomadRestore `yaml:"-" json:"restore,omitempty"`
 }
 
 // NomadRestore starts a job on the volumes a failover to a point in time
-// restored: each CSI volume source replaced by its restored Nomad volume
-// from Volumes (the replica's Nomad volume id → the restored one's), and
-// Meta (DROVER_POINT, DROVER_VOLUME_<VOLUME>) added to the job's meta.
+// restored, or on those that stand in for the plan's after a reprotect:
+// each CSI volume source replaced by its restored Nomad volume from
+// Volumes (the replica's Nomad volume id → the restored one's, or the
+// stand-in's at the site), and Meta (DROVER_POINT, DROVER_VOLUME_<VOLUME>)
+// added to the job's meta.
 type NomadRestore struct {
 	Point   string            `json:"point"`
 	Volumes map[string]string `json:"volumes,omitempty"`

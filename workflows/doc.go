@@ -81,19 +81,30 @@
 //     the jobs start with their CSI volume sources on the restored
 //     Nomad volumes (plans.NomadRestore); the record's note names them
 //     (RestoredEntry.Nomad). A reprotect then (replaced.go) makes them
-//     the protected ones: it
-//     demotes the returned site's copies of the replicas with force and
-//     leaves them, enables replication on the restored volumes (whose
-//     copies the returned site's storage creates), waits for a sync of
-//     each and records which volume stands in for each of the plan's
-//     (RecordChange's Replaced). Every workflow that acts on volumes
-//     reads that from the record once the plan's signature has checked
-//     (trust: in the record's answer to the plan's version, else with
-//     ViewRecord) and acts on the plan with those volumes (replacedPlan),
-//     its hooks told them as DROVER_VOLUME_<NAME>; protection is given
+//     the protected ones: where Nomad runs the workloads it first, before
+//     anything changes, finds the returned site's Nomad volumes of the
+//     replicas, names the Nomad volume each copy will be registered as
+//     (ReprotectResult.Registered) and reads every job of both sites as
+//     it will start on the stand-ins (CheckRestored, KindCheckStandIns:
+//     a refusal ends it unpaused); it demotes the returned site's copies
+//     of the replicas with force and leaves them, enables replication on
+//     the restored volumes (whose copies the returned site's storage
+//     creates), waits for a sync of each, registers the copies with the
+//     returned site's Nomad (NomadRegister, KindRegister) and records
+//     which volume stands in for each of the plan's, with its Nomad
+//     volume per site (RecordChange's Replaced, StandIn.Nomad). Every
+//     workflow that acts on volumes reads that from the record once the
+//     plan's signature has checked (trust: in the record's answer to the
+//     plan's version, else with ViewRecord) and acts on the plan with
+//     those volumes (replacedPlan), its hooks told them as
+//     DROVER_VOLUME_<NAME> and its Nomad jobs started on the stand-ins'
+//     Nomad volumes at each site (standInJobs, as plans.NomadRestore,
+//     whatever action starts them; a test recovery's copies and a
+//     failover to a later point compose with it); protection is given
 //     the plan as signed and reads the record at each run. Failback
 //     refuses a plan that runs on restored volumes no reprotect has
-//     protected.
+//     protected, and reads To's Nomad jobs on the stand-ins before it
+//     stops or demotes anything (checkStandInJobs, unpaused).
 //
 //   - PlanRecorder (record.go): the plan's durable record (RecordID), a
 //     long-lived workflow continued as new every few hundred changes:

@@ -35,8 +35,10 @@ const ErrRolledBack = "FailbackRolledBack"
 
 // Failback moves the plan from From to To without losing a write:
 //
-//  1. preflight both sites, and require healthy replication no older than
-//     the plan's RPO target on From;
+//  1. preflight both sites (and, on volumes that stand in for the plan's
+//     after a failover to a point, read To's Nomad jobs as they will
+//     start on them), and require healthy replication no older than the
+//     plan's RPO target on From;
 //  2. stop From's workloads;
 //  3. demote From's groups without force (the final sync ships);
 //  4. promote To's groups without force: the storage refuses
@@ -84,6 +86,9 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 		if err := r.step(ctx, preflightStep(site), false, func(ctx workflow.Context) (string, error) { return preflight(ctx, p, site) }); err != nil {
 			return err
 		}
+	}
+	if err := checkStandInJobs(ctx, r, p, to, "failback"); err != nil {
+		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpCheck, Site: from}); err != nil {
 		return err

@@ -335,6 +335,19 @@ func nomadRestored(w plans.Workload, nj *plans.NomadJob, point string, restored 
 			r.Meta["DROVER_VOLUME_"+envName(v.Volume)] = v.ID
 		}
 	}
+	if nj.Restore != nil {
+		// The job ran on volumes that stood in for the plan's (a
+		// reprotect of an earlier point's): one that still names, as
+		// Nomad has it, a volume such a stand-in replaced starts on
+		// the restored copy of the stand-in too.
+		// Fills keys: the order does not matter.
+		//workflowcheck:ignore
+		for replica, standIn := range nj.Restore.Volumes {
+			if to, ok := r.Volumes[standIn]; ok {
+				r.Volumes[replica] = to
+			}
+		}
+	}
 	rj := *nj
 	rj.Restore = r
 	return &rj

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/orchestrators"
 	"github.com/drover-dr/drover/plans"
 )
 
@@ -31,10 +34,13 @@ import (
 // deletes, resyncs or promotes them.
 
 // StandIn is one volume standing in for the volume the plan names
-// (Name) at a site: the id actions use instead.
+// (Name) at a site: the id actions use instead. Nomad is its Nomad CSI
+// volume at that site, when the site's Nomad knows the volume it stands
+// in for (Nomad.Replica): the site's jobs mount it in that one's place.
 type StandIn struct {
-	Name string `json:"name"`
-	ID   string `json:"id"`
+	Name  string         `json:"name"`
+	ID    string         `json:"id"`
+	Nomad *RestoredNomad `json:"nomad,omitempty"`
 }
 
 // ReplacedEntry is the record's note that the plan's groups run on the
@@ -110,8 +116,9 @@ func (s *RecordSender) ViewRecord(ctx context.Context, plan string) (RecordView,
 }
 
 // replacedPlan is p acting on the volumes rep names instead of those p
-// names, its exec hooks given each as DROVER_VOLUME_<NAME>; p itself
-// when rep is nil. p is not changed.
+// names, its exec hooks given each as DROVER_VOLUME_<NAME>, and its Nomad
+// jobs at each site with stand-ins started on them (standInJobs); p
+// itself when rep is nil. p is not changed.
 func replacedPlan(p *plans.Plan, rep *ReplacedEntry) *plans.Plan {
 	if p == nil || rep == nil || len(rep.Groups) == 0 {
 		return p
@@ -135,7 +142,7 @@ func replacedPlan(p *plans.Plan, rep *ReplacedEntry) *plans.Plan {
 			ref := plans.GroupRef{}
 			for _, v := range vols {
 				ref.Volumes, ref.Names = append(ref.Volumes, v.ID), append(ref.Names, v.Name)
-				env[site] = append(env[site], groupVolume{Group: g.Name, Name: v.Name, ID: v.ID})
+				env[site] = append(env[site], groupVolume{Group: g.Name, Name: v.Name, ID: v.ID, Nomad: v.Nomad})
 			}
 			refs[site] = ref
 		}
@@ -145,13 +152,51 @@ func replacedPlan(p *plans.Plan, rep *ReplacedEntry) *plans.Plan {
 	//workflowcheck:ignore
 	for _, site := range slices.Sorted(maps.Keys(env)) {
 		q = *withVolumeEnv(&q, site, nil, env[site])
+		q = *standInJobs(&q, site, rep.Point, env[site])
 	}
 	return &q
 }
 
-// groupVolume is a volume of a group an exec hook is told of.
+// groupVolume is a volume of a group an exec hook is told of; Nomad its
+// Nomad volume at the site, if any.
 type groupVolume struct {
 	Group, Name, ID string
+	Nomad           *RestoredNomad
+}
+
+// standInJobs is p with every Nomad job at site started on the volumes
+// that stand in there (plans.NomadRestore, as a failover to the point
+// starts them): each CSI volume source naming the Nomad volume a
+// stand-in replaced names the stand-in's instead, and the stand-ins of
+// the workload's groups are in the job's meta as DROVER_VOLUME_<NAME>.
+// The adapter refuses a job that mounts any other CSI volume (a kept
+// replica Nomad knows under a name the record does not, or a volume the
+// plan does not protect): it never starts on what the point went back
+// from. p is not changed.
+func standInJobs(p *plans.Plan, site, point string, vols []groupVolume) *plans.Plan {
+	q := *p
+	q.Workloads = slices.Clone(p.Workloads)
+	for i, w := range q.Workloads {
+		ref, ok := w.Sites[site]
+		if !ok || ref.Nomad == nil {
+			continue
+		}
+		r := &plans.NomadRestore{Point: point, Volumes: map[string]string{}, Meta: map[string]string{}}
+		for _, v := range vols {
+			if v.Nomad != nil && v.Nomad.Replica != "" && v.Nomad.ID != "" {
+				r.Volumes[v.Nomad.Replica] = v.Nomad.ID
+			}
+			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group) {
+				r.Meta["DROVER_VOLUME_"+envName(v.Name)] = v.ID
+			}
+		}
+		nj := *ref.Nomad
+		nj.Restore = r
+		refs := maps.Clone(w.Sites)
+		refs[site] = plans.WorkloadRef{Nomad: &nj}
+		q.Workloads[i].Sites = refs
+	}
+	return &q
 }
 
 // withVolumeEnv is p with the exec hooks of its workloads at site given
@@ -213,8 +258,11 @@ func groupVolumes(ref plans.GroupRef) []string {
 // name the signed plan (base) gives the volume it stands in for at that
 // site (the same position in the group's volumes). The plan p acts on
 // (base, or base with the volumes replaced before) must have every
-// volume of every group restored.
-func standIns(base, p *plans.Plan, from, to string, rs *RestoredEntry) (map[string]map[string][]StandIn, error) {
+// volume of every group restored. A stand-in at to has the Nomad volume
+// the failover restored it as (rs.Nomad); one at from the Nomad volume
+// its copy is registered as there (fromNomad, by the id p gives the
+// volume it stands in for at from), if any.
+func standIns(base, p *plans.Plan, from, to string, rs *RestoredEntry, fromNomad map[string]RestoredNomad) (map[string]map[string][]StandIn, error) {
 	out := map[string]map[string][]StandIn{}
 	for i, g := range p.VolumeGroups {
 		vols := groupVolumes(g.Sites[to])
@@ -226,14 +274,24 @@ func standIns(base, p *plans.Plan, from, to string, rs *RestoredEntry) (map[stri
 		if len(toNames) != len(vols) || len(fromNames) != len(vols) {
 			return nil, fmt.Errorf("group %s names %d volume(s) at %s and %d at %s: the restored volumes' copies cannot be matched to them", g.Name, len(toNames), to, len(fromNames), from)
 		}
+		fromVols := groupVolumes(g.Sites[from])
+		if len(fromVols) != len(vols) {
+			return nil, fmt.Errorf("group %s acts on %d volume(s) at %s and %d at %s: the restored volumes' copies cannot be matched to them", g.Name, len(vols), to, len(fromVols), from)
+		}
 		sites := map[string][]StandIn{}
 		for j, v := range vols {
 			id, ok := rs.Volumes[v]
 			if !ok {
 				return nil, fmt.Errorf("volume %s of group %s was not restored from point %s", v, g.Name, rs.Point)
 			}
-			sites[to] = append(sites[to], StandIn{Name: toNames[j], ID: id})
-			sites[from] = append(sites[from], StandIn{Name: fromNames[j], ID: id})
+			at, back := StandIn{Name: toNames[j], ID: id}, StandIn{Name: fromNames[j], ID: id}
+			if nv, ok := rs.Nomad[v]; ok {
+				at.Nomad = &nv
+			}
+			if nv, ok := fromNomad[fromVols[j]]; ok {
+				back.Nomad = &nv
+			}
+			sites[to], sites[from] = append(sites[to], at), append(sites[from], back)
 		}
 		out[g.Name] = sites
 	}
@@ -280,21 +338,28 @@ func (e *ReplacedEntry) Text() string {
 // before protection starts on them.
 func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult, rs *RestoredEntry) error {
 	p, from, to := r.plan, in.From, in.To
-	for _, w := range p.Workloads {
-		for _, site := range []string{from, to} {
-			if ref, ok := w.Sites[site]; (ok && ref.Nomad != nil) || p.Site(site).Orchestrator.Nomad != nil {
-				return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-					"reprotect of the volumes restored from point %s: workload %s runs under Nomad at %s, and protecting restored volumes where Nomad runs the workloads is not there yet (its copies at %s would need registering with Nomad); nothing was done",
-					rs.Point, w.Name, site, from), ErrPreflight, nil)
-			}
-		}
-	}
-	groups, err := standIns(r.signed, p, from, to, rs)
+	groups, err := standIns(r.signed, p, from, to, rs, nil)
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError("reprotect of the restored volumes: "+err.Error(), ErrPreflight, nil)
 	}
 	info := workflow.GetInfo(ctx).WorkflowExecution
 	next := &ReplacedEntry{Point: rs.Point, Site: to, Holder: rs.Holder, By: "run " + info.ID + "/" + info.RunID, At: workflow.Now(ctx), Groups: groups, Kept: keptRefs(p, from, to)}
+	if nomadSites(p, from, to) {
+		// Before anything changes: the Nomad volumes the copies at From
+		// will be registered as, and every job read as it will start
+		// on the stand-ins. A failure ends the reprotect at once (no
+		// pause: skipping it could start a job on a kept replica), with
+		// nothing done.
+		s := r.add(checkStandInsStep(), true)
+		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+		out, err := checkNomadStandIns(ctx, r, in, res, rs, next)
+		s.Output, s.End = out, workflow.Now(ctx)
+		if err != nil {
+			s.State, s.LastError = StateFailed, ErrorText(err)
+			return err
+		}
+		s.State = StateDone
+	}
 	np := replacedPlan(r.signed, next)
 	if err := holdsPrimary(ctx, r, p, to, from, "reprotect"); err != nil {
 		return err
@@ -315,6 +380,14 @@ func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *Rep
 	if err := forGroups(ctx, r, np, GroupOp{Kind: OpWaitSync, Site: to, After: res.ResyncStart, Verb: "wait for a sync of the restored volumes of"}); err != nil {
 		return err
 	}
+	if len(res.Registered) > 0 {
+		// From's copies exist and hold a sync: Nomad can take them.
+		if err := r.step(ctx, registerStep(from), true, func(ctx workflow.Context) (string, error) {
+			return registerCopies(ctx, p, from, res)
+		}); err != nil {
+			return err
+		}
+	}
 	if err := unfence(ctx, r, p, from, to, in.Fenced); err != nil {
 		return err
 	}
@@ -330,6 +403,195 @@ func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *Rep
 	}
 	r.plan = np
 	return protectFrom(ctx, r, np, to)
+}
+
+// NomadRegistration is a copy at From of a restored volume (ID, its
+// storage id, the restored volume's) that a reprotect registers with
+// From's Nomad as NomadID, in the namespace and with the plugin and
+// capabilities of Replica, the Nomad volume of the volume it stands in
+// for there (Volume, as the plan acted on it). The name is chosen before
+// the call, from the record (restoringRun), so that a retried call or
+// run finds the same volume; Done once Nomad has it.
+type NomadRegistration struct {
+	Group   string                  `json:"group"`
+	Volume  string                  `json:"volume"`
+	ID      string                  `json:"id"`
+	Replica orchestrators.CSIVolume `json:"replica"`
+	NomadID string                  `json:"nomadID"`
+	Done    bool                    `json:"done,omitempty"`
+}
+
+// nomadSites: Nomad runs workloads of p at from or to.
+func nomadSites(p *plans.Plan, sites ...string) bool {
+	for _, site := range sites {
+		if s := p.Site(site); s != nil && s.Orchestrator.Nomad != nil {
+			return true
+		}
+		for _, w := range p.Workloads {
+			if ref, ok := w.Sites[site]; ok && ref.Nomad != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkNomadStandIns, before a reprotect of restored volumes changes
+// anything, finds the Nomad volumes at From of the volumes the restored
+// ones stand in for there, names the Nomad volume each copy will be
+// registered as (res.Registered: kept from a first attempt), adds them
+// to next, and reads every Nomad job of both sites as it will start on
+// the stand-ins (CheckRestored): a job that would mount a CSI volume no
+// stand-in replaces ends the reprotect here, with nothing done.
+func checkNomadStandIns(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult, rs *RestoredEntry, next *ReplacedEntry) (string, error) {
+	p, from, to := r.plan, in.From, in.To
+	var read []string
+	if p.Site(from).Orchestrator.Nomad != nil && res.Registered == nil {
+		fin := activities.NomadCSIInputFor(p, from)
+		fin.Workload.Action = "reprotect"
+		for _, g := range p.VolumeGroups {
+			fin.Volumes = append(fin.Volumes, groupVolumes(g.Sites[from])...)
+		}
+		vols, err := call[map[string]orchestrators.CSIVolume](ctx, activities.WorkloadOptions(p, from, fin.Workload), wl.FindNomadVolumes, fin)
+		if err != nil {
+			return "", err
+		}
+		runID := restoringRun(rs)
+		if runID == "" {
+			runID = workflow.GetInfo(ctx).WorkflowExecution.RunID
+		}
+		res.Registered = []NomadRegistration{}
+		for _, g := range p.VolumeGroups {
+			toVols, fromVols := groupVolumes(g.Sites[to]), groupVolumes(g.Sites[from])
+			for j, v := range fromVols {
+				nv, ok := vols[v]
+				if !ok || j >= len(toVols) {
+					continue
+				}
+				res.Registered = append(res.Registered, NomadRegistration{Group: g.Name, Volume: v, ID: rs.Volumes[toVols[j]], Replica: nv, NomadID: restoredNomadID(nv.ID, runID)})
+			}
+		}
+		read = append(read, fmt.Sprintf("%d of %d volume(s) at %s are Nomad CSI volumes: their stand-ins' copies are registered there", len(vols), len(fin.Volumes), from))
+	}
+	fromNomad := map[string]RestoredNomad{}
+	for _, x := range res.Registered {
+		fromNomad[x.Volume] = RestoredNomad{ID: x.NomadID, Namespace: x.Replica.Namespace, Replica: x.Replica.ID}
+		read = append(read, fmt.Sprintf("%s as %s in place of %s", x.ID, x.NomadID, x.Replica.ID))
+	}
+	groups, err := standIns(r.signed, p, from, to, rs, fromNomad)
+	if err != nil {
+		return "", temporal.NewNonRetryableApplicationError("reprotect of the restored volumes: "+err.Error(), ErrPreflight, nil)
+	}
+	next.Groups = groups
+	np := replacedPlan(r.signed, next)
+	for _, site := range []string{to, from} {
+		for _, w := range workloadsOn(np, site) {
+			if w.Sites[site].Nomad == nil {
+				continue
+			}
+			win, err := activities.WorkloadInputFor(np, site, w.Name, "reprotect")
+			if err != nil {
+				return "", err
+			}
+			out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(np, site, win.Workload), wl.CheckRestored, win)
+			if err != nil {
+				return "", err
+			}
+			read = append(read, "at "+site+": "+out.Output)
+		}
+	}
+	return strings.Join(read, "; "), nil
+}
+
+// restoringRun is the run id of the failover that restored rs's
+// volumes, which names their Nomad volumes at both sites: every run of
+// the reprotect (a retried call, or a reprotect started again after one
+// that failed past its register) asks for the same names. A record from
+// before the failover's run was noted gives "" (the reprotect's own run
+// names them then).
+func restoringRun(rs *RestoredEntry) string {
+	if h, ok := strings.CutPrefix(rs.Holder, actionHolderPrefix); ok {
+		if i := strings.LastIndex(h, "/"); i >= 0 && i+1 < len(h) {
+			return h[i+1:]
+		}
+	}
+	if i := strings.LastIndex(rs.By, " run "); i >= 0 && i+5 < len(rs.By) {
+		return rs.By[i+5:]
+	}
+	return ""
+}
+
+// registerCopies registers each copy at site of res.Registered with
+// site's Nomad, under the name chosen before.
+func registerCopies(ctx workflow.Context, p *plans.Plan, site string, res *ReprotectResult) (string, error) {
+	var done []string
+	for i := range res.Registered {
+		x := &res.Registered[i]
+		if x.Done {
+			continue
+		}
+		in := activities.NomadCSIInputFor(p, site)
+		in.Workload.Action = "reprotect"
+		in.Volume, in.ID, in.Name, in.Namespace, in.External = x.Replica, x.NomadID, x.NomadID, x.Replica.Namespace, x.ID
+		out, err := call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadRegister, in)
+		if err != nil {
+			return strings.Join(done, "; "), err
+		}
+		x.Done = true
+		done = append(done, out)
+	}
+	return strings.Join(done, "; "), nil
+}
+
+// checkStandInJobs reads each Nomad job at site that starts on the
+// volumes standing in for the plan's (p acts on them) as it will start
+// them (CheckRestored), before the action stops or demotes anything: a
+// job that would mount a CSI volume no stand-in replaces (its job edited
+// since the reprotect, say) ends the action at once, unpaused, with
+// nothing done, instead of at its start once the storage has moved.
+// Nothing to read where no job does.
+func checkStandInJobs(ctx workflow.Context, r *run, p *plans.Plan, site, action string) error {
+	var ws []plans.Workload
+	for _, w := range workloadsOn(p, site) {
+		if ref := w.Sites[site]; ref.Nomad != nil && ref.Nomad.Restore != nil {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	s := r.add(newRef(KindCheckStandIns, "check the Nomad jobs on the volumes that stand in at "+site, site), true)
+	s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
+	var read []string
+	err := func() error {
+		for _, w := range ws {
+			win, err := activities.WorkloadInputFor(p, site, w.Name, action)
+			if err != nil {
+				return err
+			}
+			out, err := call[activities.WorkloadOutput](ctx, activities.WorkloadOptions(p, site, win.Workload), wl.CheckRestored, win)
+			if err != nil {
+				return err
+			}
+			read = append(read, out.Output)
+		}
+		return nil
+	}()
+	s.Output, s.End = strings.Join(read, "; "), workflow.Now(ctx)
+	if err != nil {
+		s.State, s.LastError = StateFailed, ErrorText(err)
+		return err
+	}
+	s.State = StateDone
+	return nil
+}
+
+func checkStandInsStep() stepRef {
+	return newRef(KindCheckStandIns, "check the Nomad jobs on the restored volumes")
+}
+
+func registerStep(site string) stepRef {
+	return newRef(KindRegister, "register the restored volumes' copies with Nomad at "+site, site)
 }
 
 func replacedStep() stepRef {

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -208,20 +209,200 @@ func TestReprotectMakesTheRestoredVolumesTheProtectedOnes(t *testing.T) {
 	}
 }
 
-// TestReprotectOfRestoredVolumesNotOnNomadYet: the reprotect of volumes
-// a failover to a point restored, for a plan whose workloads Nomad runs,
-// is refused before any storage call or hook.
-func TestReprotectOfRestoredVolumesNotOnNomadYet(t *testing.T) {
-	f := newFixture(t)
-	f.plan.Sites[1].Orchestrator = plans.Orchestrator{Nomad: &plans.Nomad{Address: "http://127.0.0.1:1"}}
-	env, calls := f.env(t)
-	env.OnActivity("ViewRecord", mock.Anything, mock.Anything).Return(workflows.RecordView{
-		Restored: &workflows.RestoredEntry{Point: "20261127T120000Z", Site: "west", Volumes: map[string]string{"v1": "clone-1"}}}, nil)
-	env.ExecuteWorkflow(workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west"})
-	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "not there yet") {
-		t.Fatalf("a reprotect of restored volumes under Nomad: %v", err)
+// TestReprotectOnNomad: on the dev server, with Nomad running the
+// workloads at both sites (fake agents whose CSI controller plugin is
+// each site's storage; an allocation whose CSI volume its namespace does
+// not hold fails), east's Nomad knowing v1 as pg-data-east and solo as
+// solo-vol-east (a block device), west's as pg-data and solo-vol. After a
+// failover to the clean point (west's jobs on pg-data-pit-FO8 and
+// solo-vol-pit-FO8):
+//
+// A reprotect while east's web would mount scratch, a CSI volume the
+// plan does not protect, ends at its check of the jobs: nothing
+// demoted at east, nothing registered with east's Nomad.
+//
+// Without scratch, the reprotect registers east's copies of the restored
+// v1 and solo with east's Nomad as pg-data-east-pit-FO8 and
+// solo-vol-east-pit-FO8 (named after the failover's run), with the plugin, namespace and capabilities of
+// the volumes they stand in for, and the record names each stand-in's
+// Nomad volume at both sites; west's jobs keep running on the restored
+// volumes. A failback while east's web would mount scratch again ends
+// at its check of east's jobs, with west's jobs and volumes as they
+// were. The failback to east then starts east's jobs (pg registered
+// before the failover, on pg-data-east) on the registered copies, never
+// on the kept replicas' Nomad volumes, with the stand-in in pg's meta,
+// and they become healthy on them; east's copy of the restored v1 is
+// primary, holding "clean".
+func TestReprotectOnNomad(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 4})
+	east, west := f.nomadSites(t, "/bin/sleep")
+	east.AddPlugin("sim", f.east.Endpoint())
+	west.AddPlugin("sim", f.west.Endpoint())
+	for _, v := range [][2]string{{"pg-data", "v1"}, {"solo-vol", "solo"}} {
+		west.AddVolume(api.CSIVolumeListStub{ID: v[0], Name: v[0], ExternalID: v[1], PluginID: "sim", Schedulable: true})
 	}
-	if len(*calls) != 0 {
-		t.Fatalf("the refused reprotect made %v", *calls)
+	ec, err := api.NewClient(&api.Config{Address: east.URL})
+	mustOK(t, err)
+	block := []*api.CSIVolumeCapability{{AccessMode: api.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: api.CSIVolumeAttachmentModeBlockDevice}}
+	fs := []*api.CSIVolumeCapability{{AccessMode: api.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: api.CSIVolumeAttachmentModeFilesystem}}
+	for _, v := range []*api.CSIVolume{
+		{ID: "pg-data-east", Name: "pg-data-east", ExternalID: "v1", PluginID: "sim", RequestedCapabilities: fs},
+		{ID: "solo-vol-east", Name: "solo-vol-east", ExternalID: "solo", PluginID: "sim", RequestedCapabilities: block},
+	} {
+		_, err := ec.CSIVolumes().Register(v, nil)
+		mustOK(t, err)
+	}
+	east.AddVolume(api.CSIVolumeListStub{ID: "scratch", Name: "scratch", ExternalID: "scratch-1", PluginID: "sim", Schedulable: true})
+	jobs := map[string]*api.Job{}
+	mounts := func(site, w string, sources ...string) {
+		j := nomadfake.ServiceJob(w, 1, "/bin/sleep")
+		j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{}
+		for _, src := range sources {
+			j.TaskGroups[0].Volumes[src] = &api.VolumeRequest{Name: src, Type: "csi", Source: src, AccessMode: "single-node-writer", AttachmentMode: "file-system"}
+		}
+		jobs[site+"/"+w] = j
+		for i := range f.plan.Workloads {
+			if f.plan.Workloads[i].Name == w {
+				f.plan.Workloads[i].Sites[site].Nomad.JobFile = nomadfake.WriteJobFile(t, j)
+			}
+		}
+	}
+	mounts("west", "pg", "pg-data")
+	mounts("west", "web", "solo-vol")
+	mounts("east", "pg", "pg-data-east")
+	mounts("east", "web", "solo-vol-east", "scratch")
+	// pg runs at east before the failover, on the replica's volume.
+	_, _, err = ec.Jobs().Register(jobs["east/pg"], nil)
+	mustOK(t, err)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	_, clean := cleanThenDamage(t, ctx, srv, f)
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
+	mustOK(t, err)
+	var fo workflows.FailoverResult
+	mustOK(t, run.Get(ctx, &fo))
+	fo8 := run.GetRunID()[:8]
+	restored := map[string]string{}
+	for _, v := range fo.Restored {
+		restored[v.Volume] = v.ID
+	}
+	v1, solo := restored["v1"], restored["solo"]
+	mountsOf := func(a *nomadfake.Server, w string) []string {
+		j := a.Job("", w)
+		if j == nil || j.Stop == nil || *j.Stop {
+			return nil
+		}
+		var out []string
+		for _, tg := range j.TaskGroups {
+			for _, v := range tg.Volumes {
+				out = append(out, v.Source)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := mountsOf(west, "pg"); !slices.Equal(got, []string{"pg-data-pit-" + fo8}) {
+		t.Fatalf("after the failover west's pg mounts %v", got)
+	}
+	registered := func() []string {
+		var out []string
+		for _, c := range east.Calls() {
+			if strings.HasPrefix(c, "PUT /v1/volume/csi/") && !strings.HasSuffix(c, "/pg-data-east") && !strings.HasSuffix(c, "/solo-vol-east") {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+
+	// east's web would mount scratch.
+	in := workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: fo.Fenced}
+	rp, err := workflows.Start(ctx, srv.Client, "shop", workflows.Reprotect, in)
+	mustOK(t, err)
+	if err := rp.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), `mounts CSI volume "scratch"`) {
+		t.Fatalf("a reprotect with east's web on scratch: %v", err)
+	}
+	if u := f.east.Snapshot().Unit("vg/vg-1"); u.Demoted || u.Role != sim.RolePrimary {
+		t.Fatalf("the refused reprotect changed east's vg-1: %s, demoted %v", u.Role, u.Demoted)
+	}
+	if got := registered(); len(got) != 0 {
+		t.Fatalf("the refused reprotect registered %v at east", got)
+	}
+
+	mounts("east", "web", "solo-vol-east")
+	in.Plan = f.plan
+	rp, err = workflows.Start(ctx, srv.Client, "shop", workflows.Reprotect, in)
+	mustOK(t, err)
+	var res workflows.ReprotectResult
+	mustOK(t, rp.Get(ctx, &res))
+	allDone(t, res.Progress)
+	// Named after the failover's run, as the restored volumes at west
+	// are: a reprotect started again asks for the same names.
+	pgEast, soloEast := "pg-data-east-pit-"+fo8, "solo-vol-east-pit-"+fo8
+	if len(res.Registered) != 2 {
+		t.Fatalf("registered %+v", res.Registered)
+	}
+	for id, want := range map[string]struct {
+		ext  string
+		caps []*api.CSIVolumeCapability
+	}{pgEast: {v1, nil}, soloEast: {solo, block}} {
+		nv := east.Volume("default", id)
+		if nv == nil || nv.ExternalID != want.ext || nv.PluginID != "sim" {
+			t.Fatalf("east's Nomad has %s as %+v; want storage volume %s", id, nv, want.ext)
+		}
+		if want.caps != nil && (len(nv.RequestedCapabilities) != 1 || *nv.RequestedCapabilities[0] != *want.caps[0]) {
+			t.Fatalf("%s was registered with capabilities %+v, want the replica's %+v", id, nv.RequestedCapabilities, want.caps[0])
+		}
+	}
+	if got := mountsOf(west, "pg"); !slices.Equal(got, []string{"pg-data-pit-" + fo8}) {
+		t.Fatalf("after the reprotect west's pg mounts %v", got)
+	}
+	simtest.Eventually(t, time.Minute, "the record to name each stand-in's Nomad volume", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		if err != nil || rec == nil || rec.Replaced == nil {
+			return false
+		}
+		g := rec.Replaced.Groups["db"]
+		if len(g["east"]) != 2 || len(g["west"]) != 2 || g["east"][0].ID != v1 || g["east"][0].Nomad == nil || g["west"][0].Nomad == nil {
+			return false
+		}
+		l := rec.Replaced.Groups["loose"]
+		return *g["east"][0].Nomad == workflows.RestoredNomad{ID: pgEast, Namespace: "default", Replica: "pg-data-east"} &&
+			*g["west"][0].Nomad == workflows.RestoredNomad{ID: "pg-data-pit-" + fo8, Namespace: "default", Replica: "pg-data"} &&
+			g["east"][1].Nomad == nil && len(l["east"]) == 1 && l["east"][0].Nomad != nil && l["east"][0].Nomad.ID == soloEast
+	})
+
+	// A failback while east's web would mount scratch again (its job
+	// edited since the reprotect) ends before anything is stopped or
+	// demoted.
+	mounts("east", "web", "solo-vol-east", "scratch")
+	fb, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
+	mustOK(t, err)
+	if err := fb.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), `mounts CSI volume "scratch"`) {
+		t.Fatalf("a failback with east's web on scratch: %v", err)
+	}
+	if u := f.west.Snapshot().Unit("vol/" + v1); u == nil || u.Role != sim.RolePrimary || mountsOf(west, "pg") == nil {
+		t.Fatalf("the refused failback moved west: restored v1 %+v, west's pg mounts %v", u, mountsOf(west, "pg"))
+	}
+	mounts("east", "web", "solo-vol-east")
+	fb, err = workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "west", To: "east"})
+	mustOK(t, err)
+	var back workflows.FailbackResult
+	mustOK(t, fb.Get(ctx, &back))
+	allDone(t, back.Progress)
+	for w, want := range map[string]string{"pg": pgEast, "web": soloEast} {
+		if got := mountsOf(east, w); !slices.Equal(got, []string{want}) {
+			t.Fatalf("after the failback east's %s mounts %v; want the stand-in %s", w, got, want)
+		}
+	}
+	if m := east.Job("", "pg").Meta; m["DROVER_VOLUME_V1"] != v1 {
+		t.Fatalf("east's pg has meta %v", m)
+	}
+	if u := f.east.Snapshot().Unit("vol/" + v1); u == nil || u.Role != sim.RolePrimary || string(u.Blocks[v1][0].Data) != "clean" {
+		t.Fatalf("east's copy of the restored v1 after the failback: %+v", u)
 	}
 }

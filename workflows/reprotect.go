@@ -26,6 +26,10 @@ type ReprotectResult struct {
 	// ResyncStart is when the resync began; To's first sync after it is
 	// the proof that From holds To's data.
 	ResyncStart time.Time `json:"resyncStart"`
+	// Registered are, in a reprotect of volumes restored from a point
+	// in time, the copies at From that it registers with From's Nomad,
+	// named before the calls.
+	Registered []NomadRegistration `json:"registered,omitempty"`
 }
 
 // Reprotect makes the returned site From a replica of To again:

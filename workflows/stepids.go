@@ -34,6 +34,11 @@ const (
 	// volumes that stand in for the plan's, and drctl release's steps.
 	KindRecordReplaced StepKind = "record-replaced"
 	KindRelease        StepKind = "release"
+	// Where Nomad runs the workloads, the reprotect's check of the jobs
+	// on the volumes that will stand in, and its register of the
+	// restored volumes' copies with the returned site's Nomad.
+	KindCheckStandIns StepKind = "check-stand-ins"
+	KindRegister      StepKind = "register"
 	// The checks of a drill.
 	KindCheckStorage     StepKind = "check-storage"
 	KindCheckSecrets     StepKind = "check-secrets"

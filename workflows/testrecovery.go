@@ -457,7 +457,11 @@ func testPlan(p *plans.Plan, site string, copies []TestCopy) *plans.Plan {
 }
 
 // nomadTestWorkload is Nomad workload w as a test copy: its job copied as
-// JOB-test, every Nomad volume of the copies replaced by its copy.
+// JOB-test, every Nomad volume of the copies replaced by its copy. A job
+// that runs on volumes standing in for the plan's (nj.Restore, after a
+// reprotect of restored volumes) may still name, as Nomad has it, the
+// Nomad volume a stand-in replaced: that one is replaced by the copy of
+// its stand-in too, never left to the replica.
 func nomadTestWorkload(w plans.Workload, site string, nj *plans.NomadJob, copies []TestCopy) plans.Workload {
 	t := &plans.NomadTest{Source: nj.Job, Volumes: map[string]string{}}
 	for _, c := range copies {
@@ -465,8 +469,17 @@ func nomadTestWorkload(w plans.Workload, site string, nj *plans.NomadJob, copies
 			t.Volumes[c.Nomad.ID], t.Namespace = c.NomadCopy, c.NomadNamespace
 		}
 	}
+	if nj.Restore != nil {
+		// Fills keys: the order does not matter.
+		//workflowcheck:ignore
+		for replica, standIn := range nj.Restore.Volumes {
+			if cp, ok := t.Volumes[standIn]; ok {
+				t.Volumes[replica] = cp
+			}
+		}
+	}
 	tj := *nj
-	tj.Job, tj.Stop, tj.Test = nj.Job+"-test", "", t
+	tj.Job, tj.Stop, tj.Test, tj.Restore = nj.Job+"-test", "", t, nil
 	tw := w
 	tw.Name = w.Name + "-test"
 	tw.Sites = map[string]plans.WorkloadRef{site: {Nomad: &tj}}
