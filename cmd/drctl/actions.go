@@ -500,8 +500,8 @@ func (a *app) reprotectInput(ctx context.Context, c client.Client, file string, 
 	what := fmt.Sprintf("Reprotect plan %q: stop %s's workloads, demote %s's copies of %s with force (their writes since the failover are dropped), resync them from %s and unfence %s.",
 		p.Metadata.Name, in.From, in.From, groupCount(p), in.To, in.From)
 	if rec != nil && rec.Restored != nil && rec.Restored.Site == in.To {
-		what = fmt.Sprintf("Reprotect plan %q, which runs on %d volume(s) restored from point %s at %s: stop %s's workloads, demote %s's copies of the replicas with force and keep them as they are (with %s's promoted replicas), enable replication of the restored volumes toward %s and unfence %s; from then on every action acts on the restored volumes.",
-			p.Metadata.Name, len(rec.Restored.Volumes), rec.Restored.Point, in.To, in.From, in.From, in.To, in.From, in.From)
+		what = fmt.Sprintf("Reprotect plan %q, which runs on %d volume(s) restored from point %s at %s: stop %s's workloads, demote %s's copies of the replicas with force and keep them as they are (with %s's promoted replicas), enable replication of the restored volumes toward %s (their copies registered with %s's Nomad where it knows the replicas) and unfence %s; from then on every action acts on the restored volumes.",
+			p.Metadata.Name, len(rec.Restored.Volumes), rec.Restored.Point, in.To, in.From, in.From, in.To, in.From, in.From, in.From)
 	}
 	return in, what, nil
 }
