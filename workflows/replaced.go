@@ -361,13 +361,7 @@ func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *Rep
 		s.State = StateDone
 	}
 	np := replacedPlan(r.signed, next)
-	if err := holdsPrimary(ctx, r, p, to, from, "reprotect"); err != nil {
-		return err
-	}
-	if err := stopAll(ctx, r, p, from, "reprotect"); err != nil {
-		return err
-	}
-	if err := r.gate(ctx, "beforeDemote"); err != nil {
+	if err := beforeDemote(ctx, r, p, from, to); err != nil {
 		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpDemote, Site: from, Force: true, Verb: "demote (kept) the replicas of"}); err != nil {

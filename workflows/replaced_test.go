@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
@@ -47,21 +48,9 @@ func TestReprotectMakesTheRestoredVolumesTheProtectedOnes(t *testing.T) {
 			h.Start = fmt.Sprintf(`echo "%s start $DROVER_SITE v1=$DROVER_VOLUME_V1" >> %s`, w.Name, f.hooks)
 		}
 	}
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	_, clean := cleanThenDamage(t, ctx, srv, f)
-	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-	mustOK(t, err)
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
-		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
-	mustOK(t, err)
-	var fo workflows.FailoverResult
-	mustOK(t, run.Get(ctx, &fo))
-	restored := map[string]string{}
-	for _, v := range fo.Restored {
-		restored[v.Volume] = v.ID
-	}
+	run, fo, clean, restored := failoverToTheCleanPoint(t, ctx, srv, f)
 	v1 := restored["v1"]
 	eastV1 := f.east.Snapshot().Unit("vg/vg-1").Blocks["v1"][0].Data
 
@@ -275,22 +264,10 @@ func TestReprotectOnNomad(t *testing.T) {
 	// pg runs at east before the failover, on the replica's volume.
 	_, _, err = ec.Jobs().Register(jobs["east/pg"], nil)
 	mustOK(t, err)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	_, clean := cleanThenDamage(t, ctx, srv, f)
-	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-	mustOK(t, err)
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
-		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
-	mustOK(t, err)
-	var fo workflows.FailoverResult
-	mustOK(t, run.Get(ctx, &fo))
+	run, fo, _, restored := failoverToTheCleanPoint(t, ctx, srv, f)
 	fo8 := run.GetRunID()[:8]
-	restored := map[string]string{}
-	for _, v := range fo.Restored {
-		restored[v.Volume] = v.ID
-	}
 	v1, solo := restored["v1"], restored["solo"]
 	mountsOf := func(a *nomadfake.Server, w string) []string {
 		j := a.Job("", w)
@@ -405,4 +382,26 @@ func TestReprotectOnNomad(t *testing.T) {
 	if u := f.east.Snapshot().Unit("vol/" + v1); u == nil || u.Role != sim.RolePrimary || string(u.Blocks[v1][0].Data) != "clean" {
 		t.Fatalf("east's copy of the restored v1 after the failback: %+v", u)
 	}
+}
+
+// failoverToTheCleanPoint starts f's worker, writes "clean" then
+// "damage" on east while protection cuts points at west, and fails over
+// to west at the point that holds "clean". It returns the failover's run
+// and result, the point, and the restored volumes by the plan's volume.
+func failoverToTheCleanPoint(t *testing.T, ctx context.Context, srv *devserver.Server, f *fixture) (client.WorkflowRun, workflows.FailoverResult, workflows.PointInTime, map[string]string) {
+	t.Helper()
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	_, clean := cleanThenDamage(t, ctx, srv, f)
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west",
+		LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken})
+	mustOK(t, err)
+	var fo workflows.FailoverResult
+	mustOK(t, run.Get(ctx, &fo))
+	restored := map[string]string{}
+	for _, v := range fo.Restored {
+		restored[v.Volume] = v.ID
+	}
+	return run, fo, clean, restored
 }

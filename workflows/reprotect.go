@@ -64,15 +64,7 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 		return reprotectRestored(ctx, r, in, res, rs)
 	}
 	p, from, to := in.Plan, in.From, in.To
-	// Storage is the truth before any demotion: To must hold the primary
-	// copies, whatever the record that aimed this reprotect says.
-	if err := holdsPrimary(ctx, r, p, to, from, "reprotect"); err != nil {
-		return err
-	}
-	if err := stopAll(ctx, r, p, from, "reprotect"); err != nil {
-		return err
-	}
-	if err := r.gate(ctx, "beforeDemote"); err != nil {
+	if err := beforeDemote(ctx, r, p, from, to); err != nil {
 		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpDemote, Site: from, Force: true}); err != nil {
@@ -89,4 +81,18 @@ func reprotect(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectRe
 		return err
 	}
 	return protectFrom(ctx, r, p, to)
+}
+
+// beforeDemote is what every reprotect does before it demotes From's
+// copies: storage is the truth, so To must hold the primary copies,
+// whatever the record that aimed the reprotect says; then From's
+// workloads stop, and the beforeDemote gate opens if the plan asks.
+func beforeDemote(ctx workflow.Context, r *run, p *plans.Plan, from, to string) error {
+	if err := holdsPrimary(ctx, r, p, to, from, "reprotect"); err != nil {
+		return err
+	}
+	if err := stopAll(ctx, r, p, from, "reprotect"); err != nil {
+		return err
+	}
+	return r.gate(ctx, "beforeDemote")
 }
