@@ -60,28 +60,21 @@ func (n *Nomad) restoredSpec(ctx context.Context, w Workload, op string) (spec *
 	}
 	maps.Copy(s.Meta, r.Meta)
 	restored := slices.Collect(maps.Values(r.Volumes))
-	s.TaskGroups = make([]*api.TaskGroup, len(j.TaskGroups))
-	for i, tg := range j.TaskGroups {
-		c := *tg
-		c.Volumes = map[string]*api.VolumeRequest{}
-		for name, v := range tg.Volumes {
-			vr := *v
-			if vr.Type == "csi" {
-				if vr.PerAlloc {
-					return nil, "", fail(op, w, false, nil, "job %q group %q mounts per_alloc CSI volume %q: a failover to a point in time cannot restore per-allocation volumes", nj.Job, *tg.Name, vr.Source)
-				}
-				switch to, ok := r.Volumes[vr.Source]; {
-				case ok:
-					vr.Source = to
-				case slices.Contains(restored, vr.Source):
-				default:
-					return nil, "", fail(op, w, false, nil, "job %q group %q mounts CSI volume %q, which the point in time (%s) does not restore: started, it would run on a volume the point does not hold; put the volume's storage volume in the plan's volume groups (or take it out of the job) and run the action again",
-						nj.Job, *tg.Name, vr.Source, r.Point)
-				}
-			}
-			c.Volumes[name] = &vr
+	s.TaskGroups, err = withCSISources(j.TaskGroups, func(group string, vr api.VolumeRequest) (string, error) {
+		if vr.PerAlloc {
+			return "", fail(op, w, false, nil, "job %q group %q mounts per_alloc CSI volume %q: a failover to a point in time cannot restore per-allocation volumes", nj.Job, group, vr.Source)
 		}
-		s.TaskGroups[i] = &c
+		switch to, ok := r.Volumes[vr.Source]; {
+		case ok:
+			return to, nil
+		case slices.Contains(restored, vr.Source):
+			return vr.Source, nil
+		}
+		return "", fail(op, w, false, nil, "job %q group %q mounts CSI volume %q, which the point in time (%s) does not restore: started, it would run on a volume the point does not hold; put the volume's storage volume in the plan's volume groups (or take it out of the job) and run the action again",
+			nj.Job, group, vr.Source, r.Point)
+	})
+	if err != nil {
+		return nil, "", err
 	}
 	setCounts(&s, nj.Groups)
 	return &s, from, nil

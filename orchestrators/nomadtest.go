@@ -107,28 +107,45 @@ func testCopyOf(src *api.Job, nj *plans.NomadJob) (*api.Job, error) {
 	spec.Stop = new(false)
 	spec.Status, spec.StatusDescription, spec.Stable, spec.Version = nil, nil, nil, nil
 	spec.CreateIndex, spec.ModifyIndex, spec.JobModifyIndex, spec.SubmitTime = nil, nil, nil, nil
-	spec.TaskGroups = make([]*api.TaskGroup, len(src.TaskGroups))
-	for i, tg := range src.TaskGroups {
+	var err error
+	spec.TaskGroups, err = withCSISources(src.TaskGroups, func(group string, vr api.VolumeRequest) (string, error) {
+		if vr.PerAlloc {
+			return "", fmt.Errorf("job %q group %q mounts per_alloc CSI volume %q: a test recovery cannot copy per-allocation volumes", t.Source, group, vr.Source)
+		}
+		cp, ok := t.Volumes[vr.Source]
+		if !ok {
+			return "", fmt.Errorf("job %q group %q mounts CSI volume %q, which is in none of the plan's volume groups: its test copy would write on production", t.Source, group, vr.Source)
+		}
+		return cp, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	setCounts(&spec, nj.Groups)
+	return &spec, nil
+}
+
+// withCSISources copies a job's task groups with each CSI volume's source
+// as source says (an error refuses the job); other volumes as they are.
+func withCSISources(groups []*api.TaskGroup, source func(group string, vr api.VolumeRequest) (string, error)) ([]*api.TaskGroup, error) {
+	out := make([]*api.TaskGroup, len(groups))
+	for i, tg := range groups {
 		c := *tg
 		c.Volumes = map[string]*api.VolumeRequest{}
 		for name, v := range tg.Volumes {
 			vr := *v
 			if vr.Type == "csi" {
-				if vr.PerAlloc {
-					return nil, fmt.Errorf("job %q group %q mounts per_alloc CSI volume %q: a test recovery cannot copy per-allocation volumes", t.Source, *tg.Name, vr.Source)
+				to, err := source(*tg.Name, vr)
+				if err != nil {
+					return nil, err
 				}
-				cp, ok := t.Volumes[vr.Source]
-				if !ok {
-					return nil, fmt.Errorf("job %q group %q mounts CSI volume %q, which is in none of the plan's volume groups: its test copy would write on production", t.Source, *tg.Name, vr.Source)
-				}
-				vr.Source = cp
+				vr.Source = to
 			}
 			c.Volumes[name] = &vr
 		}
-		spec.TaskGroups[i] = &c
+		out[i] = &c
 	}
-	setCounts(&spec, nj.Groups)
-	return &spec, nil
+	return out, nil
 }
 
 func boolKeys(m map[string]string) map[string]bool {

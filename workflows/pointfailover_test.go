@@ -56,19 +56,7 @@ func TestFailoverToAPoint(t *testing.T) {
 	mustOK(t, err)
 
 	// Every storage call that reaches a site from now on.
-	var mu sync.Mutex
-	var rpcs []string
-	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
-		mu.Lock()
-		rpcs = append(rpcs, site+" "+method)
-		mu.Unlock()
-		return handle()
-	})
-	seen := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(rpcs)
-	}
+	seen := f.recordRPCs()
 	hooksRan := func() string {
 		b, err := os.ReadFile(f.hooks)
 		if os.IsNotExist(err) {
@@ -285,19 +273,7 @@ func TestFailoverToAPointOnNomad(t *testing.T) {
 	_, clean := cleanThenDamage(t, ctx, srv, f)
 	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
 	mustOK(t, err)
-	var mu sync.Mutex
-	var rpcs []string
-	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
-		mu.Lock()
-		rpcs = append(rpcs, site+" "+method)
-		mu.Unlock()
-		return handle()
-	})
-	seen := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(rpcs)
-	}
+	seen := f.recordRPCs()
 	in := workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", LastSync: ps.LastSync(), Clients: ps.Clients["east"], PointAt: clean.Taken}
 
 	// web would mount scratch, which the point does not restore.
@@ -393,4 +369,22 @@ func TestFailoverToAPointOnNomad(t *testing.T) {
 			rec.Restored.Nomad["v1"] == workflows.RestoredNomad{ID: "pg-data-pit-" + run8, Namespace: "default", Replica: "pg-data"} &&
 			len(rec.Restored.Nomad) == 2
 	})
+}
+
+// recordRPCs records every storage call that reaches a site of f from
+// now on ("west PromoteVolume"); the function returns them so far.
+func (f *fixture) recordRPCs() func() []string {
+	var mu sync.Mutex
+	var rpcs []string
+	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
+		mu.Lock()
+		rpcs = append(rpcs, site+" "+method)
+		mu.Unlock()
+		return handle()
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(rpcs)
+	}
 }
