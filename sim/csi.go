@@ -360,6 +360,9 @@ func (c *csiController) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeR
 		return nil, status.Error(codes.InvalidArgument, "DeleteVolume: volume_id is required")
 	}
 	if u, err := s.lookupVolume(req.GetVolumeId()); err == nil {
+		if done, err := s.deleteMade(ctx, u); done || err != nil {
+			return &csi.DeleteVolumeResponse{}, err
+		}
 		// The spec's "volume in use": a replica is never deleted here.
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is replicated (%s): it cannot be deleted", req.GetVolumeId(), u.st.Key())
 	}

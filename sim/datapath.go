@@ -34,6 +34,7 @@ func (s *Site) dataHandler() http.Handler {
 	mux.HandleFunc("POST /v1/peer/status", s.peerOnly(s.handlePeerStatus))
 	mux.HandleFunc("POST /v1/peer/apply", s.peerOnly(s.handlePeerApply))
 	mux.HandleFunc("POST /v1/peer/fences", s.peerOnly(s.handlePeerFences))
+	mux.HandleFunc("POST /v1/peer/drop", s.peerOnly(s.handlePeerDrop))
 	return mux
 }
 

@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,12 +21,20 @@ import (
 // volume of its own, primary on this site, as RBD mirroring does when it
 // is enabled on an image: the volume's data as it stands becomes its
 // first writes (one per block, in block order, epoch 1), the copy is no
-// longer a CSI copy (it cannot be deleted through CSI, as no replica
-// can), and the link creates its copy on the peer with the first sync,
+// longer a CSI copy (it cannot be deleted through CSI while its
+// replication is on, as no replica can), and the link creates its copy on the peer with the first sync,
 // secondary, under the same volume id. The peer refuses to create it
 // when it holds a volume of that id already. Adopting is persisted
 // before it is answered; a site that crashed between the unit's file and
 // its site file restarts with the unit, never with both.
+//
+// Such a volume, primary here with its replication disabled, can be
+// deleted through CSI (RBD deletes an image whose mirroring is off); the
+// site then tells the peer, which removes the copy the first sync created
+// while it is still secondary (rbd-mirror removes the non-primary image
+// of an image whose mirroring the primary disabled). The peer's copy
+// stays when the peer cannot be told (the link down), or when it was
+// promoted there: it is the peer's own volume then.
 
 // adopt makes the CSI copy a request names a replicated volume of this
 // site, unless it is one already; it reports whether the request names a
@@ -102,12 +113,94 @@ func (s *Site) createFromPeer(a applyUnit) (*unit, string) {
 	if _, err := s.lookupVolume(id); err == nil {
 		return nil, "volume " + id + " belongs to another unit on this site"
 	}
-	st := UnitState{Kind: KindVolume, ID: id, Volumes: []string{id}, Role: RoleSecondary, Blocks: map[string]map[int64]Block{}}
+	st := UnitState{Kind: KindVolume, ID: id, Volumes: []string{id}, Role: RoleSecondary, FromPeer: true, Blocks: map[string]map[int64]Block{}}
 	if err := s.store.saveUnit(&st); err != nil {
 		return nil, "persist failed: " + err.Error()
 	}
 	s.log.Info("created the copy of a volume the peer made", "volume", id)
 	return s.addUnit(st), ""
+}
+
+// deleteMade deletes u, a volume this site made replicated whose
+// replication is off, and asks the peer to remove its copy (best
+// effort); it reports whether u was such a volume.
+func (s *Site) deleteMade(ctx context.Context, u *unit) (bool, error) {
+	u.mu.Lock()
+	ok := u.st.Made && !u.st.Enabled && u.st.Role == RolePrimary
+	key := u.st.Key()
+	u.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	s.dropUnit(u)
+	s.log.Info("deleted a volume made replicated here", "unit", key)
+	if s.peer == nil || s.isLinkDown() {
+		return true, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out peerDropResponse
+	if err := s.peer.post(pctx, "/v1/peer/drop", peerDropRequest{From: s.cfg.Name, Key: key}, &out); err != nil {
+		s.log.Warn("the peer was not told of a deleted volume: its copy stays", "unit", key, "error", err)
+	} else if out.Why != "" {
+		s.log.Info("the peer kept its copy of a deleted volume", "unit", key, "why", out.Why)
+	}
+	return true, nil
+}
+
+// dropUnit removes u from the site and its file.
+func (s *Site) dropUnit(u *unit) {
+	u.mu.Lock()
+	key, vols := u.st.Key(), slices.Clone(u.st.Volumes)
+	u.mu.Unlock()
+	s.unitsMu.Lock()
+	delete(s.units, key)
+	for _, v := range vols {
+		if s.volumes[v] == key {
+			delete(s.volumes, v)
+		}
+	}
+	s.unitsMu.Unlock()
+	s.store.removeUnit(key)
+}
+
+type peerDropRequest struct {
+	From string `json:"from"`
+	Key  string `json:"key"`
+}
+
+type peerDropResponse struct {
+	// Why the copy stays, or "" when it was removed (or was never here).
+	Why string `json:"why,omitempty"`
+}
+
+// handlePeerDrop removes this site's copy of a volume the peer made and
+// deleted, while the copy is still secondary.
+func (s *Site) handlePeerDrop(w http.ResponseWriter, r *http.Request) {
+	if !s.linkGuard(w) {
+		return
+	}
+	var req peerDropRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		httpError(w, http.StatusBadRequest, "decode: %v", err)
+		return
+	}
+	var resp peerDropResponse
+	if u, ok := s.unitByKey(req.Key); ok {
+		u.mu.Lock()
+		switch {
+		case !u.st.FromPeer:
+			resp.Why = "not a copy the peer's sync created"
+		case u.st.Role != RoleSecondary:
+			resp.Why = "promoted on this site"
+		}
+		u.mu.Unlock()
+		if resp.Why == "" {
+			s.dropUnit(u)
+			s.log.Info("removed the copy of a volume the peer deleted", "unit", req.Key)
+		}
+	}
+	writeJSON(w, resp)
 }
 
 // removeUnit deletes a unit's file (undoing an adoption that could not be

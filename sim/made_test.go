@@ -140,3 +140,72 @@ func TestMadeVolumeNeverOverwritesThePeers(t *testing.T) {
 		t.Fatalf("a's volume holds %q (unit %v): overwritten", got, a.Snapshot().Unit("vol/"+ours))
 	}
 }
+
+// TestMadeVolumeDeletedWithItsPeerCopy: a volume made replicated here
+// (a point in time's copy, cut at the primary) is deleted through CSI
+// only once its replication is off, and its deletion removes the copy
+// the peer's first sync created, as rbd-mirror removes the non-primary
+// image; a peer copy that was promoted is the peer's own volume and
+// stays.
+func TestMadeVolumeDeletedWithItsPeerCopy(t *testing.T) {
+	a, b := startPair(t, pairOpts{Interval: 20 * time.Millisecond})
+	enable(t, a, group("vg-1"))
+	wa := dataClient(t, a, nodeA)
+	ctx := ctxT(t)
+	_, err := wa.Write(ctx, "v1", 0, []byte("at the cut"))
+	mustOK(t, err)
+	waitSynced(t, a, "vg/vg-1")
+	cc := csi.NewControllerClient(a.conn)
+
+	made := func(name string) (string, string) {
+		id := restoreVolume(t, a, name, "v1")
+		enable(t, a, volume(id))
+		key := "vol/" + id
+		waitSynced(t, a, key)
+		if u := b.Snapshot().Unit(key); u == nil || u.Role != sim.RoleSecondary {
+			t.Fatalf("b's copy of %s: %+v, want a secondary", key, u)
+		}
+		return id, key
+	}
+	off := func(id string) {
+		_, err := a.rc.DisableVolumeReplication(ctx, &replication.DisableVolumeReplicationRequest{ReplicationSource: volume(id), Secrets: a.cfg.Secrets})
+		mustOK(t, err)
+	}
+
+	id, key := made("point-1")
+	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, err, codes.FailedPrecondition) // replication on
+	off(id)
+	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	mustOK(t, err)
+	if u := a.Snapshot().Unit(key); u != nil {
+		t.Fatalf("a still holds the deleted volume: %+v", u)
+	}
+	if u := b.Snapshot().Unit(key); u != nil {
+		t.Fatalf("b still holds the copy of the deleted volume: %+v", u)
+	}
+	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	mustOK(t, err) // idempotent
+
+	// A copy promoted at b (a failover to the point) stays b's.
+	id2, key2 := made("point-2")
+	_, err = b.rc.PromoteVolume(ctx, &replication.PromoteVolumeRequest{ReplicationSource: volume(id2), Force: true, Secrets: b.cfg.Secrets})
+	mustOK(t, err)
+	off(id2)
+	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id2})
+	mustOK(t, err)
+	u := b.Snapshot().Unit(key2)
+	if u == nil || u.Role != sim.RolePrimary {
+		t.Fatalf("b's promoted copy of %s: %+v, want it kept, primary", key2, u)
+	}
+	wb := dataClient(t, b, nodeB)
+	got, err := wb.Read(ctx, id2, 0)
+	mustOK(t, err)
+	if string(got) != "at the cut" {
+		t.Fatalf("b's promoted copy holds %q", got)
+	}
+
+	// A replica of the plan's is never deleted, replication on or off.
+	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v1"})
+	wantCode(t, err, codes.FailedPrecondition)
+}

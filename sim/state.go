@@ -121,6 +121,10 @@ type UnitState struct {
 	// Made: the copy was made a replicated volume on this site from a
 	// volume created through CSI (made.go); the link creates the peer's.
 	Made bool `json:"made,omitempty"`
+	// FromPeer: the copy was created on this site by the first sync of a
+	// volume the peer made; the peer's deletion of that volume removes
+	// it while it is secondary (made.go).
+	FromPeer bool `json:"fromPeer,omitempty"`
 
 	// Logs for the invariant checker.
 	Writes      []WriteRecord `json:"writes,omitempty"`
