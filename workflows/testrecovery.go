@@ -180,7 +180,11 @@ func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResu
 	start := workflow.Now(ctx)
 
 	err = testRecovery(ctx, r, in, res)
-	// The cleanup runs however the test ended: done, failed or cancelled.
+	// The cleanup runs however the test ended: done, failed, cancelled,
+	// or aborted by the operator at a paused step (the abort ends the
+	// test, not its cleanup: a step of the cleanup that fails pauses
+	// again).
+	r.aborted = false
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
 	cerr := cleanupTest(cctx, r, in, res, workflow.GetInfo(ctx).WorkflowExecution)
