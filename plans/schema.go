@@ -119,4 +119,5 @@ func constrain(root map[string]any) {
 	set(at("policy", "approvals", "[]"), "enum", Gates)
 	set(at("policy", "pointsInTime"), "anyOf", []any{map[string]any{"required": []string{"keep"}}, map[string]any{"required": []string{"keepFor"}}})
 	set(at("policy", "pointsInTime", "keep"), "minimum", 1)
+	set(at("policy", "pointsInTime", "cut"), "enum", Cuts)
 }

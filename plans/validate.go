@@ -290,6 +290,9 @@ func (p *Plan) validatePoints(bad func(string, string, ...any), present func(str
 	if pit.KeepFor < 0 {
 		bad(at+".keepFor", "keepFor %s is negative", pit.KeepFor)
 	}
+	if pit.Cut != "" && !contains(Cuts, pit.Cut) {
+		bad(at+".cut", "%q is not replicas or primary", pit.Cut)
+	}
 	if pit.Keep == 0 && pit.KeepFor == 0 {
 		bad(at, "say how many points to keep (keep: N) or for how long (keepFor: 7d), or both")
 	}

@@ -23,7 +23,9 @@
 // replicated volume of its own, primary there, whose copy the peer
 // creates under the same id with the first sync, as RBD mirroring does
 // for an image; made.go), ListSnapshots and the deletes. A replicated
-// volume cannot be deleted through CSI. ReplicasUnchanged (check.go) compares two states
+// volume cannot be deleted through CSI, but for one made replicated here
+// whose replication is off: its peer then drops the copy its first sync
+// created while that copy is secondary (peer /v1/peer/drop). ReplicasUnchanged (check.go) compares two states
 // of a site to show that its replicas were left alone.
 //
 // # The storage model

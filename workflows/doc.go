@@ -56,7 +56,12 @@
 //     (UpdateHoldPoint), a failed cut's with the next cut. Points,
 //     holds and prunes go to the plan's record; a protection started
 //     anew takes over the record's points, and never points a state
-//     given at its start names. Only plans with the policy take this
+//     given at its start names. With cut: primary, a point is cut at
+//     the primary instead, each snapshot made a volume whose replication
+//     is enabled (copyOut), and it is usable at the recovery site once
+//     every copy reports a sync (syncPoints); its deletion turns each
+//     copy's replication off and deletes it, never a volume the plan
+//     acts on (deleteCopies). Only plans with the policy take this
 //     path. A test recovery from a point (pointuse.go, TestRecovery's
 //     PointAt) names a time, and the worker picks the point from the
 //     running protection's state or the record (HoldPoint): it holds

@@ -87,6 +87,9 @@ type GroupOp struct {
 	// Primary: OpResync is also done once this site's primary copy has
 	// shipped a sync begun after After (or after the step began).
 	Primary string `json:"primary,omitempty"`
+	// Of tells the steps of an operation apart from the same kind's on
+	// the same groups and site in one run (their ids end with it).
+	Of string `json:"of,omitempty"`
 }
 
 func (op GroupOp) verb() string {

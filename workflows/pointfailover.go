@@ -54,6 +54,11 @@ type RestoredVolume struct {
 	Nomad          *orchestrators.CSIVolume `json:"nomad,omitempty"`
 	NomadID        string                   `json:"nomadID,omitempty"`
 	NomadNamespace string                   `json:"nomadNamespace,omitempty"`
+	// Copy is the point's replicated copy of the volume at the site, for
+	// a point cut at the primary (PointInTime.ByCopies): it is promoted,
+	// with force, in place of a volume made of a snapshot, and registered
+	// with Nomad as NomadID when the replica has a Nomad volume.
+	Copy string `json:"copy,omitempty"`
 }
 
 // Discarded is what a failover to a point in time leaves out: the writes
@@ -81,6 +86,10 @@ type RestoredEntry struct {
 	Nomad map[string]RestoredNomad `json:"nomad,omitempty"`
 	By    string                   `json:"by,omitempty"`
 	At    time.Time                `json:"at"`
+	// Copies: the restored volumes are the point's replicated copies,
+	// promoted (a point cut at the primary): their replication is on,
+	// and a reprotect demotes and resyncs the other site's copies of them.
+	Copies bool `json:"copies,omitempty"`
 }
 
 // RestoredNomad is a restored volume's Nomad CSI volume (ID of
@@ -180,9 +189,12 @@ func holdFailoverPoint(ctx workflow.Context, r *run, in FailoverInput, res *Fail
 			return "", err
 		}
 		res.Point = &pt
-		if err := eachPointSnapshot(p, pt, func(group string, sn PointSnapshot) {
+		if err := eachPointSnapshot(p, pt, to, func(group string, sn PointSnapshot) {
 			v := RestoredVolume{Group: group, Volume: sn.Volume, Snapshot: sn.ID,
 				Name: restoredName(p.Metadata.Name, info.RunID, sn.Volume)}
+			if pt.ByCopies(to) {
+				v.Snapshot, v.Name, v.Copy = "", sn.Copy, sn.Copy
+			}
 			if nv, ok := nomadVols[sn.Volume]; ok {
 				v.Nomad, v.NomadID, v.NomadNamespace = &nv, restoredNomadID(nv.ID, info.RunID), nv.Namespace
 			}
@@ -258,12 +270,17 @@ func restoreFromPoint(ctx workflow.Context, r *run, in FailoverInput, res *Failo
 		}
 		d := discarded(*res.Point, in.LastSync, r.progress.Start)
 		res.Discarded = &d
+		copies := res.Point.ByCopies(to)
 		if err := r.record(ctx, RecordChange{Restored: &RestoredEntry{Point: res.Point.ID, Site: to, Volumes: vols, Nomad: nomadVols, By: by(ctx), At: workflow.Now(ctx),
-			Holder: ActionHolder(workflow.GetInfo(ctx).WorkflowExecution.ID, workflow.GetInfo(ctx).WorkflowExecution.RunID)}}); err != nil {
+			Holder: ActionHolder(workflow.GetInfo(ctx).WorkflowExecution.ID, workflow.GetInfo(ctx).WorkflowExecution.RunID), Copies: copies}}); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%d volume(s) restored from point %s: %s; the workloads start on them. %s; the promoted replicas, which hold those writes, are kept",
-			len(made), res.Point.ID, strings.Join(made, ", "), d.Text()), nil
+		how := "restored from point " + res.Point.ID
+		if copies {
+			how = "of point " + res.Point.ID + " promoted (its copies, cut at " + res.Point.CutAt + ")"
+		}
+		return fmt.Sprintf("%d volume(s) %s: %s; the workloads start on them. %s; the promoted replicas, which hold those writes, are kept",
+			len(made), how, strings.Join(made, ", "), d.Text()), nil
 	})
 }
 
@@ -272,6 +289,9 @@ func restoreFromPoint(ctx workflow.Context, r *run, in FailoverInput, res *Failo
 // the replica is Nomad's, else from site's storage at e. It returns the
 // volume's storage id.
 func restoreVolume(ctx workflow.Context, p *plans.Plan, site string, e activities.Endpoint, v *RestoredVolume) (string, error) {
+	if v.Copy != "" {
+		return v.Copy, promoteCopy(ctx, p, site, v)
+	}
 	if v.NomadID != "" {
 		in := activities.NomadCSIInputFor(p, site)
 		in.Workload.Action = orchestrators.ActionFailover
@@ -281,6 +301,34 @@ func restoreVolume(ctx workflow.Context, p *plans.Plan, site string, e activitie
 	out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
 		activities.CopyInput{Endpoint: e, Name: v.Name, Snapshot: v.Snapshot})
 	return out.ID, err
+}
+
+// promoteCopy promotes, with force, the point's copy of v at site (a
+// replica whose primary is at the site the point was cut at, lost or
+// not), and registers it with site's Nomad when the replica has a Nomad
+// volume.
+func promoteCopy(ctx workflow.Context, p *plans.Plan, site string, v *RestoredVolume) error {
+	g, ok := p.Groups()[v.Group]
+	if !ok {
+		return fmt.Errorf("plan %q has no volume group %q", p.Metadata.Name, v.Group)
+	}
+	ins, err := activities.GroupInputs(p, site, copyGroup(g, site, v.Copy), activities.RPCPromoteVolume, true)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, site, activities.RPCPromoteVolume), st.PromoteVolume, in); err != nil {
+			return err
+		}
+	}
+	if v.NomadID == "" {
+		return nil
+	}
+	in := activities.NomadCSIInputFor(p, site)
+	in.Workload.Action = orchestrators.ActionFailover
+	in.Volume, in.ID, in.Name, in.Namespace, in.External = *v.Nomad, v.NomadID, v.NomadID, v.NomadNamespace, v.Copy
+	_, err = call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadRegister, in)
+	return err
 }
 
 // Text says what was discarded.

@@ -40,6 +40,24 @@ import (
 // of. Each point, hold and prune goes to the plan's record (Points,
 // Pruned), which drctl points and drctl status read.
 //
+// With policy.pointsInTime.cut: primary (for storage that cannot
+// snapshot a replica, as ceph-csi cannot), a point is cut at the primary
+// instead: the same snapshots, there, then a volume made of each
+// (CreateVolume from it, named before the call) and that volume's
+// replication enabled with the group's parameters, so that the storage
+// ships a copy of it to the recovery site, where it is a replica like
+// any other. Such a point holds every write acknowledged before its cut.
+// It is usable at the recovery site once every copy has synced there (a
+// poll round after the cut asks each copy's replication at the primary
+// until each reports a sync); a failover to it there promotes its
+// copies in place of making volumes of snapshots. At the site it was cut
+// at it is usable at once, from its snapshots (a test recovery there).
+// Its deletion turns each copy's replication off and deletes the copy
+// and the snapshots at the primary (the storage removes the copies'
+// replicas); a copy that is a volume the plan acts on (a failover
+// promoted it and a reprotect made it the protected one) is never
+// deleted.
+//
 // Only a plan with the policy takes this path: a plan without it issues
 // the commands it always did (Protect auto-upgrades, see Register).
 
@@ -73,6 +91,13 @@ type PointInTime struct {
 	// PruneError is why the last deletion of the point failed; it is
 	// tried again at the next cut.
 	PruneError string `json:"pruneError,omitempty"`
+	// CutAt is the site the point was cut at, when it is not Site
+	// (policy.pointsInTime.cut: primary): its snapshots are there, and
+	// each snapshot's copy (PointSnapshot.Copy) replicates to Site.
+	// Synced is when every copy was found synced to Site: the point is
+	// usable there from then on.
+	CutAt  string    `json:"cutAt,omitempty"`
+	Synced time.Time `json:"synced,omitzero"`
 }
 
 // PointGroup is one volume group's part of a point: its snapshots, and
@@ -97,10 +122,36 @@ type PointSnapshot struct {
 	Volume string `json:"volume"`
 	Name   string `json:"name,omitempty"`
 	ID     string `json:"id,omitempty"`
+	// Copy is the volume made of the snapshot at the site the point was
+	// cut at, whose replication ships it to the point's site (same id
+	// there), asked for as CopyName.
+	Copy     string `json:"copy,omitempty"`
+	CopyName string `json:"copyName,omitempty"`
 }
 
-// Usable tells a point that can be recovered to: every group was cut.
-func (pt *PointInTime) Usable() bool { return pt.Error == "" }
+// Usable tells a point that can be recovered to at its site: every group
+// was cut, and a point cut at the primary has every copy synced there.
+func (pt *PointInTime) Usable() bool {
+	return pt.Error == "" && (pt.CutAt == "" || !pt.Synced.IsZero())
+}
+
+// Pending tells a point cut at the primary whose copies have not all
+// synced to its site yet.
+func (pt *PointInTime) Pending() bool { return pt.Error == "" && pt.CutAt != "" && pt.Synced.IsZero() }
+
+// UsableAt tells whether the point can be recovered to at site: at its
+// site once usable; at the site it was cut at, from its snapshots, once
+// cut.
+func (pt *PointInTime) UsableAt(site string) bool {
+	if pt.CutAt != "" && site == pt.CutAt {
+		return pt.Error == ""
+	}
+	return site == pt.Site && pt.Usable()
+}
+
+// ByCopies tells whether a recovery from the point at site uses its
+// replicated copies, not its snapshots.
+func (pt *PointInTime) ByCopies(site string) bool { return pt.CutAt != "" && site != pt.CutAt }
 
 // PrunedPoint is a point that was deleted, and why.
 type PrunedPoint struct {
@@ -210,13 +261,22 @@ func notInSync(h GroupHealth, ok bool) string {
 func (s *ProtectState) cutPoint(ctx workflow.Context, p *plans.Plan, site string) PointInTime {
 	now := workflow.Now(ctx)
 	pt := PointInTime{ID: pointID(now), Site: site, Taken: now}
+	at := site
+	if p.Policy.PointsInTime.AtPrimary() {
+		at, pt.CutAt = s.Primary, s.Primary
+	}
 	prefix := "drover-pit-" + p.Metadata.Name + "-" + strings.ToLower(pt.ID)
 	var why []string
 	for _, g := range groupNames(p) {
 		h, ok := s.Groups[g]
 		pg := PointGroup{Group: g, LastSync: h.LastSync, NotInSync: notInSync(h, ok)}
-		if !h.LastSync.IsZero() {
-			pg.Lag = max(now.Sub(h.LastSync), 0)
+		if pt.CutAt != "" {
+			// Cut at the primary: it holds every write acknowledged
+			// before the cut, however far the replicas lag.
+			pg.LastSync, pg.NotInSync = now, ""
+		}
+		if !pg.LastSync.IsZero() {
+			pg.Lag = max(now.Sub(pg.LastSync), 0)
 		}
 		if pg.NotInSync != "" {
 			why = append(why, g+": "+pg.NotInSync)
@@ -241,8 +301,12 @@ func (s *ProtectState) cutPoint(ctx workflow.Context, p *plans.Plan, site string
 	var errs []string
 	for i := range pt.Groups {
 		pg := &pt.Groups[i]
-		ref := byName[pg.Group].Sites[site]
-		if err := cutGroup(ctx, p, site, ref, prefix+"-"+pg.Group, pg); err != nil {
+		g := byName[pg.Group]
+		err := cutGroup(ctx, p, at, g.Sites[at], prefix+"-"+pg.Group, pg)
+		if err == nil && pt.CutAt != "" {
+			err = copyOut(ctx, p, at, g, prefix+"-"+pg.Group, pg)
+		}
+		if err != nil {
 			pg.Error = ErrorText(err)
 			errs = append(errs, pg.Group+": "+pg.Error)
 		}
@@ -311,9 +375,106 @@ func cutGroup(ctx workflow.Context, p *plans.Plan, site string, ref plans.GroupR
 	return errors.Join(errs...)
 }
 
+// copyOut makes, at site (the primary), a volume of each of pg's
+// snapshots (names recorded before the calls) and enables each one's
+// replication with the group's parameters, so that the storage ships it
+// to the recovery site.
+func copyOut(ctx workflow.Context, p *plans.Plan, site string, g *plans.VolumeGroup, name string, pg *PointGroup) error {
+	e, err := activities.EndpointFor(p, site, activities.RPCCreateVolume)
+	if err != nil {
+		return err
+	}
+	for i := range pg.Snapshots {
+		pg.Snapshots[i].CopyName = name + "-copy-" + pg.Snapshots[i].Volume
+	}
+	errs := make([]error, len(pg.Snapshots))
+	fns := make([]func(ctx workflow.Context), len(pg.Snapshots))
+	for i := range pg.Snapshots {
+		fns[i] = func(ctx workflow.Context) {
+			sn := &pg.Snapshots[i]
+			var got activities.Copy
+			got, errs[i] = call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
+				activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID})
+			sn.Copy = got.ID
+			if errs[i] == nil {
+				errs[i] = copyReplication(ctx, p, site, g, sn.Copy, activities.RPCEnableVolumeReplication, st.EnableVolumeReplication)
+			}
+		}
+	}
+	together(ctx, fns...)
+	return errors.Join(errs...)
+}
+
+// copyGroup is group g with volume copy as its only volume at site, for
+// the calls on a point's copy with the group's parameters.
+func copyGroup(g *plans.VolumeGroup, site, copy string) *plans.VolumeGroup {
+	return &plans.VolumeGroup{Name: g.Name, Parameters: g.Parameters, Sites: map[string]plans.GroupRef{site: {Volumes: []string{copy}}}}
+}
+
+// copyReplication calls replication rpc (fn) on a point's copy at site.
+func copyReplication(ctx workflow.Context, p *plans.Plan, site string, g *plans.VolumeGroup, copy, rpc string, fn any) error {
+	ins, err := activities.GroupInputs(p, site, copyGroup(g, site, copy), rpc, false)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if _, err := call[struct{}](ctx, pointCallOptions(p, site, rpc), fn, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncPoints asks, for each point cut at the primary whose copies have
+// not all synced to its site, each copy's replication at the primary:
+// once every copy reports a sync, the point is usable there (Synced).
+// A copy that does not answer, or has no sync yet, is asked again at the
+// next round.
+func (s *ProtectState) syncPoints(ctx, cut workflow.Context, p *plans.Plan, notes *pointNotes) {
+	byName := p.Groups()
+	for i := range s.Points {
+		pt := &s.Points[i]
+		if !pt.Pending() || pt.CutAt != s.Primary {
+			continue
+		}
+		if syncedCopies(cut, p, byName, pt) {
+			pt.Synced = workflow.Now(ctx)
+			notes.point(*pt)
+		}
+		if cut.Err() != nil {
+			return
+		}
+	}
+}
+
+// syncedCopies tells whether every copy of pt reports a sync at the
+// site it was cut at.
+func syncedCopies(ctx workflow.Context, p *plans.Plan, byName map[string]*plans.VolumeGroup, pt *PointInTime) bool {
+	for _, pg := range pt.Groups {
+		g, ok := byName[pg.Group]
+		if !ok {
+			return false
+		}
+		for _, sn := range pg.Snapshots {
+			ins, err := activities.GroupInputs(p, pt.CutAt, copyGroup(g, pt.CutAt, sn.Copy), activities.RPCGetVolumeReplicationInfo, false)
+			if err != nil || sn.Copy == "" {
+				return false
+			}
+			for _, in := range ins {
+				info, err := call[activities.ReplicationInfo](ctx, pointCallOptions(p, pt.CutAt, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
+				if err != nil || info.LastSyncTime.IsZero() {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // prunable picks the points the policy no longer keeps at now, with why:
 // past the newest keep, older than keepFor, or a failed cut but the one
-// just cut (its failure is shown until the next). The newest usable
+// just cut (its failure is shown until the next), or a point cut at the
+// primary whose copies had not synced when a later one's had. The newest usable
 // point and held points are never picked, nor any usable point unless
 // pruneUsable (a point was just cut).
 func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, justCut string, pruneUsable bool) map[string]string {
@@ -322,6 +483,14 @@ func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, just
 	rank := 0
 	for i := len(points) - 1; i >= 0; i-- {
 		pt := &points[i]
+		if pt.Pending() {
+			// Its copies still ship; once a later point's have all
+			// synced, they never will.
+			if len(pt.Held) == 0 && rank > 0 {
+				out[pt.ID] = "its copies had not synced when a later point's had"
+			}
+			continue
+		}
 		if !pt.Usable() {
 			if len(pt.Held) == 0 && pt.ID != justCut {
 				out[pt.ID] = "its cut failed: " + pt.Error
@@ -349,6 +518,13 @@ func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, just
 func deletePoint(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 	site := pt.Site
 	var errs []error
+	if pt.CutAt != "" {
+		site = pt.CutAt
+		if err := deleteCopies(ctx, p, pt); err != nil {
+			// The snapshots stay while a copy made of them does.
+			return err
+		}
+	}
 	for _, pg := range pt.Groups {
 		if pg.GroupSnapshotName != "" {
 			id, members := pg.GroupSnapshot, make([]string, 0, len(pg.Snapshots))
@@ -417,6 +593,76 @@ func deletePoint(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 	return errors.Join(errs...)
 }
 
+// deleteCopies deletes the copies of a point cut at the primary, at the
+// site it was cut at: each copy's replication turned off (the storage
+// removes its replica at the point's site), then the copy deleted. A
+// copy whose create never answered is asked for again by its name
+// first. A copy that is a volume the plan acts on (a failover promoted
+// it, a reprotect made it the protected one) is left: it is no longer
+// the point's.
+func deleteCopies(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
+	site := pt.CutAt
+	live := planVolumes(p)
+	byName := p.Groups()
+	var errs []error
+	for _, pg := range pt.Groups {
+		for _, sn := range pg.Snapshots {
+			id := sn.Copy
+			if id == "" && sn.CopyName != "" && sn.ID != "" {
+				e, err := activities.EndpointFor(p, site, activities.RPCCreateVolume)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				got, err := call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
+					activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID})
+				if madeNothing(err) {
+					continue
+				}
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				id = got.ID
+			}
+			if id == "" || live[id] {
+				continue
+			}
+			if g, ok := byName[pg.Group]; ok {
+				err := copyReplication(ctx, p, site, g, id, activities.RPCDisableVolumeReplication, st.DisableVolumeReplication)
+				if err != nil && !madeNothing(err) {
+					errs = append(errs, fmt.Errorf("copy %s: %w", id, err))
+					continue
+				}
+			}
+			e, err := activities.EndpointFor(p, site, activities.RPCDeleteVolume)
+			if err == nil {
+				_, err = call[struct{}](ctx, pointCallOptions(p, site, activities.RPCDeleteVolume), st.DeleteVolume,
+					activities.DeleteInput{Endpoint: e, ID: id})
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("copy %s: %w", id, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// planVolumes are the volumes p acts on, at every site.
+func planVolumes(p *plans.Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range p.VolumeGroups {
+		// Fills a set: the order does not matter.
+		//workflowcheck:ignore
+		for _, ref := range g.Sites {
+			for _, v := range groupVolumes(ref) {
+				out[v] = true
+			}
+		}
+	}
+	return out
+}
+
 // madeNothing tells a create asked again by name that the storage
 // refuses for good: there is nothing of that name to delete.
 func madeNothing(err error) bool {
@@ -434,7 +680,8 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if s.PointsSince.IsZero() {
 		s.PointsSince = now
 	}
-	if !s.pointDue(pit, now) {
+	s.syncPoints(ctx, cut, p, notes)
+	if !s.pointDue(pit, now) || cut.Err() != nil {
 		return
 	}
 	site := recoverySite(p, s.Primary)
@@ -447,7 +694,7 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if cut.Err() == nil {
 		// Picked and marked in one go: a hold that comes while the
 		// deletions run finds the point being pruned and is refused.
-		why := prunable(s.Points, pit, workflow.Now(ctx), pt.ID, pt.Usable())
+		why := prunable(s.Points, pit, workflow.Now(ctx), pt.ID, pt.Error == "")
 		var doomed []int
 		for i := range s.Points {
 			if _, ok := why[s.Points[i].ID]; ok {
@@ -541,7 +788,7 @@ func (s *ProtectState) validHold(h PointHold, pruning map[string]bool) error {
 	switch {
 	case i < 0:
 		return fmt.Errorf("no point %q: drctl points lists the plan's points", h.Point)
-	case !h.Release && !s.Points[i].Usable():
+	case !h.Release && s.Points[i].Error != "":
 		return fmt.Errorf("point %q is no point to recover to: %s", h.Point, s.Points[i].Error)
 	}
 	return nil

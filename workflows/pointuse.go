@@ -50,17 +50,19 @@ type PointUse struct {
 var PointNewest = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
 // PointFor picks the point a recovery at site goes back to: the newest
-// usable point cut there at or before t.
+// point cut at or before t that is usable there (PointInTime.UsableAt).
 func PointFor(points []PointInTime, site string, t time.Time) (*PointInTime, error) {
 	var pick *PointInTime
-	var later, failed int
+	var later, failed, pending int
 	for i := range points {
 		pt := &points[i]
 		switch {
-		case pt.Site != site:
+		case pt.Site != site && pt.CutAt != site:
 		case pt.Taken.After(t):
 			later++
-		case !pt.Usable():
+		case pt.Pending() && !pt.UsableAt(site):
+			pending++
+		case !pt.UsableAt(site):
 			failed++
 		case pick == nil || pt.Taken.After(pick.Taken):
 			pick = pt
@@ -75,6 +77,9 @@ func PointFor(points []PointInTime, site string, t time.Time) (*PointInTime, err
 	}
 	if later+failed > 0 {
 		why += fmt.Sprintf(" (%d later, %d whose cut failed)", later, failed)
+	}
+	if pending > 0 {
+		why += fmt.Sprintf(" (%d whose copies have not synced to %s yet)", pending, site)
 	}
 	return nil, temporal.NewNonRetryableApplicationError(why+": drctl points lists them", ErrNoPoint, nil)
 }
@@ -241,7 +246,12 @@ func holdPointFor(ctx workflow.Context, p *plans.Plan, site string, t time.Time,
 		return nil, err
 	}
 	res.Point = &pt
-	if err := eachPointSnapshot(p, pt, func(group string, sn PointSnapshot) {
+	if pt.ByCopies(site) {
+		// Its copies at site are replicas, which a test recovery never
+		// touches; its snapshots are at the site it was cut at.
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s was cut at %s (policy.pointsInTime.cut: primary): a test recovery from it runs there, from its snapshots; at %s its copies are replicas", pt.ID, pt.CutAt, site), ErrNoPoint, nil)
+	}
+	if err := eachPointSnapshot(p, pt, site, func(group string, sn PointSnapshot) {
 		c := &res.Copies[res.copyIndex(group, sn.Volume)]
 		c.Snapshot, c.Point = sn.ID, pt.ID
 	}); err != nil {
@@ -252,8 +262,9 @@ func holdPointFor(ctx workflow.Context, p *plans.Plan, site string, t time.Time,
 
 // eachPointSnapshot calls fn with each snapshot of the point, group by
 // group of the plan: every group of the plan must have its part in the
-// point, every snapshot an id.
-func eachPointSnapshot(p *plans.Plan, pt PointInTime, fn func(group string, sn PointSnapshot)) error {
+// point, every snapshot an id, and every copy too when a recovery at
+// site uses the point's copies.
+func eachPointSnapshot(p *plans.Plan, pt PointInTime, site string, fn func(group string, sn PointSnapshot)) error {
 	for _, g := range p.VolumeGroups {
 		i := slices.IndexFunc(pt.Groups, func(pg PointGroup) bool { return pg.Group == g.Name })
 		if i < 0 {
@@ -262,6 +273,9 @@ func eachPointSnapshot(p *plans.Plan, pt PointInTime, fn func(group string, sn P
 		for _, sn := range pt.Groups[i].Snapshots {
 			if sn.ID == "" {
 				return temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no snapshot of volume %s", pt.ID, sn.Volume), ErrNoPoint, nil)
+			}
+			if sn.Copy == "" && pt.ByCopies(site) {
+				return temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s has no copy of volume %s", pt.ID, sn.Volume), ErrNoPoint, nil)
 			}
 			fn(g.Name, sn)
 		}

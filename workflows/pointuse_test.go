@@ -28,6 +28,13 @@ func pointHolding(f *fixture, points []workflows.PointInTime, data string) *work
 				if sn.Volume != "v1" {
 					continue
 				}
+				if points[i].CutAt != "" {
+					// Cut at the primary: its copy at west, once synced.
+					if u := st.Unit("vol/" + sn.Copy); points[i].Usable() && u != nil && string(u.Blocks[sn.Copy][0].Data) == data {
+						return &points[i]
+					}
+					continue
+				}
 				j := slices.IndexFunc(st.Snapshots, func(s sim.SnapshotState) bool { return s.ID == sn.ID })
 				if j >= 0 && string(st.Snapshots[j].Blocks[0].Data) == data {
 					return &points[i]

@@ -333,7 +333,9 @@ func (e *ReplacedEntry) Text() string {
 // demoted with force and left as they are (neither resynced nor
 // deleted: with To's promoted replicas, they are the replicas the
 // failover went back from, kept), replication enabled on the restored
-// volumes at To and a sync of each awaited, From's clients unfenced,
+// volumes at To (or, when they are a point's copies promoted, whose
+// replication is on: From's copies of them demoted with force and
+// resynced) and a sync of each awaited, From's clients unfenced,
 // and the record told which volumes stand in for the plan's from now on,
 // before protection starts on them.
 func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *ReprotectResult, rs *RestoredEntry) error {
@@ -368,7 +370,17 @@ func reprotectRestored(ctx workflow.Context, r *run, in ReprotectInput, res *Rep
 		return err
 	}
 	res.ResyncStart = workflow.Now(ctx)
-	if err := forGroups(ctx, r, np, GroupOp{Kind: OpEnable, Site: to, Verb: "enable replication of the restored volumes of"}); err != nil {
+	if rs.Copies {
+		// The point's copies, promoted at To: their replication is on,
+		// and From's copies of them were their primaries (the cut's
+		// site): demoted with force and resynced from To.
+		if err := forGroups(ctx, r, np, GroupOp{Kind: OpDemote, Site: from, Force: true, Of: "restored", Verb: "demote the copies of the restored volumes of"}); err != nil {
+			return err
+		}
+		if err := forGroups(ctx, r, np, GroupOp{Kind: OpResync, Site: from, Discard: true, Primary: to, After: res.ResyncStart, Of: "restored", Verb: "resync the copies of the restored volumes of"}); err != nil {
+			return err
+		}
+	} else if err := forGroups(ctx, r, np, GroupOp{Kind: OpEnable, Site: to, Verb: "enable replication of the restored volumes of"}); err != nil {
 		return err
 	}
 	if err := forGroups(ctx, r, np, GroupOp{Kind: OpWaitSync, Site: to, After: res.ResyncStart, Verb: "wait for a sync of the restored volumes of"}); err != nil {

@@ -112,15 +112,23 @@ func (op GroupOp) stepKind() StepKind {
 
 // groupStep is op's step for one group.
 func groupStep(op GroupOp, group string) stepRef {
-	return newRef(op.stepKind(), fmt.Sprintf("%s %s on %s", op.verb(), group, op.Site), op.Site, group)
+	return newRef(op.stepKind(), fmt.Sprintf("%s %s on %s", op.verb(), group, op.Site), op.subjects(group)...)
+}
+
+// subjects are the subjects of op's step on group (or a batch's span).
+func (op GroupOp) subjects(group string) []string {
+	if op.Of != "" {
+		return []string{op.Site, group, op.Of}
+	}
+	return []string{op.Site, group}
 }
 
 // batchStep is op's step for a batch of groups, named by its first and
 // last group.
 func batchStep(op GroupOp, batch []string) stepRef {
 	if len(batch) == 1 {
-		return newRef(op.stepKind(), fmt.Sprintf("%s %s on %s (a batch of 1)", op.verb(), batch[0], op.Site), op.Site, batch[0])
+		return newRef(op.stepKind(), fmt.Sprintf("%s %s on %s (a batch of 1)", op.verb(), batch[0], op.Site), op.subjects(batch[0])...)
 	}
 	return newRef(op.stepKind(), fmt.Sprintf("%s %s … %s on %s (%d groups)", op.verb(), batch[0], batch[len(batch)-1], op.Site, len(batch)),
-		op.Site, batch[0]+".."+batch[len(batch)-1])
+		op.subjects(batch[0]+".."+batch[len(batch)-1])...)
 }

@@ -145,6 +145,8 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 			// The reasons, which can be long errors, go below the table.
 			state := "in sync"
 			switch {
+			case pt.Pending():
+				state = "COPIES SHIPPING (below)"
 			case !pt.Usable():
 				state = "FAILED (below)"
 			case pt.NotInSync != "":
@@ -160,13 +162,19 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 			if held == "" {
 				held = "-"
 			}
-			t.row(pt.ID, pt.Site, fmt.Sprintf("%s (%s ago)", pt.Taken.Local().Format(time.DateTime), max(now.Sub(pt.Taken), 0).Round(time.Second)), synced, lag, state, held)
+			site := pt.Site
+			if pt.CutAt != "" {
+				site += " (cut at " + pt.CutAt + ")"
+			}
+			t.row(pt.ID, site, fmt.Sprintf("%s (%s ago)", pt.Taken.Local().Format(time.DateTime), max(now.Sub(pt.Taken), 0).Round(time.Second)), synced, lag, state, held)
 		}
 		if err := t.flush(); err != nil {
 			return err
 		}
 		for _, pt := range l.Points {
 			switch {
+			case pt.Pending():
+				fmt.Fprintf(w, "  %s: cut at %s; its copies have not all synced to %s yet: usable there once they have (at %s now, from its snapshots)\n", pt.ID, pt.CutAt, pt.Site, pt.CutAt)
 			case !pt.Usable():
 				fmt.Fprintf(w, "  %s: its cut failed: %s\n", pt.ID, oneLine(pt.Error))
 			case pt.NotInSync != "":

@@ -343,3 +343,25 @@ func TestPointsTableKeepsLongReasonsBelow(t *testing.T) {
 		}
 	}
 }
+
+// TestPointsTableSaysWhereAPointWasCut: a point cut at the primary
+// (policy.pointsInTime.cut: primary) shows where it was cut, and one
+// whose copies still ship says so, with where it is usable meanwhile.
+func TestPointsTableSaysWhereAPointWasCut(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
+		{ID: "20261127T125800Z", Site: "west", CutAt: "east", Taken: now.Add(-2 * time.Minute), LastSync: now.Add(-2 * time.Minute), Synced: now.Add(-time.Minute)},
+		{ID: "20261127T125900Z", Site: "west", CutAt: "east", Taken: now.Add(-time.Minute), LastSync: now.Add(-time.Minute)},
+	}}
+	var b strings.Builder
+	if err := renderPoints(&b, l, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"20261127T125800Z  west (cut at east)", "in sync", "COPIES SHIPPING (below)",
+		"  20261127T125900Z: cut at east; its copies have not all synced to west yet"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package workflows_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/sim"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// madeUnits are the keys of the units site's storage made replicated
+// from volumes created through CSI (primary copies of points cut there),
+// and of the copies its peer's syncs created.
+func madeUnits(st *sim.State) (made, fromPeer []string) {
+	for _, u := range st.Units {
+		switch {
+		case u.Made:
+			made = append(made, u.Key())
+		case u.FromPeer:
+			fromPeer = append(fromPeer, u.Key())
+		}
+	}
+	slices.Sort(made)
+	slices.Sort(fromPeer)
+	return made, fromPeer
+}
+
+// copyKeys are the unit keys of the copies of points.
+func copyKeys(points []workflows.PointInTime) []string {
+	var out []string
+	for _, pt := range points {
+		for _, g := range pt.Groups {
+			for _, sn := range g.Snapshots {
+				if sn.Copy != "" {
+					out = append(out, "vol/"+sn.Copy)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPointsCutAtThePrimary: on the dev server, with
+// policy.pointsInTime.cut: primary (keep 2), protection cuts each point
+// at east, the primary: a group snapshot of vg-1's members, a volume of
+// each snapshot and its replication enabled, so that west's storage
+// creates a copy of it; a point is usable at west once every copy has
+// synced, and holds every write acknowledged before its cut. Pruning
+// deletes a point's copies at east, and west's go with them: the copies
+// the storage holds are those of the points protection keeps. A test
+// recovery at west from such a point is refused (its copies there are
+// replicas). A failover to the clean point promotes its copies at west
+// in place of making volumes: the application finds "clean" there while
+// the replica holds "damage". The reprotect demotes and resyncs east's
+// copies of them (their replication was on), and a write at west
+// reaches east. Once the release frees the point and protection prunes
+// it, the copies the plan now runs on are left, replication on at both
+// sites: a point's deletion never touches a volume the plan acts on.
+func TestPointsCutAtThePrimary(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 2, Cut: plans.CutPrimary})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	run, fo, clean, restored := failoverToTheCleanPoint(t, ctx, srv, f)
+	if clean.CutAt != "east" || clean.Site != "west" || clean.Synced.IsZero() || !clean.LastSync.Equal(clean.Taken) || clean.NotInSync != "" {
+		t.Fatalf("the clean point: cut at %q for %q, synced %v, holds up to %v (cut %v), not in sync %q; want cut at east for west, synced, holding its cut",
+			clean.CutAt, clean.Site, clean.Synced, clean.LastSync, clean.Taken, clean.NotInSync)
+	}
+	var v1 string
+	for _, g := range clean.Groups {
+		for _, sn := range g.Snapshots {
+			if sn.Volume == "v1" {
+				v1 = sn.Copy
+			}
+		}
+	}
+	if v1 == "" || restored["v1"] != v1 || fo.Restored[0].Copy == "" {
+		t.Fatalf("the failover restored %v (%+v); want the clean point's copy of v1, %q, promoted", restored, fo.Restored, v1)
+	}
+	west := f.west.Snapshot()
+	if u := west.Unit("vol/" + v1); u == nil || u.Role != sim.RolePrimary || string(u.Blocks[v1][0].Data) != "clean" {
+		t.Fatalf("west's copy of v1 after the failover: %+v; want it primary, holding clean", u)
+	}
+	if u := west.Unit("vg/vg-1"); u.Role != sim.RolePrimary || string(u.Blocks["v1"][0].Data) != "damage" {
+		t.Fatalf("west's replica vg-1: %s holding %q; want the kept primary with the damage", u.Role, u.Blocks["v1"][0].Data)
+	}
+
+	// A test recovery at west from a point cut at east: refused.
+	tr, err := workflows.StartTestRecovery(ctx, srv.Client, workflows.TestRecoveryInput{Plan: f.plan, At: "west", PointAt: clean.Taken})
+	mustOK(t, err)
+	hold := "hold the point in time at west"
+	waitFor(t, ctx, srv.Client, tr, hold, workflows.StatePaused)
+	var p workflows.Progress
+	v, err := srv.Client.QueryWorkflow(ctx, tr.GetID(), tr.GetRunID(), workflows.QueryProgress)
+	mustOK(t, err)
+	mustOK(t, v.Get(&p))
+	if i := slices.IndexFunc(p.Steps, func(s *workflows.Step) bool { return s.Name == hold }); !strings.Contains(p.Steps[i].LastError, "a test recovery from it runs there") {
+		t.Fatalf("a test recovery at west from a point cut at east paused on %q", p.Steps[i].LastError)
+	}
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: tr.GetID(), RunID: tr.GetRunID(), UpdateName: workflows.UpdateResolve,
+		Args: []any{workflows.Decision{Step: hold, Action: workflows.DecisionAbort}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	mustOK(t, uh.Get(ctx, nil))
+	_ = tr.Get(ctx, nil)
+	v, err = srv.Client.QueryWorkflow(ctx, tr.GetID(), tr.GetRunID(), workflows.QueryProgress)
+	mustOK(t, err)
+	mustOK(t, v.Get(&p))
+	// The abort ends the test, not its cleanup, which releases the hold.
+	if i := slices.IndexFunc(p.Steps, func(s *workflows.Step) bool { return s.Kind() == workflows.KindCleanup }); i < 0 || p.Steps[i].State != workflows.StateDone ||
+		!strings.Contains(p.Steps[i].Output, "released") {
+		t.Fatalf("the aborted test recovery's cleanup: %+v", p.Steps)
+	}
+	if made := f.west.Snapshot().Clones; len(made) != 0 {
+		t.Fatalf("the refused test recovery made %d volume(s) at west", len(made))
+	}
+
+	rp, err := workflows.Start(ctx, srv.Client, "shop", workflows.Reprotect, workflows.ReprotectInput{Plan: f.plan, From: "east", To: "west", Fenced: fo.Fenced})
+	mustOK(t, err)
+	var res workflows.ReprotectResult
+	mustOK(t, rp.Get(ctx, &res))
+	allDone(t, res.Progress)
+	east := f.east.Snapshot()
+	for vol, id := range restored {
+		e := east.Unit("vol/" + id)
+		if e == nil || e.Role != sim.RoleSecondary || !e.InSync || !e.Enabled {
+			t.Fatalf("east's copy of the restored %s (%s): %+v; want a secondary in sync", vol, id, e)
+		}
+	}
+	wc, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
+	mustOK(t, err)
+	defer wc.Close()
+	_, err = wc.Write(ctx, v1, 1, []byte("after the reprotect"))
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "the write at east", func() bool {
+		u := f.east.Snapshot().Unit("vol/" + v1)
+		return u != nil && string(u.Blocks[v1][1].Data) == "after the reprotect"
+	})
+
+	// The release frees the point; protection, now cutting at west,
+	// prunes it: the copies the plan runs on stay, replicated.
+	rl, err := workflows.Start(ctx, srv.Client, "shop", workflows.Release, workflows.ReleaseInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	mustOK(t, rl.Get(ctx, nil))
+	holder := workflows.ActionHolder(run.GetID(), run.GetRunID())
+	var last *workflows.ProtectState
+	defer func() {
+		if t.Failed() && last != nil {
+			for _, pt := range last.Points {
+				t.Logf("point %s site %s cut at %s synced %v error %q held %v prune error %q", pt.ID, pt.Site, pt.CutAt, pt.Synced, pt.Error, pt.Held, pt.PruneError)
+			}
+		}
+	}()
+	simtest.Eventually(t, time.Minute, "the clean point pruned, points cut at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || ps.Primary != "west" {
+			return false
+		}
+		last = ps
+		atWest := 0
+		for _, pt := range ps.Points {
+			if pt.ID == clean.ID || slices.Contains(pt.Held, holder) {
+				return false
+			}
+			if pt.CutAt == "west" && pt.Usable() {
+				atWest++
+			}
+		}
+		return atWest > 0
+	})
+	east, west = f.east.Snapshot(), f.west.Snapshot()
+	for vol, id := range restored {
+		w, e := west.Unit("vol/"+id), east.Unit("vol/"+id)
+		if w == nil || w.Role != sim.RolePrimary || !w.Enabled || e == nil || e.Role != sim.RoleSecondary || !e.Enabled {
+			t.Fatalf("the restored %s (%s) after its point was pruned: west %+v, east %+v; want it replicated from west", vol, id, w, e)
+		}
+	}
+	if got := string(west.Unit("vol/" + v1).Blocks[v1][1].Data); got != "after the reprotect" {
+		t.Fatalf("west's v1 holds %q", got)
+	}
+
+	// The copies the storage holds are those of the points protection
+	// keeps, and the restored volumes: pruned points' copies are gone at
+	// both sites.
+	standIns := copyKeys([]workflows.PointInTime{clean})
+	var why string
+	simtest.Eventually(t, time.Minute, "the copies held to be the kept points' and the restored volumes'", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || ps.PrunedCount == 0 {
+			return false
+		}
+		for _, site := range []*simtest.Site{f.east, f.west} {
+			name, other := "east", "west"
+			if site == f.west {
+				name, other = "west", "east"
+			}
+			var cutHere, cutThere []workflows.PointInTime
+			for _, pt := range ps.Points {
+				switch pt.CutAt {
+				case name:
+					cutHere = append(cutHere, pt)
+				case other:
+					cutThere = append(cutThere, pt)
+				}
+			}
+			made, fromPeer := madeUnits(site.Snapshot())
+			want := copyKeys(cutHere)
+			if name == "east" {
+				want = append(want, standIns...)
+				slices.Sort(want)
+			}
+			if !slices.Equal(made, want) {
+				why = name + " made " + strings.Join(made, " ") + "; want " + strings.Join(want, " ")
+				return false
+			}
+			for _, k := range fromPeer {
+				if !slices.Contains(copyKeys(cutThere), k) && !(name == "west" && slices.Contains(standIns, k)) {
+					why = name + " holds " + k + ", the copy of no point kept"
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if why != "" {
+		t.Logf("(settled after: %s)", why)
+	}
+	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
+		t.Fatalf("%s", r)
+	}
+}
