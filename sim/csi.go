@@ -73,6 +73,10 @@ type CloneState struct {
 	Blocks   map[int64]Block `json:"blocks"`
 	Seq      uint64          `json:"seq"`
 	Writes   []WriteRecord   `json:"writes,omitempty"`
+	// Flattened: the ceph-csi profile flattened the volume made of
+	// Snapshot (made.go's flatten), so that its replication can be
+	// enabled.
+	Flattened bool `json:"flattened,omitempty"`
 }
 
 func objectID(prefix, name string) string {

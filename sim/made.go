@@ -36,6 +36,47 @@ import (
 // stays when the peer cannot be told (the link down), or when it was
 // promoted there: it is the peer's own volume then.
 
+// flatten is the ceph-csi profile's check before a volume made of a
+// snapshot is made replicated: RBD mirrors a clone only once it has no
+// parent, so without flattenMode: force the call is FAILED_PRECONDITION
+// (HandleParentImageExistence, internal/rbd/mirror.go), and with it the
+// first call queues the flatten and answers ABORTED ("flatten is in
+// progress", as flattenRbdImage does while the manager's task runs); a
+// call after it goes on. Other profiles, volumes made blank and volumes
+// that are no CSI copy go on at once.
+func (s *Site) flatten(volumeID string, src *replication.ReplicationSource, params map[string]string) error {
+	if !s.profile.mirror {
+		return nil
+	}
+	id := volumeID
+	if v := src.GetVolume(); v != nil && v.GetVolumeId() != "" {
+		id = v.GetVolumeId()
+	}
+	s.mu.Lock()
+	cl, ok := s.sf.Clones[id]
+	parent, flat := "", false
+	if ok {
+		parent, flat = cl.Snapshot, cl.Flattened
+	}
+	s.mu.Unlock()
+	switch {
+	case !ok || parent == "" || flat:
+		return nil
+	case params["flattenMode"] != "force":
+		return status.Errorf(codes.FailedPrecondition, "system is not in a state required for the operation's execution: failed to enable mirroring on image %q: parent image %q is not enabled for mirroring", id, parent)
+	}
+	if err := s.saveCSI(func(sf *siteFile) {
+		if c, ok := sf.Clones[id]; ok {
+			flat := *c
+			flat.Flattened = true
+			sf.Clones[id] = &flat
+		}
+	}); err != nil {
+		return err
+	}
+	return status.Errorf(codes.Aborted, "flatten is in progress for image %s", id)
+}
+
 // adopt makes the CSI copy a request names a replicated volume of this
 // site, unless it is one already; it reports whether the request names a
 // CSI copy at all.

@@ -209,3 +209,41 @@ func TestMadeVolumeDeletedWithItsPeerCopy(t *testing.T) {
 	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v1"})
 	wantCode(t, err, codes.FailedPrecondition)
 }
+
+// TestCephCSIProfileFlattensBeforeMirroring: under the ceph-csi profile,
+// replication of a volume made of a snapshot (an RBD clone) is refused
+// without flattenMode: force (its parent is not mirrored), and with it
+// the first call queues the flatten and answers ABORTED, as ceph-csi
+// does while the manager's flatten task runs; the next call makes it
+// replicated. A bad flattenMode is INVALID_ARGUMENT. The spec profile
+// makes it replicated at the first call.
+func TestCephCSIProfileFlattensBeforeMirroring(t *testing.T) {
+	a, _ := cephPair(t)
+	enable(t, a, group("vg-1"))
+	ctx := ctxT(t)
+	id := restoreVolume(t, a, "point-copy", "v1")
+	try := func(params map[string]string) error {
+		_, err := a.rc.EnableVolumeReplication(ctx, &replication.EnableVolumeReplicationRequest{ReplicationSource: volume(id), Parameters: params, Secrets: a.cfg.Secrets})
+		return err
+	}
+	wantCode(t, try(map[string]string{"flattenMode": "sometimes"}), codes.InvalidArgument)
+	err := try(nil)
+	wantCode(t, err, codes.FailedPrecondition)
+	if !strings.Contains(err.Error(), "is not enabled for mirroring") {
+		t.Fatalf("without flattenMode: %v", err)
+	}
+	err = try(map[string]string{"flattenMode": "force"})
+	wantCode(t, err, codes.Aborted)
+	if !strings.Contains(err.Error(), "flatten is in progress") {
+		t.Fatalf("the first call with flattenMode force: %v", err)
+	}
+	mustOK(t, try(map[string]string{"flattenMode": "force"}))
+	if u := a.Snapshot().Unit("vol/" + id); u == nil || !u.Made || !u.Enabled {
+		t.Fatalf("the flattened volume: %+v, want it replicated", u)
+	}
+
+	s, _ := startPair(t, pairOpts{Interval: 20 * time.Millisecond})
+	enable(t, s, group("vg-1"))
+	id = restoreVolume(t, s, "point-copy", "v1")
+	enable(t, s, volume(id))
+}

@@ -238,6 +238,10 @@ func cephCSIProfile() *profile {
 // an empty schedulingInterval, one not of the form ^\d+[mhd]$, or a
 // schedulingStartTime without an interval is INVALID_ARGUMENT.
 func cephEnableParams(params map[string]string) (time.Duration, error) {
+	// getFlattenMode: never (the default) or force.
+	if f, ok := params["flattenMode"]; ok && f != "never" && f != "force" {
+		return 0, status.Errorf(codes.InvalidArgument, "%q=%q is not supported", "flattenMode", f)
+	}
 	mode, hasMode := params["mirroringMode"]
 	switch mode {
 	case "journal":

@@ -386,6 +386,9 @@ func (r *replicationServer) EnableVolumeReplication(ctx context.Context, req *re
 	if err != nil {
 		return nil, err
 	}
+	if err := r.s.flatten(req.GetVolumeId(), req.GetReplicationSource(), params); err != nil {
+		return nil, err
+	}
 	err = r.s.withUnit(ctx, "EnableVolumeReplication", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
 		u.mu.Lock()
 		defer u.mu.Unlock()
