@@ -59,6 +59,10 @@ type CopyInput struct {
 	Endpoint Endpoint `json:"endpoint"`
 	Name     string   `json:"name"`
 	Snapshot string   `json:"snapshot"`
+	// Bytes, when known, is the snapshot's size, asked for as the copy's
+	// required capacity: without it a driver makes the volume its default
+	// size (ceph-csi: 1 GiB, whatever the snapshot's).
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // Copy is a volume created from a snapshot.
@@ -126,10 +130,14 @@ var copyCapability = []*csi.VolumeCapability{{
 func (s *Storage) CreateVolume(ctx context.Context, in CopyInput) (Copy, error) {
 	var out Copy
 	err := s.call(ctx, RPCCreateVolume, in.Endpoint, in.Snapshot, true, func(ctx context.Context, conn *grpc.ClientConn, secrets map[string]string) error {
-		r, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
+		req := &csi.CreateVolumeRequest{
 			Name: in.Name, VolumeCapabilities: copyCapability, Parameters: in.Endpoint.Parameters, Secrets: secrets,
 			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: in.Snapshot}}}})
+				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: in.Snapshot}}}}
+		if in.Bytes > 0 {
+			req.CapacityRange = &csi.CapacityRange{RequiredBytes: in.Bytes}
+		}
+		r, err := csi.NewControllerClient(conn).CreateVolume(ctx, req)
 		if err == nil {
 			out = Copy{ID: r.GetVolume().GetVolumeId(), Snapshot: in.Snapshot}
 		}

@@ -45,8 +45,10 @@ type RestoredVolume struct {
 	Group    string `json:"group"`
 	Volume   string `json:"volume"`
 	Snapshot string `json:"snapshot"`
-	Name     string `json:"name"`
-	ID       string `json:"id,omitempty"`
+	// Bytes is the snapshot's size, asked for as the volume's.
+	Bytes int64  `json:"bytes,omitempty"`
+	Name  string `json:"name"`
+	ID    string `json:"id,omitempty"`
 	// Nomad is the replica's Nomad CSI volume, when To's Nomad has one:
 	// the volume is then restored through Nomad as Nomad volume NomadID
 	// of NomadNamespace (the replica's), named before the call too, and
@@ -190,7 +192,7 @@ func holdFailoverPoint(ctx workflow.Context, r *run, in FailoverInput, res *Fail
 		}
 		res.Point = &pt
 		if err := eachPointSnapshot(p, pt, to, func(group string, sn PointSnapshot) {
-			v := RestoredVolume{Group: group, Volume: sn.Volume, Snapshot: sn.ID,
+			v := RestoredVolume{Group: group, Volume: sn.Volume, Snapshot: sn.ID, Bytes: sn.Size,
 				Name: restoredName(p.Metadata.Name, info.RunID, sn.Volume)}
 			if pt.ByCopies(to) {
 				v.Snapshot, v.Name, v.Copy = "", sn.Copy, sn.Copy
@@ -299,7 +301,7 @@ func restoreVolume(ctx workflow.Context, p *plans.Plan, site string, e activitie
 		return call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadCopy, in)
 	}
 	out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
-		activities.CopyInput{Endpoint: e, Name: v.Name, Snapshot: v.Snapshot})
+		activities.CopyInput{Endpoint: e, Name: v.Name, Snapshot: v.Snapshot, Bytes: v.Bytes})
 	return out.ID, err
 }
 

@@ -253,7 +253,7 @@ func holdPointFor(ctx workflow.Context, p *plans.Plan, site string, t time.Time,
 	}
 	if err := eachPointSnapshot(p, pt, site, func(group string, sn PointSnapshot) {
 		c := &res.Copies[res.copyIndex(group, sn.Volume)]
-		c.Snapshot, c.Point = sn.ID, pt.ID
+		c.Snapshot, c.Point, c.Size = sn.ID, pt.ID, sn.Size
 	}); err != nil {
 		return nil, err
 	}

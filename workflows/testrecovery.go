@@ -80,6 +80,9 @@ type TestCopy struct {
 	SnapshotName string   `json:"snapshotName,omitempty"`
 	Members      []string `json:"members,omitempty"`
 	CopyName     string   `json:"copyName,omitempty"`
+	// Size is the snapshot's size when the storage said it: the copy asks
+	// for that much.
+	Size int64 `json:"size,omitempty"`
 	// Point is the point in time whose snapshot the copy was made from:
 	// the snapshot is protection's, and the cleanup leaves it.
 	Point string `json:"point,omitempty"`
@@ -337,7 +340,7 @@ func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref 
 		}
 		for _, sn := range gs.Snapshots {
 			c := &res.Copies[res.copyIndex(group, sn.Volume)]
-			c.Snapshot, c.GroupSnapshot = sn.ID, gs.ID
+			c.Snapshot, c.GroupSnapshot, c.Size = sn.ID, gs.ID, sn.Size
 		}
 		return len(gs.Snapshots), nil
 	}
@@ -352,9 +355,9 @@ func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref 
 		fns[i] = func(ctx workflow.Context) {
 			c := &res.Copies[idx[i]]
 			c.SnapshotByNomad = c.Nomad != nil
-			var id string
-			id, errs[i] = volumeSnapshot(ctx, p, site, c)
-			c.Snapshot = id
+			var sn activities.Snapshot
+			sn, errs[i] = volumeSnapshot(ctx, p, site, c)
+			c.Snapshot, c.Size = sn.ID, sn.Size
 		}
 	}
 	together(ctx, fns...)
@@ -374,20 +377,21 @@ func groupSnapshot(ctx workflow.Context, p *plans.Plan, site, name string, membe
 
 // volumeSnapshot asks for a snapshot of c's volume under its snapshot
 // name (the same snapshot again, if it was made), through Nomad when
-// c.SnapshotByNomad, else from site's storage, and returns its id.
-func volumeSnapshot(ctx workflow.Context, p *plans.Plan, site string, c *TestCopy) (string, error) {
+// c.SnapshotByNomad, else from site's storage, and returns it (through
+// Nomad, its id only).
+func volumeSnapshot(ctx workflow.Context, p *plans.Plan, site string, c *TestCopy) (activities.Snapshot, error) {
 	if c.SnapshotByNomad {
 		in := activities.NomadCSIInputFor(p, site)
 		in.Volume, in.Name = *c.Nomad, c.SnapshotName
-		return call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadSnapshot, in)
+		id, err := call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadSnapshot, in)
+		return activities.Snapshot{ID: id}, err
 	}
 	e, err := activities.EndpointFor(p, site, activities.RPCCreateSnapshot)
 	if err != nil {
-		return "", err
+		return activities.Snapshot{}, err
 	}
-	sn, err := rpcCall[activities.Snapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
+	return rpcCall[activities.Snapshot](ctx, activities.CallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
 		activities.SnapshotInput{Endpoint: e, Name: c.SnapshotName, Volumes: []string{c.Volume}})
-	return sn.ID, err
 }
 
 // copyVolume asks for c's copy from its snapshot (the same copy again,
@@ -401,7 +405,7 @@ func copyVolume(ctx workflow.Context, p *plans.Plan, site string, e activities.E
 		return call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadCopy, in)
 	}
 	out, err := rpcCall[activities.Copy](ctx, activities.CallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
-		activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot})
+		activities.CopyInput{Endpoint: e, Name: c.CopyName, Snapshot: c.Snapshot, Bytes: c.Size})
 	return out.ID, err
 }
 
@@ -616,15 +620,15 @@ func findLost(ctx workflow.Context, p *plans.Plan, at string, res *TestRecoveryR
 			for _, sn := range gs.Snapshots {
 				for j := range res.Copies {
 					if o := &res.Copies[j]; o.SnapshotName == c.SnapshotName && o.Volume == sn.Volume {
-						o.Snapshot, o.GroupSnapshot = sn.ID, gs.ID
+						o.Snapshot, o.GroupSnapshot, o.Size = sn.ID, gs.ID, sn.Size
 						found++
 					}
 				}
 			}
 			continue
 		}
-		if id, err := volumeSnapshot(ctx, p, at, c); err == nil {
-			c.Snapshot = id
+		if sn, err := volumeSnapshot(ctx, p, at, c); err == nil {
+			c.Snapshot, c.Size = sn.ID, sn.Size
 			found++
 		}
 	}
