@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
 
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
@@ -236,4 +238,61 @@ func TestPointsCutAtThePrimary(t *testing.T) {
 	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
 		t.Fatalf("%s", r)
 	}
+}
+
+// TestPointCopiesEnabledAgainUntilTheStorageTakes: a storage that
+// answers a copy's enable ABORTED for a while (ceph-csi while it
+// flattens a volume made of a snapshot) gets the enable again at the
+// next poll rounds: the point waits for it, and becomes usable at west
+// once its copies are enabled and synced, never failed.
+func TestPointCopiesEnabledAgainUntilTheStorageTakes(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 5, Cut: plans.CutPrimary})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	var first workflows.PointInTime
+	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || len(ps.Points) == 0 || !ps.Points[0].Usable() {
+			return false
+		}
+		first = ps.Points[0]
+		return true
+	})
+	copies := 0
+	for _, g := range first.Groups {
+		copies += len(g.Snapshots)
+	}
+	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "EnableVolumeReplication", Code: "ABORTED", Count: 2 * copies, Message: "flatten is in progress for image"}}))
+	var next workflows.PointInTime
+	simtest.Eventually(t, time.Minute, "a later point usable at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil {
+			return false
+		}
+		for _, pt := range ps.Points {
+			if pt.Error != "" {
+				t.Fatalf("point %s failed: %s", pt.ID, pt.Error)
+			}
+			if pt.Taken.After(first.Taken) && pt.Usable() {
+				next = pt
+				return true
+			}
+		}
+		return false
+	})
+	if n := f.east.FaultCounts()["EnableVolumeReplication:"+codes.Aborted.String()]; n != 2*copies {
+		t.Fatalf("east answered %d enables ABORTED, want %d", n, 2*copies)
+	}
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	for _, x := range rec.Pruned {
+		if strings.HasPrefix(x.Why, "its cut failed") {
+			t.Fatalf("point %s was pruned as failed: %s", x.ID, x.Why)
+		}
+	}
+	t.Logf("point %s usable at west %s after its cut, its %d copies' enables aborted twice each", next.ID, next.Synced.Sub(next.Taken), copies)
 }

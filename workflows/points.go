@@ -122,11 +122,19 @@ type PointSnapshot struct {
 	Volume string `json:"volume"`
 	Name   string `json:"name,omitempty"`
 	ID     string `json:"id,omitempty"`
+	// Size is the snapshot's size, as the storage answered: a volume
+	// made of it asks for that much.
+	Size int64 `json:"size,omitempty"`
 	// Copy is the volume made of the snapshot at the site the point was
 	// cut at, whose replication ships it to the point's site (same id
 	// there), asked for as CopyName.
 	Copy     string `json:"copy,omitempty"`
 	CopyName string `json:"copyName,omitempty"`
+	// Enabled: the copy's replication is on. A storage may take a while
+	// (ceph-csi flattens a volume made of a snapshot first, answering
+	// ABORTED meanwhile): the enable is asked again at each poll round
+	// until it answers.
+	Enabled bool `json:"enabled,omitempty"`
 }
 
 // Usable tells a point that can be recovered to at its site: every group
@@ -349,7 +357,7 @@ func cutGroup(ctx workflow.Context, p *plans.Plan, site string, ref plans.GroupR
 		}
 		pg.GroupSnapshot = gs.ID
 		for _, sn := range gs.Snapshots {
-			pg.Snapshots = append(pg.Snapshots, PointSnapshot{Volume: sn.Volume, ID: sn.ID})
+			pg.Snapshots = append(pg.Snapshots, PointSnapshot{Volume: sn.Volume, ID: sn.ID, Size: sn.Size})
 		}
 		return nil
 	}
@@ -368,7 +376,7 @@ func cutGroup(ctx workflow.Context, p *plans.Plan, site string, ref plans.GroupR
 			var got activities.Snapshot
 			got, errs[i] = call[activities.Snapshot](ctx, pointCallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
 				activities.SnapshotInput{Endpoint: e, Name: sn.Name, Volumes: []string{sn.Volume}})
-			sn.ID = got.ID
+			sn.ID, sn.Size = got.ID, got.Size
 		}
 	}
 	together(ctx, fns...)
@@ -394,15 +402,29 @@ func copyOut(ctx workflow.Context, p *plans.Plan, site string, g *plans.VolumeGr
 			sn := &pg.Snapshots[i]
 			var got activities.Copy
 			got, errs[i] = call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
-				activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID})
+				activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID, Bytes: sn.Size})
 			sn.Copy = got.ID
 			if errs[i] == nil {
-				errs[i] = copyReplication(ctx, p, site, g, sn.Copy, activities.RPCEnableVolumeReplication, st.EnableVolumeReplication)
+				errs[i] = enableCopy(ctx, p, site, g, sn)
 			}
 		}
 	}
 	together(ctx, fns...)
 	return errors.Join(errs...)
+}
+
+// enableCopy enables the replication of sn's copy at site: a refusal for
+// good is an error; an answer that may change (ABORTED while the storage
+// flattens the copy, a timeout) leaves it to the next poll round.
+func enableCopy(ctx workflow.Context, p *plans.Plan, site string, g *plans.VolumeGroup, sn *PointSnapshot) error {
+	err := copyReplication(ctx, p, site, g, sn.Copy, activities.RPCEnableVolumeReplication, st.EnableVolumeReplication)
+	switch {
+	case err == nil:
+		sn.Enabled = true
+	case madeNothing(err) || true:
+		return err
+	}
+	return nil
 }
 
 // copyGroup is group g with volume copy as its only volume at site, for
@@ -437,38 +459,74 @@ func (s *ProtectState) syncPoints(ctx, cut workflow.Context, p *plans.Plan, note
 		if !pt.Pending() || pt.CutAt != s.Primary {
 			continue
 		}
-		if syncedCopies(cut, p, byName, pt) {
+		before := pt.Enabled()
+		synced, err := syncedCopies(cut, p, byName, pt)
+		switch {
+		case err != nil:
+			pt.Error = "a copy's replication could not be enabled: " + ErrorText(err)
+		case synced:
 			pt.Synced = workflow.Now(ctx)
-			notes.point(*pt)
+		case pt.Enabled() == before:
+			continue
 		}
+		notes.point(*pt)
 		if cut.Err() != nil {
 			return
 		}
 	}
 }
 
-// syncedCopies tells whether every copy of pt reports a sync at the
-// site it was cut at.
-func syncedCopies(ctx workflow.Context, p *plans.Plan, byName map[string]*plans.VolumeGroup, pt *PointInTime) bool {
-	for _, pg := range pt.Groups {
+// syncedCopies enables the replication of each copy of pt whose enable
+// has not answered yet, and tells whether every copy reports a sync at
+// the site it was cut at; an error is an enable refused for good.
+func syncedCopies(ctx workflow.Context, p *plans.Plan, byName map[string]*plans.VolumeGroup, pt *PointInTime) (bool, error) {
+	synced := true
+	for i := range pt.Groups {
+		pg := &pt.Groups[i]
 		g, ok := byName[pg.Group]
 		if !ok {
-			return false
+			return false, nil
 		}
-		for _, sn := range pg.Snapshots {
+		for j := range pg.Snapshots {
+			sn := &pg.Snapshots[j]
+			if sn.Copy == "" {
+				return false, nil
+			}
+			if !sn.Enabled {
+				if err := enableCopy(ctx, p, pt.CutAt, g, sn); err != nil {
+					return false, err
+				}
+			}
+			if !sn.Enabled || !synced {
+				synced = false
+				continue
+			}
 			ins, err := activities.GroupInputs(p, pt.CutAt, copyGroup(g, pt.CutAt, sn.Copy), activities.RPCGetVolumeReplicationInfo, false)
-			if err != nil || sn.Copy == "" {
-				return false
+			if err != nil {
+				return false, nil
 			}
 			for _, in := range ins {
 				info, err := call[activities.ReplicationInfo](ctx, pointCallOptions(p, pt.CutAt, activities.RPCGetVolumeReplicationInfo), st.GetVolumeReplicationInfo, in)
 				if err != nil || info.LastSyncTime.IsZero() {
-					return false
+					synced = false
 				}
 			}
 		}
 	}
-	return true
+	return synced, nil
+}
+
+// Enabled counts the copies of pt whose replication is on.
+func (pt *PointInTime) Enabled() int {
+	n := 0
+	for _, pg := range pt.Groups {
+		for _, sn := range pg.Snapshots {
+			if sn.Enabled {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // prunable picks the points the policy no longer keeps at now, with why:
@@ -615,7 +673,7 @@ func deleteCopies(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 					continue
 				}
 				got, err := call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
-					activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID})
+					activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID, Bytes: sn.Size})
 				if madeNothing(err) {
 					continue
 				}
