@@ -170,7 +170,8 @@ its cleanup deletes everything it made.
 instead of new snapshots: the newest point cut at SITE at or before T
 (a time, a point's id as drctl points lists it, or newest). The point is
 held while the test runs and released by its cleanup, which leaves the
-point's snapshots.
+point's snapshots. A point cut at the primary (policy.pointsInTime.cut:
+primary) is tested where it was cut, from its snapshots there.
 
 --cleanup finds the test recoveries of the plan that ended without their
 cleanup (a terminated workflow, say), and for each runs the cleanup: the
@@ -339,8 +340,12 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	what := fmt.Sprintf("Fail over plan %q from %s to %s: fence %s's clients %v and force-promote %s on %s, then start %d workload(s) there.",
 		p.Metadata.Name, from, to, from, fence, groupCount(p), to, len(p.Workloads))
 	if !pointAt.IsZero() {
-		what = fmt.Sprintf("Fail over plan %q from %s to %s to a point in time: the newest point cut at %s at or before %s, held before anything is fenced; fence %s's clients %v and force-promote %s on %s (the replicas are kept), make volumes from the point's snapshots and start %d workload(s) there on them. The writes after the point's last sync stay on the replicas only.",
-			p.Metadata.Name, from, to, to, pointAt.UTC().Format(time.RFC3339), from, fence, groupCount(p), to, len(p.Workloads))
+		restore := "make volumes from the point's snapshots"
+		if p.Policy.PointsInTime.AtPrimary() {
+			restore = "force-promote the point's copies (cut at the primary, shipped to " + to + ")"
+		}
+		what = fmt.Sprintf("Fail over plan %q from %s to %s to a point in time: the newest point usable at %s cut at or before %s, held before anything is fenced; fence %s's clients %v and force-promote %s on %s (the replicas are kept), %s and start %d workload(s) there on them. The writes after the point's last sync stay on the replicas only.",
+			p.Metadata.Name, from, to, to, pointAt.UTC().Format(time.RFC3339), from, fence, groupCount(p), to, restore, len(p.Workloads))
 		if !a.json() {
 			fmt.Fprintf(a.stderr, "point: %s\n", a.pointNow(ctx, c, p.Metadata.Name, to, pointAt))
 		}
