@@ -106,19 +106,24 @@ type RestoredNomad struct {
 // restoredName is the name a failover's run asks for the volume made from
 // a point's snapshot of volume v.
 func restoredName(plan, runID, v string) string {
+	return "drover-pit-" + plan + "-" + RunTag(runID) + "-" + v
+}
+
+// RunTag is the part of a run's id that names what the run makes: its
+// last 8 characters. Run ids begin with their time (UUIDv7), so that two
+// runs a minute apart share their first characters, never their last:
+// a run named by its first would find the volume an earlier run made.
+func RunTag(runID string) string {
 	if len(runID) > 8 {
-		runID = runID[:8]
+		return runID[len(runID)-8:]
 	}
-	return "drover-pit-" + plan + "-" + runID + "-" + v
+	return runID
 }
 
 // restoredNomadID is the Nomad volume id a failover's run asks for the
 // volume restored in place of Nomad volume v.
 func restoredNomadID(v, runID string) string {
-	if len(runID) > 8 {
-		runID = runID[:8]
-	}
-	return v + "-pit-" + runID
+	return v + "-pit-" + RunTag(runID)
 }
 
 // nomadRestoreCheck, at a site whose workloads Nomad runs, finds the

@@ -138,7 +138,7 @@ func TestFailoverToAPoint(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("west has no volume %s: %+v", restored["v1"], west.Clones)
 	}
-	if want := "drover-pit-shop-" + run.GetRunID()[:8] + "-v1"; west.Clones[i].Name != want {
+	if want := "drover-pit-shop-" + workflows.RunTag(run.GetRunID()) + "-v1"; west.Clones[i].Name != want {
 		t.Fatalf("the restored v1 is named %q, want %q", west.Clones[i].Name, want)
 	}
 	if got := string(west.Clones[i].Blocks[0].Data); got != "clean" {
@@ -314,7 +314,7 @@ func TestFailoverToAPointOnNomad(t *testing.T) {
 	mustOK(t, err)
 	mustOK(t, run.Get(ctx, &res))
 	allDone(t, res.Progress)
-	run8 := run.GetRunID()[:8]
+	run8 := workflows.RunTag(run.GetRunID())
 	byVol := map[string]workflows.RestoredVolume{}
 	for _, v := range res.Restored {
 		byVol[v.Volume] = v

@@ -114,7 +114,21 @@ func TestStandInsNamedAfterTheRestoringRun(t *testing.T) {
 			t.Fatalf("restoringRun(%+v) = %q, want %q", c.rs, got, c.want)
 		}
 	}
-	if got := restoredNomadID("pg-data-east", restoringRun(&RestoredEntry{Holder: ActionHolder("w", "019abcde-1111")})); got != "pg-data-east-pit-019abcde" {
+	if got := restoredNomadID("pg-data-east", restoringRun(&RestoredEntry{Holder: ActionHolder("w", "019abcde-1111")})); got != "pg-data-east-pit-cde-1111" {
 		t.Fatalf("named %q", got)
+	}
+}
+
+// TestRunTagTellsRunsOfTheSameMinuteApart: run ids begin with their time
+// (UUIDv7), so two failovers a minute apart share their first
+// characters: the names their volumes are asked for under must differ
+// all the same, or the second would be handed the first's volume.
+func TestRunTagTellsRunsOfTheSameMinuteApart(t *testing.T) {
+	a, b := "019ac4f2-5b1e-7d21-9a0c-4f6e1b2c3d4e", "019ac4f2-8c03-7e55-b1d2-9a8b7c6d5e4f"
+	if restoredName("shop", a, "v1") == restoredName("shop", b, "v1") || restoredNomadID("pg", a) == restoredNomadID("pg", b) || nomadCopyID("pg", a) == nomadCopyID("pg", b) {
+		t.Fatalf("runs %s and %s name their volumes alike: %s", a, b, restoredName("shop", a, "v1"))
+	}
+	if got := RunTag(a); got != "1b2c3d4e" {
+		t.Fatalf("RunTag(%s) = %q", a, got)
 	}
 }

@@ -267,7 +267,7 @@ func TestReprotectOnNomad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run, fo, _, restored := failoverToTheCleanPoint(t, ctx, srv, f)
-	fo8 := run.GetRunID()[:8]
+	fo8 := workflows.RunTag(run.GetRunID())
 	v1, solo := restored["v1"], restored["solo"]
 	mountsOf := func(a *nomadfake.Server, w string) []string {
 		j := a.Job("", w)

@@ -412,10 +412,7 @@ func copyVolume(ctx workflow.Context, p *plans.Plan, site string, e activities.E
 // nomadCopyID is the Nomad volume id of a test run's copy of Nomad
 // volume v.
 func nomadCopyID(v, runID string) string {
-	if len(runID) > 8 {
-		runID = runID[:8]
-	}
-	return v + "-test-" + runID
+	return v + "-test-" + RunTag(runID)
 }
 
 // testNamespace is the Nomad namespace of a test's copies at site: the

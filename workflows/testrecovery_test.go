@@ -383,7 +383,7 @@ func TestTestRecoveryOnNomad(t *testing.T) {
 	if pgTest == nil || pgCopy == nil || !strings.HasPrefix(pgCopy.ID, "pg-data-test-") || pgCopy.PluginID != "sim" || pgCopy.SnapshotID == "" {
 		t.Fatalf("while the test ran, west's Nomad held job pg-test %+v on copy %+v", pgTest, pgCopy)
 	}
-	// The copy's Nomad id ends in the first eight characters of the run's
+	// The copy's Nomad id ends in the last eight characters of the run's
 	// id, not the whole of it.
 	// (The test environment's run id is longer than eight.)
 	if run := strings.TrimPrefix(pgCopy.ID, "pg-data-test-"); len(run) != 8 {
