@@ -590,17 +590,11 @@ func deletePoint(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 				members = append(members, sn.ID)
 			}
 			if id == "" {
-				e, err := activities.EndpointFor(p, site, activities.RPCCreateVolumeGroupSnapshot)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				gs, err := call[activities.GroupSnapshot](ctx, pointCallOptions(p, site, activities.RPCCreateVolumeGroupSnapshot), st.CreateVolumeGroupSnapshot,
-					activities.SnapshotInput{Endpoint: e, Name: pg.GroupSnapshotName, Volumes: pg.Members})
-				if madeNothing(err) {
-					continue
-				}
-				if err != nil {
+				gs, found, err := askAgain[activities.GroupSnapshot](ctx, p, site, activities.RPCCreateVolumeGroupSnapshot, st.CreateVolumeGroupSnapshot,
+					func(e activities.Endpoint) any {
+						return activities.SnapshotInput{Endpoint: e, Name: pg.GroupSnapshotName, Volumes: pg.Members}
+					})
+				if !found {
 					errs = append(errs, err)
 					continue
 				}
@@ -609,12 +603,7 @@ func deletePoint(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 					members = append(members, sn.ID)
 				}
 			}
-			e, err := activities.EndpointFor(p, site, activities.RPCDeleteVolumeGroupSnapshot)
-			if err == nil {
-				_, err = call[struct{}](ctx, pointCallOptions(p, site, activities.RPCDeleteVolumeGroupSnapshot), st.DeleteVolumeGroupSnapshot,
-					activities.DeleteInput{Endpoint: e, ID: id, Members: members})
-			}
-			if err != nil {
+			if err := deleteAt(ctx, p, site, activities.RPCDeleteVolumeGroupSnapshot, st.DeleteVolumeGroupSnapshot, activities.DeleteInput{ID: id, Members: members}); err != nil {
 				errs = append(errs, fmt.Errorf("group snapshot %s: %w", id, err))
 			}
 			continue
@@ -622,33 +611,53 @@ func deletePoint(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 		for _, sn := range pg.Snapshots {
 			id := sn.ID
 			if id == "" {
-				e, err := activities.EndpointFor(p, site, activities.RPCCreateSnapshot)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				got, err := call[activities.Snapshot](ctx, pointCallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
-					activities.SnapshotInput{Endpoint: e, Name: sn.Name, Volumes: []string{sn.Volume}})
-				if madeNothing(err) {
-					continue
-				}
-				if err != nil {
+				got, found, err := askAgain[activities.Snapshot](ctx, p, site, activities.RPCCreateSnapshot, st.CreateSnapshot,
+					func(e activities.Endpoint) any {
+						return activities.SnapshotInput{Endpoint: e, Name: sn.Name, Volumes: []string{sn.Volume}}
+					})
+				if !found {
 					errs = append(errs, err)
 					continue
 				}
 				id = got.ID
 			}
-			e, err := activities.EndpointFor(p, site, activities.RPCDeleteSnapshot)
-			if err == nil {
-				_, err = call[struct{}](ctx, pointCallOptions(p, site, activities.RPCDeleteSnapshot), st.DeleteSnapshot,
-					activities.DeleteInput{Endpoint: e, ID: id})
-			}
-			if err != nil {
+			if err := deleteAt(ctx, p, site, activities.RPCDeleteSnapshot, st.DeleteSnapshot, activities.DeleteInput{ID: id}); err != nil {
 				errs = append(errs, fmt.Errorf("snapshot %s: %w", id, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// askAgain asks site's storage again for what a create whose answer
+// never came made, by the name it was asked for under (in builds the
+// request for the endpoint of rpc): found tells that the storage has it.
+// A create refused for good made nothing: not found, and no error.
+func askAgain[T any](ctx workflow.Context, p *plans.Plan, site, rpc string, fn any, in func(activities.Endpoint) any) (T, bool, error) {
+	var zero T
+	e, err := activities.EndpointFor(p, site, rpc)
+	if err != nil {
+		return zero, false, err
+	}
+	got, err := call[T](ctx, pointCallOptions(p, site, rpc), fn, in(e))
+	switch {
+	case madeNothing(err):
+		return zero, false, nil
+	case err != nil:
+		return zero, false, err
+	}
+	return got, true, nil
+}
+
+// deleteAt deletes what in names through site's endpoint of rpc (fn).
+func deleteAt(ctx workflow.Context, p *plans.Plan, site, rpc string, fn any, in activities.DeleteInput) error {
+	e, err := activities.EndpointFor(p, site, rpc)
+	if err != nil {
+		return err
+	}
+	in.Endpoint = e
+	_, err = call[struct{}](ctx, pointCallOptions(p, site, rpc), fn, in)
+	return err
 }
 
 // deleteCopies deletes the copies of a point cut at the primary, at the
@@ -667,17 +676,11 @@ func deleteCopies(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 		for _, sn := range pg.Snapshots {
 			id := sn.Copy
 			if id == "" && sn.CopyName != "" && sn.ID != "" {
-				e, err := activities.EndpointFor(p, site, activities.RPCCreateVolume)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				got, err := call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
-					activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID, Bytes: sn.Size})
-				if madeNothing(err) {
-					continue
-				}
-				if err != nil {
+				got, found, err := askAgain[activities.Copy](ctx, p, site, activities.RPCCreateVolume, st.CreateVolume,
+					func(e activities.Endpoint) any {
+						return activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID, Bytes: sn.Size}
+					})
+				if !found {
 					errs = append(errs, err)
 					continue
 				}
@@ -693,12 +696,7 @@ func deleteCopies(ctx workflow.Context, p *plans.Plan, pt *PointInTime) error {
 					continue
 				}
 			}
-			e, err := activities.EndpointFor(p, site, activities.RPCDeleteVolume)
-			if err == nil {
-				_, err = call[struct{}](ctx, pointCallOptions(p, site, activities.RPCDeleteVolume), st.DeleteVolume,
-					activities.DeleteInput{Endpoint: e, ID: id})
-			}
-			if err != nil {
+			if err := deleteAt(ctx, p, site, activities.RPCDeleteVolume, st.DeleteVolume, activities.DeleteInput{ID: id}); err != nil {
 				errs = append(errs, fmt.Errorf("copy %s: %w", id, err))
 			}
 		}
