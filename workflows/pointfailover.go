@@ -387,7 +387,7 @@ func nomadRestored(w plans.Workload, nj *plans.NomadJob, point string, restored 
 			r.Volumes[v.Nomad.ID] = v.NomadID
 		}
 		if v.ID != "" && (len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group)) {
-			r.Meta["DROVER_VOLUME_"+envName(v.Volume)] = v.ID
+			r.Meta[VolumeEnv(v.Volume)] = v.ID
 		}
 	}
 	if nj.Restore != nil {

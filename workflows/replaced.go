@@ -187,7 +187,7 @@ func standInJobs(p *plans.Plan, site, point string, vols []groupVolume) *plans.P
 				r.Volumes[v.Nomad.Replica] = v.Nomad.ID
 			}
 			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group) {
-				r.Meta["DROVER_VOLUME_"+envName(v.Name)] = v.ID
+				r.Meta[VolumeEnv(v.Name)] = v.ID
 			}
 		}
 		nj := *ref.Nomad
@@ -220,7 +220,7 @@ func withVolumeEnv(p *plans.Plan, site string, extra map[string]string, vols []g
 		maps.Copy(h.Env, extra)
 		for _, v := range vols {
 			if len(w.VolumeGroups) == 0 || slices.Contains(w.VolumeGroups, v.Group) {
-				h.Env["DROVER_VOLUME_"+envName(v.Name)] = v.ID
+				h.Env[VolumeEnv(v.Name)] = v.ID
 			}
 		}
 		refs := maps.Clone(w.Sites)

@@ -491,6 +491,11 @@ func nomadTestWorkload(w plans.Workload, site string, nj *plans.NomadJob, copies
 	return tw
 }
 
+// VolumeEnv is the variable in which a hook (or a Nomad job's meta)
+// finds the volume that stands in for the plan's volume name: a volume
+// restored from a point in time, or one a reprotect made protected.
+func VolumeEnv(name string) string { return "DROVER_VOLUME_" + envName(name) }
+
 // envName makes a volume id fit an environment variable's name.
 func envName(v string) string {
 	return strings.Map(func(r rune) rune {
