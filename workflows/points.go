@@ -421,7 +421,7 @@ func enableCopy(ctx workflow.Context, p *plans.Plan, site string, g *plans.Volum
 	switch {
 	case err == nil:
 		sn.Enabled = true
-	case madeNothing(err) || true:
+	case madeNothing(err):
 		return err
 	}
 	return nil
