@@ -137,7 +137,7 @@ var Deviations = []Deviation{
 		Message: regexp.MustCompile(`Read-only file system`), Means: codes.FailedPrecondition, Classify: true,
 		Source: "internal/rbd/snapshot.go: createSnapshot runs rbd snap create on the source image, which a mirrored " +
 			"non-primary image refuses (EROFS); ControllerServer.CreateSnapshot answers INTERNAL. A test recovery on " +
-			"ceph-csi runs at the site that holds the primary copies",
+			"ceph-csi runs at the site that holds the primary copies, and its points in time are cut there (policy.pointsInTime.cut: primary)",
 		Measured: cephMeasured,
 	},
 	{

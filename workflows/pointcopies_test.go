@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/nomadfake"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
@@ -320,4 +322,75 @@ func TestPointCopiesEnabledAgainUntilTheStorageTakes(t *testing.T) {
 		}
 	}
 	t.Logf("%d enables answered ABORTED; point %s usable at west once they were taken", f.east.FaultCounts()["EnableVolumeReplication:"+codes.Aborted.String()], usable)
+}
+
+// TestFailoverToAPointCutAtThePrimaryOnNomad: where Nomad runs west's
+// workloads, a failover to a point cut at the primary promotes the
+// point's copies at west and registers each one whose replica Nomad
+// knows as a Nomad volume (pg-data-pit-RUN8, external id the copy's,
+// made of no snapshot: the copy exists already); the jobs mount those,
+// never the replicas', and become healthy on them (the fake fails an
+// allocation whose CSI volume is missing); the restored v1 holds
+// "clean", the replica "damage".
+func TestFailoverToAPointCutAtThePrimaryOnNomad(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(2 * time.Second), Keep: 4, Cut: plans.CutPrimary})
+	_, west := f.nomadSites(t, "/bin/sleep")
+	west.AddPlugin("sim", f.west.Endpoint())
+	for _, v := range [][2]string{{"pg-data", "v1"}, {"solo-vol", "solo"}} {
+		west.AddVolume(api.CSIVolumeListStub{ID: v[0], Name: v[0], ExternalID: v[1], PluginID: "sim", Schedulable: true})
+	}
+	for w, src := range map[string]string{"pg": "pg-data", "web": "solo-vol"} {
+		j := nomadfake.ServiceJob(w, 1, "/bin/sleep")
+		j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{src: {Name: src, Type: "csi", Source: src, AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+		for i := range f.plan.Workloads {
+			if f.plan.Workloads[i].Name == w {
+				f.plan.Workloads[i].Sites["west"].Nomad.JobFile = nomadfake.WriteJobFile(t, j)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	run, res, clean, _ := failoverToTheCleanPoint(t, ctx, srv, f)
+	allDone(t, res.Progress)
+	run8 := workflows.RunTag(run.GetRunID())
+	byVol := map[string]workflows.RestoredVolume{}
+	for _, v := range res.Restored {
+		byVol[v.Volume] = v
+	}
+	for w, nomadID := range map[string]string{"pg": "pg-data-pit-" + run8, "web": "solo-vol-pit-" + run8} {
+		var want workflows.RestoredVolume
+		for _, v := range res.Restored {
+			if v.NomadID == nomadID {
+				want = v
+			}
+		}
+		if want.Copy == "" || want.ID != want.Copy {
+			t.Fatalf("%s: restored %+v; want the point's copy promoted", nomadID, res.Restored)
+		}
+		nv := west.Volume("default", nomadID)
+		if nv == nil || nv.ExternalID != want.Copy || nv.SnapshotID != "" || nv.PluginID != "sim" {
+			t.Fatalf("west's Nomad has %s as %+v; want it registered on the copy %s", nomadID, nv, want.Copy)
+		}
+		j := west.Job("", w)
+		if j == nil || j.Stop == nil || *j.Stop || len(j.TaskGroups[0].Volumes) != 1 {
+			t.Fatalf("west's Nomad has job %s %+v", w, j)
+		}
+		for _, vr := range j.TaskGroups[0].Volumes {
+			if vr.Source != nomadID {
+				t.Fatalf("job %s mounts %q, want %q", w, vr.Source, nomadID)
+			}
+		}
+	}
+	st := f.west.Snapshot()
+	v1 := byVol["v1"].Copy
+	if u := st.Unit("vol/" + v1); u == nil || u.Role != sim.RolePrimary || string(u.Blocks[v1][0].Data) != "clean" {
+		t.Fatalf("west's restored v1 (the point's copy): %+v; want it primary, holding clean", u)
+	}
+	if u := st.Unit("vg/vg-1"); u == nil || u.Role != sim.RolePrimary || string(u.Blocks["v1"][0].Data) != "damage" {
+		t.Fatalf("west's vg-1 after the failover: %+v; want it promoted and kept with the damage", u)
+	}
+	if clean.CutAt != "east" {
+		t.Fatalf("the clean point was cut at %q", clean.CutAt)
+	}
 }
