@@ -24,9 +24,13 @@ import (
 //	python3 app.py check CONF CLIENT_ID OUT
 //	python3 app.py mark CONF CLIENT_ID IMAGE OFFSET TEXT
 //
-// check reads the copies a test recovery names (DROVER_COPY_*) and writes
-// how many of their blocks are the writer's, intact, to OUT; mark writes
-// one block of TEXT (a write outside the writer, for a split brain).
+// An IMAGE may be given as a ceph-csi volume id, whose image it names
+// (csi-vol- and the id's UUID): a hook passes the volume a point in time
+// restored in place of the plan's (DROVER_VOLUME_*). check reads the
+// copies a test recovery names (DROVER_COPY_*) and writes how many of
+// their blocks are the writer's, intact, and how many are damage (a
+// block mark wrote as "damage"), to OUT; mark writes one block of TEXT
+// (a write outside the writer: a split brain, or the damage).
 const cephApp = `
 import hashlib, os, sys, time
 import rados, rbd
@@ -49,7 +53,11 @@ def connect(conf, cid):
     c.connect(timeout=5)
     return c
 
+def image(n):
+    return n if n.startswith("csi-vol-") else "csi-vol-" + n[-36:]
+
 def write(conf, cid, site, acklog, base, images):
+    images = [image(n) for n in images]
     # A restarted writer goes on after its last acknowledged write, so no
     # block is written twice; each site writes from its own base block.
     seq = 0
@@ -86,7 +94,7 @@ def write(conf, cid, site, acklog, base, images):
 def check(conf, cid, out):
     c = connect(conf, cid)
     io = c.open_ioctx("rbd")
-    total = good = 0
+    total = good = damaged = 0
     for k, v in sorted(os.environ.items()):
         if not k.startswith("DROVER_COPY_"):
             continue
@@ -96,9 +104,10 @@ def check(conf, cid, out):
             if b.strip(b"\0"):
                 total += 1
                 good += intact(b)
+                damaged += b.startswith(b"damage")
         img.close()
-    open(out, "w").write("%d copies, %d blocks, %d intact\n" % (sum(k.startswith("DROVER_COPY_") for k in os.environ), total, good))
-    sys.exit(0 if total > 0 and good == total else 1)
+    open(out, "w").write("%d copies, %d blocks, %d intact, %d damaged\n" % (sum(k.startswith("DROVER_COPY_") for k in os.environ), total, good, damaged))
+    sys.exit(0 if total > 0 and good + damaged == total else 1)
 
 def mark(conf, cid, image, off, text):
     c = connect(conf, cid)

@@ -87,6 +87,6 @@ mkdir -p .run
 set -o pipefail
 # DROVER_CEPH_RUN picks the test (make bench-ceph: the bench), its log
 # .run/DROVER_CEPH_LOG.log.
-DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-15m}" -v -run "${DROVER_CEPH_RUN:-^TestRealCeph\$}" ./e2e 2>&1 | tee ".run/${DROVER_CEPH_LOG:-e2e-ceph}.log" |
+DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "${DROVER_CEPH_RUN:-^TestRealCeph\$}" ./e2e 2>&1 | tee ".run/${DROVER_CEPH_LOG:-e2e-ceph}.log" |
 	grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |ceph: |ceph-bench: '
 lap "done"
