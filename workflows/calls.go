@@ -316,3 +316,16 @@ func together(ctx workflow.Context, fns ...func(ctx workflow.Context)) {
 	}
 	wg.Wait(ctx)
 }
+
+// eachTogether runs fn for each of n items together (in the order of
+// together, so a replay schedules the same calls) and joins their
+// errors.
+func eachTogether(ctx workflow.Context, n int, fn func(ctx workflow.Context, i int) error) error {
+	errs := make([]error, n)
+	fns := make([]func(ctx workflow.Context), n)
+	for i := range n {
+		fns[i] = func(ctx workflow.Context) { errs[i] = fn(ctx, i) }
+	}
+	together(ctx, fns...)
+	return errors.Join(errs...)
+}

@@ -368,19 +368,13 @@ func cutGroup(ctx workflow.Context, p *plans.Plan, site string, ref plans.GroupR
 	for _, v := range ref.Volumes {
 		pg.Snapshots = append(pg.Snapshots, PointSnapshot{Volume: v, Name: name + "-" + v})
 	}
-	errs := make([]error, len(pg.Snapshots))
-	fns := make([]func(ctx workflow.Context), len(pg.Snapshots))
-	for i := range pg.Snapshots {
-		fns[i] = func(ctx workflow.Context) {
-			sn := &pg.Snapshots[i]
-			var got activities.Snapshot
-			got, errs[i] = call[activities.Snapshot](ctx, pointCallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
-				activities.SnapshotInput{Endpoint: e, Name: sn.Name, Volumes: []string{sn.Volume}})
-			sn.ID, sn.Size = got.ID, got.Size
-		}
-	}
-	together(ctx, fns...)
-	return errors.Join(errs...)
+	return eachTogether(ctx, len(pg.Snapshots), func(ctx workflow.Context, i int) error {
+		sn := &pg.Snapshots[i]
+		got, err := call[activities.Snapshot](ctx, pointCallOptions(p, site, activities.RPCCreateSnapshot), st.CreateSnapshot,
+			activities.SnapshotInput{Endpoint: e, Name: sn.Name, Volumes: []string{sn.Volume}})
+		sn.ID, sn.Size = got.ID, got.Size
+		return err
+	})
 }
 
 // copyOut makes, at site (the primary), a volume of each of pg's
@@ -395,22 +389,16 @@ func copyOut(ctx workflow.Context, p *plans.Plan, site string, g *plans.VolumeGr
 	for i := range pg.Snapshots {
 		pg.Snapshots[i].CopyName = name + "-copy-" + pg.Snapshots[i].Volume
 	}
-	errs := make([]error, len(pg.Snapshots))
-	fns := make([]func(ctx workflow.Context), len(pg.Snapshots))
-	for i := range pg.Snapshots {
-		fns[i] = func(ctx workflow.Context) {
-			sn := &pg.Snapshots[i]
-			var got activities.Copy
-			got, errs[i] = call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
-				activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID, Bytes: sn.Size})
-			sn.Copy = got.ID
-			if errs[i] == nil {
-				errs[i] = enableCopy(ctx, p, site, g, sn)
-			}
+	return eachTogether(ctx, len(pg.Snapshots), func(ctx workflow.Context, i int) error {
+		sn := &pg.Snapshots[i]
+		got, err := call[activities.Copy](ctx, pointCallOptions(p, site, activities.RPCCreateVolume), st.CreateVolume,
+			activities.CopyInput{Endpoint: e, Name: sn.CopyName, Snapshot: sn.ID, Bytes: sn.Size})
+		sn.Copy = got.ID
+		if err != nil {
+			return err
 		}
-	}
-	together(ctx, fns...)
-	return errors.Join(errs...)
+		return enableCopy(ctx, p, site, g, sn)
+	})
 }
 
 // enableCopy enables the replication of sn's copy at site: a refusal for

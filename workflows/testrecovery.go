@@ -349,19 +349,13 @@ func snapshotGroup(ctx workflow.Context, p *plans.Plan, site, group string, ref 
 		idx[i] = res.copyIndex(group, v)
 		res.Copies[idx[i]].SnapshotName = name + "-" + v
 	}
-	errs := make([]error, len(ref.Volumes))
-	fns := make([]func(ctx workflow.Context), len(ref.Volumes))
-	for i := range ref.Volumes {
-		fns[i] = func(ctx workflow.Context) {
-			c := &res.Copies[idx[i]]
-			c.SnapshotByNomad = c.Nomad != nil
-			var sn activities.Snapshot
-			sn, errs[i] = volumeSnapshot(ctx, p, site, c)
-			c.Snapshot, c.Size = sn.ID, sn.Size
-		}
-	}
-	together(ctx, fns...)
-	return len(ref.Volumes), errors.Join(errs...)
+	return len(ref.Volumes), eachTogether(ctx, len(ref.Volumes), func(ctx workflow.Context, i int) error {
+		c := &res.Copies[idx[i]]
+		c.SnapshotByNomad = c.Nomad != nil
+		sn, err := volumeSnapshot(ctx, p, site, c)
+		c.Snapshot, c.Size = sn.ID, sn.Size
+		return err
+	})
 }
 
 // groupSnapshot asks site's storage for a group snapshot of members under
