@@ -37,6 +37,21 @@ func madeUnits(st *sim.State) (made, fromPeer []string) {
 	return made, fromPeer
 }
 
+// writeReachesEast writes data to block n of volume vol, a replicated
+// volume of its own, at west, and waits for east's copy to hold it.
+func writeReachesEast(t *testing.T, ctx context.Context, f *fixture, vol string, n int64, data string) {
+	t.Helper()
+	wc, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
+	mustOK(t, err)
+	defer wc.Close()
+	_, err = wc.Write(ctx, vol, n, []byte(data))
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "the write at east", func() bool {
+		u := f.east.Snapshot().Unit("vol/" + vol)
+		return u != nil && string(u.Blocks[vol][n].Data) == data
+	})
+}
+
 // copyKeys are the unit keys of the copies of points.
 func copyKeys(points []workflows.PointInTime) []string {
 	var out []string
@@ -139,15 +154,7 @@ func TestPointsCutAtThePrimary(t *testing.T) {
 			t.Fatalf("east's copy of the restored %s (%s): %+v; want a secondary in sync", vol, id, e)
 		}
 	}
-	wc, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
-	mustOK(t, err)
-	defer wc.Close()
-	_, err = wc.Write(ctx, v1, 1, []byte("after the reprotect"))
-	mustOK(t, err)
-	simtest.Eventually(t, time.Minute, "the write at east", func() bool {
-		u := f.east.Snapshot().Unit("vol/" + v1)
-		return u != nil && string(u.Blocks[v1][1].Data) == "after the reprotect"
-	})
+	writeReachesEast(t, ctx, f, v1, 1, "after the reprotect")
 
 	// The release frees the point; protection, now cutting at west,
 	// prunes it: the copies the plan runs on stay, replicated.

@@ -122,15 +122,7 @@ func TestReprotectMakesTheRestoredVolumesTheProtectedOnes(t *testing.T) {
 		return false
 	})
 
-	wc, err := sim.NewClient(f.west.DataAddr(), simtest.NodeB, "west-node")
-	mustOK(t, err)
-	defer wc.Close()
-	_, err = wc.Write(ctx, v1, 1, []byte("after the reprotect"))
-	mustOK(t, err)
-	simtest.Eventually(t, time.Minute, "the write at east", func() bool {
-		u := f.east.Snapshot().Unit("vol/" + v1)
-		return u != nil && string(u.Blocks[v1][1].Data) == "after the reprotect"
-	})
+	writeReachesEast(t, ctx, f, v1, 1, "after the reprotect")
 
 	before, err := os.ReadFile(f.hooks)
 	mustOK(t, err)
