@@ -60,3 +60,50 @@ func TestHoldOfAPointBeingPruned(t *testing.T) {
 		t.Fatalf("a point held by b is pruned: %v", why)
 	}
 }
+
+// TestPendingPointPrunedOnceALaterOneSynced: a point cut at the primary
+// whose copies still ship is kept while no later point is usable, and
+// pruned once a later one's copies have all synced (they never will
+// now), even while usable points are not pruned; a held one is kept,
+// and a later failed cut does not count.
+func TestPendingPointPrunedOnceALaterOneSynced(t *testing.T) {
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	keep := plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 10, KeepFor: plans.Duration(24 * time.Hour), Cut: plans.CutPrimary}
+	point := func(min int, synced bool, held []string, failed string) PointInTime {
+		pt := PointInTime{ID: pointID(at.Add(time.Duration(min) * time.Minute)), Site: "west", CutAt: "east",
+			Taken: at.Add(time.Duration(min) * time.Minute), Held: held, Error: failed}
+		if synced {
+			pt.Synced = pt.Taken.Add(20 * time.Second)
+		}
+		return pt
+	}
+	for _, tc := range []struct {
+		name        string
+		points      []PointInTime
+		pruneUsable bool
+		pruned      []int // indexes into points
+	}{
+		{"a later point synced", []PointInTime{point(0, false, nil, ""), point(1, true, nil, "")}, true, []int{0}},
+		{"while usable points are kept", []PointInTime{point(0, false, nil, ""), point(1, true, nil, "")}, false, []int{0}},
+		{"the newest still shipping", []PointInTime{point(0, true, nil, ""), point(1, false, nil, "")}, true, nil},
+		{"both still shipping", []PointInTime{point(0, false, nil, ""), point(1, false, nil, "")}, true, nil},
+		{"held", []PointInTime{point(0, false, []string{"drover-test-shop"}, ""), point(1, true, nil, "")}, true, nil},
+		{"a later cut failed", []PointInTime{point(0, false, nil, ""), point(1, false, nil, "refused")}, true, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why := prunable(tc.points, &keep, at.Add(2*time.Minute), "", tc.pruneUsable)
+			want := map[string]bool{}
+			for _, i := range tc.pruned {
+				want[tc.points[i].ID] = true
+			}
+			for i, pt := range tc.points {
+				if got := why[pt.ID] != ""; got != want[pt.ID] {
+					t.Errorf("point %d (pending %v, usable %v, held %v): pruned %v (%q), want %v", i, pt.Pending(), pt.Usable(), pt.Held, got, why[pt.ID], want[pt.ID])
+				}
+			}
+			if tc.pruned != nil && tc.points[tc.pruned[0]].Pending() && !strings.Contains(why[tc.points[tc.pruned[0]].ID], "had not synced when a later point's had") {
+				t.Errorf("why: %q", why[tc.points[tc.pruned[0]].ID])
+			}
+		})
+	}
+}
