@@ -337,23 +337,29 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if len(fence) == 0 {
 		fence = in.Clients
 	}
-	what := fmt.Sprintf("Fail over plan %q from %s to %s: fence %s's clients %v and force-promote %s on %s, then start %d workload(s) there.",
-		p.Metadata.Name, from, to, from, fence, groupCount(p), to, len(p.Workloads))
-	if !pointAt.IsZero() {
-		restore := "make volumes from the point's snapshots"
-		if p.Policy.PointsInTime.AtPrimary() {
-			restore = "force-promote the point's copies (cut at the primary, shipped to " + to + ")"
-		}
-		what = fmt.Sprintf("Fail over plan %q from %s to %s to a point in time: the newest point usable at %s cut at or before %s, held before anything is fenced; fence %s's clients %v and force-promote %s on %s (the replicas are kept), %s and start %d workload(s) there on them. The writes after the point's last sync stay on the replicas only.",
-			p.Metadata.Name, from, to, to, pointAt.UTC().Format(time.RFC3339), from, fence, groupCount(p), to, restore, len(p.Workloads))
-		if !a.json() {
-			fmt.Fprintf(a.stderr, "point: %s\n", a.pointNow(ctx, c, p.Metadata.Name, to, pointAt))
-		}
+	if !pointAt.IsZero() && !a.json() {
+		fmt.Fprintf(a.stderr, "point: %s\n", a.pointNow(ctx, c, p.Metadata.Name, to, pointAt))
 	}
-	if err := a.confirm(f.yes, what); err != nil {
+	if err := a.confirm(f.yes, failoverText(p, from, to, fence, pointAt)); err != nil {
 		return err
 	}
 	return a.start(ctx, c, p, "failover", workflows.Failover, in, f.wait)
+}
+
+// failoverText is what a failover asks the operator to confirm: to a
+// point in time, how the point's volumes are made at to (from its
+// snapshots, or its copies promoted when it was cut at the primary).
+func failoverText(p *plans.Plan, from, to string, fence []string, pointAt time.Time) string {
+	if pointAt.IsZero() {
+		return fmt.Sprintf("Fail over plan %q from %s to %s: fence %s's clients %v and force-promote %s on %s, then start %d workload(s) there.",
+			p.Metadata.Name, from, to, from, fence, groupCount(p), to, len(p.Workloads))
+	}
+	restore := "make volumes from the point's snapshots"
+	if p.Policy.PointsInTime.AtPrimary() {
+		restore = "force-promote the point's copies (cut at the primary, shipped to " + to + ")"
+	}
+	return fmt.Sprintf("Fail over plan %q from %s to %s to a point in time: the newest point usable at %s cut at or before %s, held before anything is fenced; fence %s's clients %v and force-promote %s on %s (the replicas are kept), %s and start %d workload(s) there on them. The writes after the point's last sync stay on the replicas only.",
+		p.Metadata.Name, from, to, to, pointAt.UTC().Format(time.RFC3339), from, fence, groupCount(p), to, restore, len(p.Workloads))
 }
 
 // pointNow says which point the plan's record picks at site for t, as

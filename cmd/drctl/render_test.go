@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -363,5 +365,56 @@ func TestPointsTableSaysWhereAPointWasCut(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPointsJSONSaysWhenCopiesSynced: `drctl points -o json` gives a
+// point cut at the primary its cutAt, and synced once its copies have
+// all synced (README, Point-in-time recovery); a point still shipping
+// has no synced.
+func TestPointsJSONSaysWhenCopiesSynced(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
+		{ID: "20261127T125800Z", Site: "west", CutAt: "east", Taken: now.Add(-2 * time.Minute), Synced: now.Add(-time.Minute)},
+		{ID: "20261127T125900Z", Site: "west", CutAt: "east", Taken: now.Add(-time.Minute)},
+	}}
+	var b bytes.Buffer
+	writeJSON(&b, l)
+	var got struct {
+		Points []map[string]any `json:"points"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, b.String())
+	}
+	if len(got.Points) != 2 {
+		t.Fatalf("%d points:\n%s", len(got.Points), b.String())
+	}
+	if got.Points[0]["synced"] != "2026-11-27T12:59:00Z" || got.Points[0]["cutAt"] != "east" {
+		t.Errorf("the synced point: %v", got.Points[0])
+	}
+	if _, ok := got.Points[1]["synced"]; ok || got.Points[1]["cutAt"] != "east" {
+		t.Errorf("the point still shipping: %v", got.Points[1])
+	}
+}
+
+// TestFailoverToAPointSaysHowItsVolumesAreMade: the failover --point
+// confirmation says the point's copies are promoted when the plan cuts
+// its points at the primary, and volumes made of its snapshots when it
+// cuts them at the replicas (README, Point-in-time recovery).
+func TestFailoverToAPointSaysHowItsVolumesAreMade(t *testing.T) {
+	at := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	p := &plans.Plan{Metadata: plans.Metadata{Name: "shop"}, VolumeGroups: make([]plans.VolumeGroup, 2),
+		Policy: plans.Policy{PointsInTime: &plans.PointsInTime{Every: plans.Duration(time.Minute), Cut: plans.CutPrimary}}}
+	fence := []string{"10.0.1.0/24"}
+	if got := failoverText(p, "east", "west", fence, at); !strings.Contains(got, "force-promote the point's copies (cut at the primary, shipped to west)") ||
+		strings.Contains(got, "snapshots") || !strings.Contains(got, "2026-11-27T13:00:00Z") {
+		t.Errorf("cut at the primary: %s", got)
+	}
+	p.Policy.PointsInTime.Cut = plans.CutReplicas
+	if got := failoverText(p, "east", "west", fence, at); !strings.Contains(got, "make volumes from the point's snapshots") || strings.Contains(got, "copies (cut") {
+		t.Errorf("cut at the replicas: %s", got)
+	}
+	if got := failoverText(p, "east", "west", fence, time.Time{}); strings.Contains(got, "point") || !strings.Contains(got, "force-promote 2 volume groups on west") {
+		t.Errorf("no point: %s", got)
 	}
 }
