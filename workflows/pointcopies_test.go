@@ -77,7 +77,7 @@ func copyKeys(points []workflows.PointInTime) []string {
 // deletes a point's copies at east, and west's go with them: the copies
 // the storage holds are those of the points protection keeps. A test
 // recovery at west from such a point is refused (its copies there are
-// replicas). A failover to the clean point promotes its copies at west
+// replicas) before it holds the point. A failover to the clean point promotes its copies at west
 // in place of making volumes: the application finds "clean" there while
 // the replica holds "damage". The reprotect demotes and resyncs east's
 // copies of them (their replication was on), and a write at west
@@ -124,6 +124,14 @@ func TestPointsCutAtThePrimary(t *testing.T) {
 	mustOK(t, v.Get(&p))
 	if i := slices.IndexFunc(p.Steps, func(s *workflows.Step) bool { return s.Name == hold }); !strings.Contains(p.Steps[i].LastError, "a test recovery from it runs there") {
 		t.Fatalf("a test recovery at west from a point cut at east paused on %q", p.Steps[i].LastError)
+	}
+	// Refused before it was held: paused there, it holds nothing.
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	for _, pt := range ps.Points {
+		if slices.Contains(pt.Held, workflows.ActionHolder(tr.GetID(), tr.GetRunID())) {
+			t.Fatalf("the refused test recovery holds point %s while it waits for the operator", pt.ID)
+		}
 	}
 	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: tr.GetID(), RunID: tr.GetRunID(), UpdateName: workflows.UpdateResolve,
 		Args: []any{workflows.Decision{Step: hold, Action: workflows.DecisionAbort}}, WaitForStage: client.WorkflowUpdateStageCompleted})

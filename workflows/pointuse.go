@@ -42,6 +42,10 @@ type PointUse struct {
 	By      string    `json:"by"`
 	Point   string    `json:"point,omitempty"`
 	Release bool      `json:"release,omitempty"`
+	// Snapshots: the run recovers from the point's snapshots at Site (a
+	// test recovery), so a point whose recovery there takes its copies
+	// is refused before it is held.
+	Snapshots bool `json:"snapshots,omitempty"`
 }
 
 // PointNewest is the time that picks a site's newest point, whenever the
@@ -148,6 +152,9 @@ func (s *RecordSender) holdPoint(ctx context.Context, in PointUse) (PointInTime,
 		if pt, err = PointFor(points, in.Site, in.At); err != nil {
 			return PointInTime{}, err
 		}
+		if in.Snapshots && pt.ByCopies(in.Site) {
+			return PointInTime{}, byCopiesRefusal(*pt, in.Site)
+		}
 	}
 	h := PointHold{By: in.By, Release: in.Release, Point: in.Point}
 	if pt != nil {
@@ -241,15 +248,15 @@ func pointText(pt PointInTime) string {
 func holdPointFor(ctx workflow.Context, p *plans.Plan, site string, t time.Time, res *TestRecoveryResult) (*PointInTime, error) {
 	info := workflow.GetInfo(ctx).WorkflowExecution
 	res.PointAt = t
-	pt, err := usePoint(ctx, PointUse{Plan: p.Metadata.Name, Site: site, At: t, By: ActionHolder(info.ID, info.RunID)})
+	pt, err := usePoint(ctx, PointUse{Plan: p.Metadata.Name, Site: site, At: t, By: ActionHolder(info.ID, info.RunID), Snapshots: true})
 	if err != nil {
 		return nil, err
 	}
 	res.Point = &pt
 	if pt.ByCopies(site) {
-		// Its copies at site are replicas, which a test recovery never
-		// touches; its snapshots are at the site it was cut at.
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s was cut at %s (policy.pointsInTime.cut: primary): a test recovery from it runs there, from its snapshots; at %s its copies are replicas", pt.ID, pt.CutAt, site), ErrNoPoint, nil)
+		// The pick refuses it before the hold; a worker that did not
+		// know to (an older one's answer, taken on replay) held it.
+		return nil, byCopiesRefusal(pt, site)
 	}
 	if err := eachPointSnapshot(p, pt, site, func(group string, sn PointSnapshot) {
 		c := &res.Copies[res.copyIndex(group, sn.Volume)]
@@ -258,6 +265,13 @@ func holdPointFor(ctx workflow.Context, p *plans.Plan, site string, t time.Time,
 		return nil, err
 	}
 	return &pt, nil
+}
+
+// byCopiesRefusal refuses a test recovery at site from a point whose
+// copies there are replicas, which a test recovery never touches: its
+// snapshots are at the site it was cut at.
+func byCopiesRefusal(pt PointInTime, site string) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("point %s was cut at %s (policy.pointsInTime.cut: primary): a test recovery from it runs there, from its snapshots; at %s its copies are replicas", pt.ID, pt.CutAt, site), ErrNoPoint, nil)
 }
 
 // eachPointSnapshot calls fn with each snapshot of the point, group by
