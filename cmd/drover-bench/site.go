@@ -12,6 +12,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -60,6 +61,7 @@ type siteRow struct {
 	warnings    int           // the server's history and payload size warnings
 	server      string        // the Temporal server's version
 	floor       time.Duration // a workflow starting children that do nothing, as many, tier by tier, as many at once
+	turns       time.Duration // a workflow taking the design's turns of a site failover, without a storage call
 	runs        []time.Duration
 }
 
@@ -285,8 +287,11 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 				q(func(s span) time.Duration { return s.start }), q(func(s span) time.Duration { return s.end }), q(func(s span) time.Duration { return s.took }))
 		}
 	}
-	if r.floor, err = emptySite(ctx, c, ps, r.atOnce); err != nil {
+	if r.floor, err = emptySite(ctx, c, ps, r.atOnce, false); err != nil {
 		return fmt.Errorf("children that do nothing: %w", err)
+	}
+	if r.turns, err = emptySite(ctx, c, ps, r.atOnce, true); err != nil {
+		return fmt.Errorf("the design's turns: %w", err)
 	}
 	r.warnings = serverWarnings(st)
 	if info, err := c.WorkflowService().GetSystemInfo(ctx, &workflowservice.GetSystemInfoRequest{}); err == nil {
@@ -453,8 +458,8 @@ func runSites(ctx context.Context, o options) ([]siteRow, error) {
 			if err := directSite(ctx, o, &r); err != nil {
 				return nil, fmt.Errorf("site failover of %d plans, %d at once, direct: %w", sz.plans, sz.atOnce, err)
 			}
-			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, %.1f history events per plan, worker peak %d MiB, Temporal peak %d MiB\n",
-				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), r.eventsPerPlan(), r.workerRSS>>20, r.temporalRSS>>20)
+			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, %.1f history events per plan, worker peak %d MiB, Temporal peak %d MiB\n",
+				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), r.eventsPerPlan(), r.workerRSS>>20, r.temporalRSS>>20)
 			runs = append(runs, r)
 		}
 		rows = append(rows, medianSiteRow(runs))
@@ -511,8 +516,20 @@ func printTimeline(ctx context.Context, c client.Client, id, runID string, t0 ti
 // each child doing nothing; on a worker in this process, on a task queue
 // of its own. What the server takes to start children, hand their ends
 // to the parent and wake it, without a storage call or a check.
-func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce int) (time.Duration, error) {
-	const queue = "drover-bench-empty-site"
+//
+// With turns, the workflow and its children take the turns through the
+// server that a site failover's design asks for, still without a storage
+// call: the parent first has a stand-in of each plan's record accept a
+// version, atOnce at a time (an update from a local activity, as the
+// site action's check of each plan); each child then ends its first task
+// on a local activity and a regular one (the checks and their settle)
+// and ends in its second task. The stand-ins are started first, not
+// measured.
+func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce int, turns bool) (time.Duration, error) {
+	queue, id := "drover-bench-empty-site", "drover-bench-empty-site"
+	if turns {
+		queue, id = "drover-bench-turns-site", "drover-bench-turns-site"
+	}
 	var tiers []int
 	for i, p := range ps {
 		if i == 0 || p.Metadata.Tier != ps[i-1].Metadata.Tier {
@@ -523,12 +540,47 @@ func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce in
 	w := worker.New(c, queue, worker.Options{})
 	w.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "EmptyChild"})
 	w.RegisterWorkflowWithOptions(emptyParent, workflow.RegisterOptions{Name: "EmptyParent"})
+	w.RegisterWorkflowWithOptions(turnsChild, workflow.RegisterOptions{Name: "TurnsChild"})
+	w.RegisterWorkflowWithOptions(standInRecord, workflow.RegisterOptions{Name: "StandInRecord"})
+	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "Nothing"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, record string) error {
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: record, UpdateName: "accept", WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err != nil {
+			return err
+		}
+		return h.Get(ctx, nil)
+	}, activity.RegisterOptions{Name: "Accept"})
 	if err := w.Start(); err != nil {
 		return 0, err
 	}
 	defer w.Stop()
+	var records []string
+	if turns {
+		for i := range ps {
+			record := fmt.Sprintf("drover-bench-stand-in-record-%d", i)
+			if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: record, TaskQueue: queue}, "StandInRecord"); err != nil {
+				return 0, err
+			}
+			records = append(records, record)
+		}
+		defer func() {
+			for _, record := range records {
+				_ = c.TerminateWorkflow(context.Background(), record, "", "the bench's floor measured")
+			}
+		}()
+		// Each answers before the measure starts.
+		for _, record := range records {
+			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: record, UpdateName: "accept", WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err != nil {
+				return 0, err
+			}
+			if err := h.Get(ctx, nil); err != nil {
+				return 0, err
+			}
+		}
+	}
 	t0 := time.Now()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "drover-bench-empty-site", TaskQueue: queue}, "EmptyParent", tiers, atOnce)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "EmptyParent", tiers, atOnce, records)
 	if err != nil {
 		return 0, err
 	}
@@ -538,9 +590,28 @@ func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce in
 	return time.Since(t0), nil
 }
 
-// emptyParent runs tiers[i] children that do nothing for each tier in
-// turn, at most atOnce at a time.
-func emptyParent(ctx workflow.Context, tiers []int, atOnce int) error {
+// emptyParent runs tiers[i] children for each tier in turn, at most
+// atOnce at a time: children that do nothing, or, given the stand-ins
+// of the plans' records, children taking a failover's turns after each
+// record has accepted a version, atOnce at a time.
+func emptyParent(ctx workflow.Context, tiers []int, atOnce int, records []string) error {
+	child := "EmptyChild"
+	if len(records) > 0 {
+		child = "TurnsChild"
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
+		slots := workflow.NewBufferedChannel(ctx, atOnce)
+		wg := workflow.NewWaitGroup(ctx)
+		for _, record := range records {
+			slots.Send(ctx, true)
+			wg.Add(1)
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				defer wg.Done()
+				_ = workflow.ExecuteLocalActivity(lctx, "Accept", record).Get(ctx, nil)
+				slots.Receive(ctx, nil)
+			})
+		}
+		wg.Wait(ctx)
+	}
 	n := 0
 	for _, plans := range tiers {
 		slots := workflow.NewBufferedChannel(ctx, atOnce)
@@ -553,11 +624,32 @@ func emptyParent(ctx workflow.Context, tiers []int, atOnce int) error {
 			workflow.Go(ctx, func(ctx workflow.Context) {
 				defer wg.Done()
 				cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id})
-				_ = workflow.ExecuteChildWorkflow(cctx, "EmptyChild").Get(ctx, nil)
+				_ = workflow.ExecuteChildWorkflow(cctx, child).Get(ctx, nil)
 				slots.Receive(ctx, nil)
 			})
 		}
 		wg.Wait(ctx)
 	}
 	return nil
+}
+
+// turnsChild takes a plan's failover's turns without a storage call: its
+// checks (a local activity) end with their settle (a regular activity),
+// and it ends in the task that follows.
+func turnsChild(ctx workflow.Context) error {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
+	if err := workflow.ExecuteLocalActivity(lctx, "Nothing").Get(ctx, nil); err != nil {
+		return err
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	return workflow.ExecuteActivity(actx, "Nothing").Get(ctx, nil)
+}
+
+// standInRecord stands in for a plan's record: it accepts every version
+// at once, until terminated.
+func standInRecord(ctx workflow.Context) error {
+	if err := workflow.SetUpdateHandler(ctx, "accept", func(workflow.Context) error { return nil }); err != nil {
+		return err
+	}
+	return workflow.Await(ctx, func() bool { return false })
 }
