@@ -832,6 +832,31 @@ func peakRSS(pid int) (int64, error) {
 	return 0, errors.New("no VmHWM in /proc status")
 }
 
+// cpuTime is the CPU time (user and system) a process has used so far,
+// from /proc (in clock ticks of 1/100 s, as Linux reports them there).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's name, which is in parentheses and
+	// may hold spaces: utime and stime are the 12th and 13th.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, errors.New("no CPU times in /proc stat")
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // sequential is the naive baseline: on fresh sites, fence east's clients
 // through west, promote every group on west one call after another, then
 // run the hooks; no workflow engine, no parallelism, no retries.

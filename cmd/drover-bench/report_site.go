@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -131,6 +132,12 @@ func siteTargets(rows []siteRow) string {
 			// The turns the design takes, with no storage call.
 			fmt.Fprintf(&b, "; the plain program plus a workflow taking the design's turns (each plan's record asked to accept its version, then each child's checks, their settle and its end: %v): %.3f of the plain program; Drover %.3f of that",
 				ms(r.turns), float64(r.direct+r.turns)/float64(r.direct), float64(r.measured)/float64(r.direct+r.turns))
+		}
+		if r.temporalCPU > 0 {
+			// Where the machine's time went meanwhile.
+			fmt.Fprintf(&b, "; during the site failover the Temporal server process used %v of CPU (%v a plan) and the worker %v, together %.0f%% of the %d cores over its %v",
+				ms(r.temporalCPU), ms(r.temporalCPU/time.Duration(r.plans)), ms(r.workerCPU),
+				100*float64(r.temporalCPU+r.workerCPU)/float64(r.measured)/float64(runtime.NumCPU()), runtime.NumCPU(), ms(r.measured))
 		}
 		b.WriteString("\n")
 	}

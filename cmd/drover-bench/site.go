@@ -62,6 +62,8 @@ type siteRow struct {
 	server      string        // the Temporal server's version
 	floor       time.Duration // a workflow starting children that do nothing, as many, tier by tier, as many at once
 	turns       time.Duration // a workflow taking the design's turns of a site failover, without a storage call
+	temporalCPU time.Duration // the CPU time the Temporal server process used during the site failover
+	workerCPU   time.Duration // the CPU time the worker used during the site failover
 	runs        []time.Duration
 }
 
@@ -204,6 +206,17 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 		}
 		in.Plans = append(in.Plans, workflows.SitePlan{Plan: p, Signature: sig})
 	}
+	pids := st.PIDs()
+	cpu := func() (temporal, worker time.Duration, err error) {
+		if temporal, err = cpuTime(pids["temporal"]); err == nil {
+			worker, err = cpuTime(pids["worker"])
+		}
+		return temporal, worker, err
+	}
+	temporal0, worker0, err := cpu()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	wr, err := workflows.StartSite(ctx, c, in)
 	if err != nil {
@@ -214,6 +227,11 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 		return err
 	}
 	r.measured = time.Since(t0)
+	temporal1, worker1, err := cpu()
+	if err != nil {
+		return err
+	}
+	r.temporalCPU, r.workerCPU = temporal1-temporal0, worker1-worker0
 	r.rto = res.RTO
 	if res.State != workflows.StateCompleted || len(res.LeftBehind) > 0 {
 		return fmt.Errorf("the site failover ended %s, %d plan(s) left behind: %s", res.State, len(res.LeftBehind), strings.Join(res.LeftBehind, ", "))
@@ -297,7 +315,6 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 	if info, err := c.WorkflowService().GetSystemInfo(ctx, &workflowservice.GetSystemInfoRequest{}); err == nil {
 		r.server = info.GetServerVersion()
 	}
-	pids := st.PIDs()
 	if r.workerRSS, err = peakRSS(pids["worker"]); err != nil {
 		return err
 	}
@@ -458,8 +475,8 @@ func runSites(ctx context.Context, o options) ([]siteRow, error) {
 			if err := directSite(ctx, o, &r); err != nil {
 				return nil, fmt.Errorf("site failover of %d plans, %d at once, direct: %w", sz.plans, sz.atOnce, err)
 			}
-			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, %.1f history events per plan, worker peak %d MiB, Temporal peak %d MiB\n",
-				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), r.eventsPerPlan(), r.workerRSS>>20, r.temporalRSS>>20)
+			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, %.1f history events per plan, CPU of Temporal %v and of the worker %v, worker peak %d MiB, Temporal peak %d MiB\n",
+				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), r.eventsPerPlan(), ms(r.temporalCPU), ms(r.workerCPU), r.workerRSS>>20, r.temporalRSS>>20)
 			runs = append(runs, r)
 		}
 		rows = append(rows, medianSiteRow(runs))
