@@ -340,6 +340,14 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if !pointAt.IsZero() && !a.json() {
 		fmt.Fprintf(a.stderr, "point: %s\n", a.pointNow(ctx, c, p.Metadata.Name, to, pointAt))
 	}
+	if !a.json() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rec, err := workflows.ReadRecord(rctx, c, p.Metadata.Name)
+		cancel()
+		if w := restoredLoss(p.Metadata.Name, rec, from, to); err == nil && w != "" {
+			fmt.Fprintf(a.stderr, "warning: %s\n", w)
+		}
+	}
 	if err := a.confirm(f.yes, failoverText(p, from, to, fence, pointAt)); err != nil {
 		return err
 	}
@@ -360,6 +368,20 @@ func failoverText(p *plans.Plan, from, to string, fence []string, pointAt time.T
 	}
 	return fmt.Sprintf("Fail over plan %q from %s to %s to a point in time: the newest point usable at %s cut at or before %s, held before anything is fenced; fence %s's clients %v and force-promote %s on %s (the replicas are kept), %s and start %d workload(s) there on them. The writes after the point's last sync stay on the replicas only.",
 		p.Metadata.Name, from, to, to, pointAt.UTC().Format(time.RFC3339), from, fence, groupCount(p), to, restore, len(p.Workloads))
+}
+
+// restoredLoss warns of a failover away from volumes a failover to a
+// point in time restored at from, before a reprotect protected them: to
+// holds no copy of them, so what was written on them since is not
+// there. Not refused: in a second disaster to's copies may be all there
+// is. "" when the record says nothing of the kind.
+func restoredLoss(plan string, rec *workflows.PlanRecord, from, to string) string {
+	if rec == nil || rec.Restored == nil || rec.Restored.Site != from {
+		return ""
+	}
+	x := rec.Restored
+	return fmt.Sprintf("plan %q runs at %s on volumes restored from point %s (a failover to a point in time, %s), which no reprotect has protected yet: %s holds no copy of them. This failover brings up %s's copies as they were before that failover; every write on the restored volumes since then stays at %s. If %s can still be reached, reprotect first (drctl reprotect %s) and fail back instead",
+		plan, from, x.Point, x.At.UTC().Format(time.RFC3339), to, to, from, from, plan)
 }
 
 // pointNow says which point the plan's record picks at site for t, as

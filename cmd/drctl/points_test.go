@@ -244,6 +244,12 @@ policy:
 	if code == 0 || !strings.Contains(out+errs, "runs on volumes restored from point "+pick.ID) {
 		t.Fatalf("drctl failback --site after a failover to a point: exit %d\n%s%s", code, out, errs)
 	}
+	// A failover away from the restored volumes before the reprotect:
+	// east holds no copy of them, and drctl says so before it asks.
+	if code, _, errs := c.run("failover", shop, "--to", "east"); code != 2 || !strings.Contains(errs, "warning: plan \"shop\" runs at west on volumes restored from point "+pick.ID) ||
+		!strings.Contains(errs, "east holds no copy of them") || !strings.Contains(errs, "not confirmed") {
+		t.Fatalf("drctl failover away from the restored volumes: exit %d, %s", code, errs)
+	}
 	// Nothing to release before the reprotect.
 	if code, _, errs := c.run("release", shop, "--yes"); code != 2 || !strings.Contains(errs, "Reprotect first") {
 		t.Fatalf("drctl release before the reprotect: exit %d, %s", code, errs)

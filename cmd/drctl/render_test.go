@@ -418,3 +418,24 @@ func TestFailoverToAPointSaysHowItsVolumesAreMade(t *testing.T) {
 		t.Errorf("no point: %s", got)
 	}
 }
+
+// TestFailoverAwayFromRestoredVolumesWarns: a failover from the site a
+// failover to a point restored volumes at, before a reprotect, is warned
+// of: the other site has no copy of them. Not from elsewhere, not once
+// the record says nothing was restored.
+func TestFailoverAwayFromRestoredVolumesWarns(t *testing.T) {
+	rec := &workflows.PlanRecord{Plan: "shop", Restored: &workflows.RestoredEntry{Point: "20261127T125800Z", Site: "west", At: time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)}}
+	if got := restoredLoss("shop", rec, "west", "east"); !strings.Contains(got, "restored from point 20261127T125800Z") || !strings.Contains(got, "east holds no copy of them") ||
+		!strings.Contains(got, "since then stays at west") {
+		t.Errorf("from west: %q", got)
+	}
+	if got := restoredLoss("shop", rec, "east", "west"); got != "" {
+		t.Errorf("from east: %q", got)
+	}
+	if got := restoredLoss("shop", &workflows.PlanRecord{Plan: "shop"}, "west", "east"); got != "" {
+		t.Errorf("nothing restored: %q", got)
+	}
+	if got := restoredLoss("shop", nil, "west", "east"); got != "" {
+		t.Errorf("no record: %q", got)
+	}
+}
