@@ -319,14 +319,11 @@ func promoteCopy(ctx workflow.Context, p *plans.Plan, site string, v *RestoredVo
 	if !ok {
 		return fmt.Errorf("plan %q has no volume group %q", p.Metadata.Name, v.Group)
 	}
-	ins, err := activities.GroupInputs(p, site, copyGroup(g, site, v.Copy), activities.RPCPromoteVolume, true)
-	if err != nil {
+	if err := eachCopyInput(p, site, g, v.Copy, activities.RPCPromoteVolume, true, func(in activities.ReplicationInput) error {
+		_, err := rpcCall[struct{}](ctx, activities.CallOptions(p, site, activities.RPCPromoteVolume), st.PromoteVolume, in)
 		return err
-	}
-	for _, in := range ins {
-		if _, err := rpcCall[struct{}](ctx, activities.CallOptions(p, site, activities.RPCPromoteVolume), st.PromoteVolume, in); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	if v.NomadID == "" {
 		return nil
@@ -334,7 +331,7 @@ func promoteCopy(ctx workflow.Context, p *plans.Plan, site string, v *RestoredVo
 	in := activities.NomadCSIInputFor(p, site)
 	in.Workload.Action = orchestrators.ActionFailover
 	in.Volume, in.ID, in.Name, in.Namespace, in.External = *v.Nomad, v.NomadID, v.NomadID, v.NomadNamespace, v.Copy
-	_, err = call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadRegister, in)
+	_, err := call[string](ctx, activities.WorkloadOptions(p, site, in.Workload), wl.NomadRegister, in)
 	return err
 }
 

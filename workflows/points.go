@@ -421,14 +421,24 @@ func copyGroup(g *plans.VolumeGroup, site, copy string) *plans.VolumeGroup {
 	return &plans.VolumeGroup{Name: g.Name, Parameters: g.Parameters, Sites: map[string]plans.GroupRef{site: {Volumes: []string{copy}}}}
 }
 
-// copyReplication calls replication rpc (fn) on a point's copy at site.
+// copyReplication calls replication rpc (fn) on a point's copy at site,
+// each call within its deadline (protection's rounds).
 func copyReplication(ctx workflow.Context, p *plans.Plan, site string, g *plans.VolumeGroup, copy, rpc string, fn any) error {
-	ins, err := activities.GroupInputs(p, site, copyGroup(g, site, copy), rpc, false)
+	return eachCopyInput(p, site, g, copy, rpc, false, func(in activities.ReplicationInput) error {
+		_, err := call[struct{}](ctx, pointCallOptions(p, site, rpc), fn, in)
+		return err
+	})
+}
+
+// eachCopyInput calls do with each input of replication rpc on a
+// point's copy at site, with its group's parameters.
+func eachCopyInput(p *plans.Plan, site string, g *plans.VolumeGroup, copy, rpc string, force bool, do func(activities.ReplicationInput) error) error {
+	ins, err := activities.GroupInputs(p, site, copyGroup(g, site, copy), rpc, force)
 	if err != nil {
 		return err
 	}
 	for _, in := range ins {
-		if _, err := call[struct{}](ctx, pointCallOptions(p, site, rpc), fn, in); err != nil {
+		if err := do(in); err != nil {
 			return err
 		}
 	}
