@@ -30,10 +30,14 @@
 // many plans of --site-groups groups over --site-tiers tiers, at each of
 // --plans-at-once, on each of --stores (dev: the dev server; sql: the
 // Temporal server on PostgreSQL, as make e2e-sql sets it up), against a
-// plain program making the same calls at the same concurrency and a
-// workflow running as many children that do nothing; they go into their
-// own section of --out (--site-only leaves the per-plan section as it
-// is), and the chart draws both sections.
+// plain program making the same calls at the same concurrency, and two
+// floors on the same server: a workflow running as many children that
+// do nothing, and one taking the design's turns without a storage call
+// (each plan's record stand-in asked to accept a version, then children
+// whose checks' task ends on a settle). The CPU the Temporal server and
+// the worker used during the site failover is read from /proc. The rows
+// go into their own section of --out (--site-only leaves the per-plan
+// section as it is), and the chart draws both sections.
 //
 //	drover-bench --site-only --site-plans 10,100,300 --plans-at-once 10,50
 //	             [--site-groups 10] [--site-tiers 3] [--site-latency 50ms]
