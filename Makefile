@@ -162,7 +162,7 @@ $(BIN)/workflowcheck:
 # that commit, and replay there until no run of theirs from that build
 # remains (workflows.Register says how to tell); then delete them, with
 # any patch only they needed.
-HISTORY_TESTS := ^(TestActionsOnDevServer|TestPointsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer|TestSiteWorkerCutOffMidAction|TestReprotectMakesTheRestoredVolumesTheProtectedOnes)$$
+HISTORY_TESTS := ^(TestActionsOnDevServer|TestPointsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer|TestSiteWorkerCutOffMidAction|TestReprotectMakesTheRestoredVolumesTheProtectedOnes|TestFailbackPausesProtectionsPoints)$$
 histories: $(BIN)/temporal ## record the workflow histories the replay test replays (workflows/testdata)
 	@mkdir -p workflows/testdata/upgrade
 	@for f in workflows/testdata/protect*.json workflows/testdata/record*.json; do \

@@ -102,6 +102,10 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 	if err := r.gate(ctx, "beforeDemote"); err != nil {
 		return err
 	}
+	// Protection cuts no point beside the demotion and the resync.
+	if err := pausePoints(ctx, r, p); err != nil {
+		return err
+	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpDemote, Site: from}); err != nil {
 		return err
 	}

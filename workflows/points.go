@@ -265,7 +265,8 @@ func notInSync(h GroupHealth, ok bool) string {
 }
 
 // cutPoint cuts a point at site: every group's snapshots, cut in ctx (a
-// stop or retarget cuts it short). It returns the point, recorded or not.
+// stop or retarget cuts it short, as does an action's pause of the
+// points between two calls). It returns the point, recorded or not.
 func (s *ProtectState) cutPoint(ctx workflow.Context, p *plans.Plan, site string) PointInTime {
 	now := workflow.Now(ctx)
 	pt := PointInTime{ID: pointID(now), Site: site, Taken: now}
@@ -320,6 +321,10 @@ func (s *ProtectState) cutPoint(ctx workflow.Context, p *plans.Plan, site string
 		}
 		if ctx.Err() != nil {
 			pt.Error = "the cut was cut short (protection stopped or moved)"
+			return pt
+		}
+		if pp := s.PointsPaused; pp != nil && pointsPaused(ctx) {
+			pt.Error = "the cut was cut short: " + pp.text()
 			return pt
 		}
 	}
@@ -460,6 +465,9 @@ func (s *ProtectState) syncPoints(ctx, cut workflow.Context, p *plans.Plan, note
 		before := pt.Enabled()
 		synced, err := syncedCopies(cut, p, byName, pt)
 		switch {
+		case err != nil && pointsPaused(cut):
+			// Asked again once the action that paused the points ends.
+			return
 		case err != nil:
 			pt.Error = "a copy's replication could not be enabled: " + ErrorText(err)
 		case synced:
@@ -718,10 +726,11 @@ func planVolumes(p *plans.Plan) map[string]bool {
 }
 
 // madeNothing tells a create asked again by name that the storage
-// refuses for good: there is nothing of that name to delete.
+// refuses for good: there is nothing of that name to delete. A call an
+// action's pause of the points kept from starting asked nothing.
 func madeNothing(err error) bool {
 	var ae *temporal.ApplicationError
-	return err != nil && errors.As(err, &ae) && ae.NonRetryable()
+	return err != nil && errors.As(err, &ae) && ae.NonRetryable() && ae.Type() != errPointsPaused
 }
 
 // keepPoints cuts a point at the recovery site when one is due and prunes
@@ -734,8 +743,12 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if s.PointsSince.IsZero() {
 		s.PointsSince = now
 	}
+	if s.PointsPaused != nil && s.resumePoints(cut) {
+		// An action paused the points and still runs.
+		return
+	}
 	s.syncPoints(ctx, cut, p, notes)
-	if !s.pointDue(pit, now) || cut.Err() != nil {
+	if !s.pointDue(pit, now) || cut.Err() != nil || pointsPaused(cut) {
 		return
 	}
 	site := recoverySite(p, s.Primary)
@@ -745,7 +758,7 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if !pt.Usable() {
 		workflow.GetLogger(ctx).Warn("a point in time failed", "plan", p.Metadata.Name, "point", pt.ID, "error", pt.Error)
 	}
-	if cut.Err() == nil {
+	if cut.Err() == nil && !pointsPaused(cut) {
 		// Picked and marked in one go: a hold that comes while the
 		// deletions run finds the point being pruned and is refused.
 		why := prunable(s.Points, pit, workflow.Now(ctx), pt.ID, pt.Error == "")

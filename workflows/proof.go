@@ -179,13 +179,14 @@ func (s *RecordSender) SealHoldAt(plan string, h PointHold, now time.Time) (Poin
 }
 
 // RecordProofCheck is a change or a plan version the record checks, or a
-// retarget or a point's hold protection checks.
+// retarget, a point's hold or a pause of the points protection checks.
 type RecordProofCheck struct {
 	Plan     string        `json:"plan"`
 	Change   *RecordChange `json:"change,omitempty"`
 	Version  *PlanVersion  `json:"version,omitempty"`
 	Retarget *Retarget     `json:"retarget,omitempty"`
 	Hold     *PointHold    `json:"hold,omitempty"`
+	Pause    *PointsPause  `json:"pause,omitempty"`
 }
 
 // CheckRecordProof is the record's check of a seal, a local activity: nil
@@ -211,6 +212,10 @@ func (s *RecordSender) CheckRecordProof(_ context.Context, in RecordProofCheck) 
 		h := *in.Hold
 		p, h.Proof = h.Proof, nil
 		kind, what = "point hold", h
+	case in.Pause != nil:
+		pp := *in.Pause
+		p, pp.Proof = pp.Proof, nil
+		kind, what = "points pause", pp
 	}
 	if p == nil || len(p.MAC) == 0 {
 		return temporal.NewNonRetryableApplicationError("it carries no worker's seal", ErrRecordRefused, nil)

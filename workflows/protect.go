@@ -123,6 +123,10 @@ type ProtectState struct {
 	PointsSince time.Time     `json:"pointsSince,omitzero"`
 	// LastCut is when the last point was cut, or its cut failed.
 	LastCut time.Time `json:"lastCut,omitzero"`
+	// PointsPaused is the pause of the points by an action under way
+	// (pausepoints.go): no storage call for a point starts until the
+	// action ends. It stays for the run's primary only.
+	PointsPaused *PointsPause `json:"pointsPaused,omitempty"`
 }
 
 // carryPoints gives next the points of s.
@@ -261,6 +265,10 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		out.Held = slices.Clone(pt.Held)
 		return &out, nil
 	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error { return s.validHold(h, pruning) }}); err != nil {
+		return nil, err
+	}
+	gate := &pointGate{paused: func() bool { return s.PointsPaused != nil }}
+	if err := s.setPauseHandler(ctx, ps, gate); err != nil {
 		return nil, err
 	}
 	note, view, err := trust(ctx, p, in.Origin)
@@ -444,6 +452,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			// issue the commands they always did.
 			if s.Unprotected == nil {
 				cut, cancel := workflow.WithCancel(ctx)
+				cut = workflow.WithValue(cut, pointGateKey{}, gate)
 				cancelRound = cancel
 				s.keepPoints(ctx, cut, p, pruning, notes)
 				cancel()

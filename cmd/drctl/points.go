@@ -20,6 +20,9 @@ type pointsList struct {
 	Points      []workflows.PointInTime `json:"points"`
 	Pruned      []workflows.PrunedPoint `json:"pruned"`
 	PrunedCount int                     `json:"prunedCount"`
+	// Paused is the pause of the points by a failback under way, as the
+	// running protection has it.
+	Paused *workflows.PointsPause `json:"paused,omitempty"`
 }
 
 func (a *app) pointsCommand() *cobra.Command {
@@ -122,6 +125,11 @@ func (a *app) points(ctx context.Context, plan string) error {
 	if out.Pruned == nil {
 		out.Pruned = []workflows.PrunedPoint{}
 	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ps, err := workflows.ReadProtect(qctx, c, plan); err == nil && ps.PointsPaused != nil {
+		out.Paused = &workflows.PointsPause{By: ps.PointsPaused.By, Since: ps.PointsPaused.Since}
+	}
 	if a.json() {
 		writeJSON(a.stdout, out)
 		return nil
@@ -184,6 +192,9 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 				fmt.Fprintf(w, "  %s: its deletion failed, tried again at the next cut: %s\n", pt.ID, oneLine(pt.PruneError))
 			}
 		}
+	}
+	if p := l.Paused; p != nil {
+		fmt.Fprintf(w, "protection cuts no point while %s runs (it paused them at %s, %s ago)\n", p.By, p.Since.Local().Format(time.DateTime), max(now.Sub(p.Since), 0).Round(time.Second))
 	}
 	renderPruned(w, l.Pruned, l.PrunedCount, "")
 	return nil

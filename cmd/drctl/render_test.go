@@ -439,3 +439,30 @@ func TestFailoverAwayFromRestoredVolumesWarns(t *testing.T) {
 		t.Errorf("no record: %q", got)
 	}
 }
+
+// TestPointsSaysAFailbackPausedThem: while a failback pauses protection's
+// points, `drctl points` says so, naming the run and since when, below
+// the table (README, Point-in-time recovery; the DroverPointInTimeLate
+// alert sends the operator here).
+func TestPointsSaysAFailbackPausedThem(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	by := workflows.ActionHolder("drover-action-shop", "0f3c")
+	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
+		{ID: "20261127T125800Z", Site: "west", CutAt: "east", Taken: now.Add(-2 * time.Minute), LastSync: now.Add(-2 * time.Minute), Synced: now.Add(-time.Minute)},
+	}, Paused: &workflows.PointsPause{By: by, Since: now.Add(-90 * time.Second)}}
+	var b strings.Builder
+	if err := renderPoints(&b, l, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "protection cuts no point while " + by + " runs (it paused them at "; !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "1m30s ago)") {
+		t.Errorf("the points lack %q … 1m30s ago:\n%s", want, b.String())
+	}
+	l.Paused = nil
+	b.Reset()
+	if err := renderPoints(&b, l, now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "cuts no point") {
+		t.Errorf("points not paused say they are:\n%s", b.String())
+	}
+}

@@ -85,6 +85,7 @@ const (
 	SignalRecord      = "record"
 	UpdatePlanVersion = "plan-version"
 	UpdateHoldPoint   = "hold-point"
+	UpdatePausePoints = "pause-points"
 )
 
 // Search attributes every Drover workflow carries, registered on the

@@ -1,0 +1,268 @@
+package workflows_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
+	"github.com/drover-dr/drover/workflows"
+)
+
+// pointRPCs are the storage calls protection makes for its points only,
+// at the primary when it cuts there: none of them is a failback's.
+var pointRPCs = []string{"CreateVolumeGroupSnapshot", "CreateSnapshot", "CreateVolume", "DeleteVolumeGroupSnapshot",
+	"DeleteSnapshot", "DeleteVolume", "EnableVolumeReplication", "DisableVolumeReplication"}
+
+// rpcLog is the order in which storage calls began and ended at a site.
+type rpcLog struct {
+	mu     sync.Mutex
+	events []string // "begin M" or "end M"
+}
+
+func (l *rpcLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *rpcLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
+}
+
+// TestFailbackPausesProtectionsPoints: a failback does not demote the
+// primary while protection's calls for a point run there, and
+// protection starts none from then until the failback has resynced.
+// Protection cuts points at east, the primary (cut: primary); one cut's
+// group snapshot is held at east's storage while a failback to west
+// starts. The failback's step "pause protection's points" waits for it;
+// no DemoteVolume reaches east until every point call there has ended,
+// and no point call begins at east from the first demotion until the
+// resync's last answer. The cut under way is cut short, and says why.
+// Once the failback has moved protection to west, points are cut there.
+func TestFailbackPausesProtectionsPoints(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 3, Cut: plans.CutPrimary})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
+	})
+
+	var (
+		log         rpcLog
+		armed       = true
+		armMu       sync.Mutex
+		held        = make(chan struct{})
+		release     = make(chan struct{})
+		releaseOnce sync.Once
+		doRelease   = func() { releaseOnce.Do(func() { close(release) }) }
+		pointCall   = func(m string) bool { return slices.Contains(pointRPCs, m) }
+	)
+	defer doRelease()
+	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
+		if site != "east" {
+			return handle()
+		}
+		log.add("begin " + method)
+		armMu.Lock()
+		hold := armed && method == "CreateVolumeGroupSnapshot"
+		if hold {
+			armed = false
+		}
+		armMu.Unlock()
+		if hold {
+			close(held)
+			<-release
+		}
+		out, err := handle()
+		log.add("end " + method)
+		return out, err
+	})
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("no cut reached east's storage")
+	}
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	pause := "pause protection's points"
+	waitFor(t, ctx, srv.Client, run, pause, workflows.StateRunning)
+	time.Sleep(time.Second)
+	if slices.Contains(log.all(), "begin DemoteVolume") {
+		t.Fatalf("the failback demoted east while a cut's group snapshot ran there: %v", log.all())
+	}
+	doRelease()
+	var fb workflows.FailbackResult
+	mustOK(t, run.Get(ctx, &fb))
+	allDone(t, fb.Progress)
+	record(t, ctx, srv.Client, run, "failback-points")
+	i := slices.IndexFunc(fb.Steps, func(s *workflows.Step) bool { return s.Name == pause })
+	if i < 0 || !strings.Contains(fb.Steps[i].Output, "ended first") {
+		t.Fatalf("the pause step: %+v; want it to say it waited for the cut's calls", fb.Steps)
+	}
+	t.Logf("%s: %s", pause, fb.Steps[i].Output)
+
+	// The order at east.
+	events := log.all()
+	running := map[string]int{}
+	demoted, resyncEnd := -1, -1
+	for j, e := range events {
+		kind, m, _ := strings.Cut(e, " ")
+		if m == "ResyncVolume" && kind == "end" {
+			resyncEnd = j
+		}
+	}
+	for j, e := range events[:resyncEnd+1] {
+		kind, m, _ := strings.Cut(e, " ")
+		if kind == "begin" && m == "DemoteVolume" && demoted < 0 {
+			demoted = j
+			if n := running["point"]; n > 0 {
+				t.Fatalf("east's first DemoteVolume began with %d point call(s) under way there: %v", n, events[:j+1])
+			}
+		}
+		if !pointCall(m) {
+			continue
+		}
+		if kind == "begin" {
+			running["point"]++
+			if demoted >= 0 {
+				t.Fatalf("protection's %s began at east after the failback's demotion there, before its resync ended: %v", m, events[demoted:j+1])
+			}
+		} else {
+			running["point"]--
+		}
+	}
+	if demoted < 0 || resyncEnd < demoted {
+		t.Fatalf("east saw no demotion then resync: %v", events)
+	}
+
+	// The cut under way was cut short, and says why.
+	short := "cut short: protection's points were paused by run " + run.GetID()
+	simtest.Eventually(t, time.Minute, "the cut short point in the record", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		if err != nil || rec == nil {
+			return false
+		}
+		return slices.ContainsFunc(rec.Points, func(pt workflows.PointInTime) bool { return strings.Contains(pt.Error, short) }) ||
+			slices.ContainsFunc(rec.Pruned, func(x workflows.PrunedPoint) bool { return strings.Contains(x.Why, short) })
+	})
+	// Protection follows the failback to west and cuts there.
+	done := time.Now()
+	simtest.Eventually(t, time.Minute, "a point cut at west after the failback", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		if err != nil || ps.Primary != "west" || ps.PointsPaused != nil {
+			return false
+		}
+		return slices.ContainsFunc(ps.Points, func(pt workflows.PointInTime) bool {
+			return pt.CutAt == "west" && pt.Taken.After(done) && pt.Error == ""
+		})
+	})
+	// The run of protection that took the pause, which the failback's
+	// retarget ended.
+	record(t, ctx, srv.Client, prot, "protect-paused")
+	t.Logf("east's calls: %s", strings.Join(events, ", "))
+}
+
+// TestPointsResumeWhenThePausingActionEnds: a failback that waits for an
+// approval after its demotion keeps protection's points paused (no cut
+// in several of their intervals); once it ends (here terminated)
+// protection finds it gone and cuts again.
+func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
+	})
+	gated := *f.plan
+	gated.Policy.Approvals = []string{"beforePromote"}
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: &gated, From: "east", To: "west"})
+	mustOK(t, err)
+	waitFor(t, ctx, srv.Client, run, "approve beforePromote", workflows.StateWaiting)
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if ps.PointsPaused == nil || !strings.Contains(ps.PointsPaused.By, run.GetRunID()) {
+		t.Fatalf("protection's pause while the failback waits: %+v; want the failback's", ps.PointsPaused)
+	}
+	last := ps.LastCut
+	time.Sleep(3 * time.Second) // six of the points' intervals
+	ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if !ps.LastCut.Equal(last) {
+		t.Fatalf("protection cut at %v while the failback that paused its points waited (last cut before: %v)", ps.LastCut, last)
+	}
+	mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "the test ends it"))
+	ended := time.Now()
+	simtest.Eventually(t, time.Minute, "a cut after the failback ended", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && ps.PointsPaused == nil && ps.LastCut.After(ended)
+	})
+	t.Logf("no cut from %v while the failback waited; cut again after it ended", last)
+
+	// Forged pauses: none takes, and protection goes on cutting.
+	var sent workflows.PointsPause
+	it := srv.Client.GetWorkflowHistory(ctx, workflows.ProtectID("shop"), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		mustOK(t, err)
+		if a := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == workflows.UpdatePausePoints {
+			mustOK(t, converter.GetDefaultDataConverter().FromPayloads(a.GetAcceptedRequest().GetInput().GetArgs(), &sent))
+		}
+	}
+	if sent.Proof == nil {
+		t.Fatal("no sealed pause in protection's history")
+	}
+	now := time.Now()
+	by := workflows.ActionHolder("forged", "run")
+	otherKey, err := (&workflows.RecordSender{Key: []byte(strings.Repeat("k", 32))}).SealPauseAt("shop", workflows.PointsPause{By: by}, now)
+	mustOK(t, err)
+	hold, err := (&workflows.RecordSender{}).SealHoldAt("shop", workflows.PointHold{By: by}, now)
+	mustOK(t, err)
+	for _, a := range []struct {
+		name string
+		pp   workflows.PointsPause
+		says string
+	}{
+		{"no seal", workflows.PointsPause{By: by}, "no worker's seal"},
+		{"no action's run", workflows.PointsPause{By: "someone"}, "no action's run"},
+		{"another key's seal", otherKey, "not one of this worker's record key"},
+		{"a hold's seal", workflows.PointsPause{By: by, Proof: hold.Proof}, "not one of this worker's record key"},
+		{"the failback's sealed pause sent again", sent, "sent again"},
+	} {
+		h, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.ProtectID("shop"), UpdateName: workflows.UpdatePausePoints,
+			Args: []any{a.pp}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err == nil {
+			err = h.Get(ctx, nil)
+		}
+		if err == nil || !strings.Contains(err.Error(), a.says) {
+			t.Errorf("%s: %v; want a refusal saying %q", a.name, err, a.says)
+		}
+	}
+	after := time.Now()
+	simtest.Eventually(t, time.Minute, "a cut after the forged pauses", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && ps.PointsPaused == nil && ps.LastCut.After(after)
+	})
+}
