@@ -148,6 +148,11 @@ func (s *RecordSender) holdPoint(ctx context.Context, in PointUse) (PointInTime,
 		if pt, _ = PointFor(points, in.Site, in.At); pt == nil {
 			return PointInTime{}, nil
 		}
+		if !slices.Contains(pt.Held, in.By) {
+			// It took no hold (refused before it, say): nothing to
+			// release, and nothing to say it released.
+			return PointInTime{}, nil
+		}
 	default:
 		if pt, err = PointFor(points, in.Site, in.At); err != nil {
 			return PointInTime{}, err
