@@ -341,9 +341,7 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 		fmt.Fprintf(a.stderr, "point: %s\n", a.pointNow(ctx, c, p.Metadata.Name, to, pointAt))
 	}
 	if !a.json() {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		rec, err := workflows.ReadRecord(rctx, c, p.Metadata.Name)
-		cancel()
+		rec, err := glanceRecord(ctx, c, p.Metadata.Name)
 		if w := restoredLoss(p.Metadata.Name, rec, from, to); err == nil && w != "" {
 			fmt.Fprintf(a.stderr, "warning: %s\n", w)
 		}
@@ -416,9 +414,7 @@ func (a *app) pointNow(ctx context.Context, c client.Client, plan, site string, 
 // when there is none (the RPO will be unknown), and fails only when
 // Temporal cannot be asked.
 func (a *app) protection(ctx context.Context, c client.Client, p *plans.Plan, from string) (time.Time, []string, error) {
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	ps, perr := workflows.ReadProtect(qctx, c, p.Metadata.Name)
-	cancel()
+	ps, perr := glanceProtect(ctx, c, p.Metadata.Name)
 	switch {
 	case perr == nil && ps.Primary == from:
 		if ps.LastSync().IsZero() && !a.json() {
@@ -670,6 +666,24 @@ func timedOut(err error) bool {
 
 // recordWait bounds readRecord's wait for a worker to answer.
 const recordWait = time.Minute
+
+// glanceWait bounds a read that only adds to what drctl says (a warning,
+// a line of a view): unlike readRecord, it does not wait for a worker.
+const glanceWait = 5 * time.Second
+
+// glanceRecord reads the plan's record within glanceWait.
+func glanceRecord(ctx context.Context, c client.Client, plan string) (*workflows.PlanRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, glanceWait)
+	defer cancel()
+	return workflows.ReadRecord(ctx, c, plan)
+}
+
+// glanceProtect reads the plan's protection within glanceWait.
+func glanceProtect(ctx context.Context, c client.Client, plan string) (*workflows.ProtectState, error) {
+	ctx, cancel := context.WithTimeout(ctx, glanceWait)
+	defer cancel()
+	return workflows.ReadProtect(ctx, c, plan)
+}
 
 // last is the latest run of a plan's action workflow.
 type last struct {

@@ -125,9 +125,7 @@ func (a *app) points(ctx context.Context, plan string) error {
 	if out.Pruned == nil {
 		out.Pruned = []workflows.PrunedPoint{}
 	}
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if ps, err := workflows.ReadProtect(qctx, c, plan); err == nil && ps.PointsPaused != nil {
+	if ps, err := glanceProtect(ctx, c, plan); err == nil && ps.PointsPaused != nil {
 		out.Paused = &workflows.PointsPause{By: ps.PointsPaused.By, Since: ps.PointsPaused.Since}
 	}
 	if a.json() {

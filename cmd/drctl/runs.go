@@ -741,9 +741,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	// what could not be read because the current build cannot run it
 	var unreadable []string
 	if !siteAction {
-		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-		rec, rerr := workflows.ReadRecord(rctx, c, name)
-		rcancel()
+		rec, rerr := glanceRecord(ctx, c, name)
 		if why := otherBuild(ctx, c, "record", name, workflows.RecordID(name), rerr); why != "" {
 			unreadable = append(unreadable, why)
 		} else if rerr != nil && verify {
@@ -776,9 +774,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		if err == nil {
 			x := executionOf(d.GetWorkflowExecutionInfo())
 			st.ProtectRun = &x
-			qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-			ps, qerr := workflows.ReadProtect(qctx, c, name)
-			qcancel()
+			ps, qerr := glanceProtect(ctx, c, name)
 			if qerr == nil {
 				st.Protection = ps
 			} else if why := otherBuild(ctx, c, "protection state", name, workflows.ProtectID(name), qerr); why != "" {

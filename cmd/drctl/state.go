@@ -40,9 +40,7 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 		// a second one, saying which runs.
 		return planState{}, nil
 	}
-	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-	rec, rerr := workflows.ReadRecord(rctx, c, name)
-	rcancel()
+	rec, rerr := glanceRecord(ctx, c, name)
 	if rerr == nil && rec != nil {
 		// The record's last action says where it left the primary: a
 		// failover, reprotect or failback on To, a drill (which changes
@@ -93,9 +91,7 @@ func recordedState(ctx context.Context, c client.Client, p *plans.Plan) (planSta
 	case l.typ != "" && l.typ != "Drill":
 		return planState{}, nil
 	}
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if ps, err := workflows.ReadProtect(qctx, c, name); err == nil && ps.Primary != "" {
+	if ps, err := glanceProtect(ctx, c, name); err == nil && ps.Primary != "" {
 		return planState{ps.Primary, fmt.Sprintf("the protection of plan %q replicates from %s", name, ps.Primary)}, nil
 	}
 	return planState{}, nil
@@ -175,9 +171,7 @@ func (a *app) storageDenies(ctx context.Context, c client.Client, file string, p
 // the restored volumes the workloads write to. The worker refuses it
 // too; a reprotect first makes the restored volumes the protected ones.
 func (a *app) checkRestored(ctx context.Context, c client.Client, p *plans.Plan) error {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	rec, err := workflows.ReadRecord(rctx, c, p.Metadata.Name)
-	cancel()
+	rec, err := glanceRecord(ctx, c, p.Metadata.Name)
 	if err != nil || rec == nil || rec.Restored == nil {
 		return nil
 	}
