@@ -70,13 +70,9 @@ func actionRun(by string) (workflowID, runID string, ok bool) {
 // SealPauseAt seals an action's pause of plan's points as made at now.
 func (s *RecordSender) SealPauseAt(plan string, pp PointsPause, now time.Time) (PointsPause, error) {
 	pp.Proof = nil
-	sent := now.UTC()
-	m, err := mac(s.key(), "points pause", plan, sent, pp)
-	if err != nil {
-		return pp, err
-	}
-	pp.Proof = &Proof{Sent: sent, MAC: m}
-	return pp, nil
+	p, err := s.proof("points pause", plan, now, pp)
+	pp.Proof = p
+	return pp, err
 }
 
 // PausePointsInput names the plan whose protection's points an action

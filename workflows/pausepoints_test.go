@@ -42,6 +42,19 @@ func (l *rpcLog) all() []string {
 	return slices.Clone(l.events)
 }
 
+// protectUntilAPoint starts the protection of f's plan from east and
+// waits for its first point usable at west.
+func protectUntilAPoint(t *testing.T, ctx context.Context, srv *devserver.Server, f *fixture) client.WorkflowRun {
+	t.Helper()
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
+	})
+	return prot
+}
+
 // TestFailbackPausesProtectionsPoints: a failback does not demote the
 // primary while protection's calls for a point run there, and
 // protection starts none from then until the failback has resynced.
@@ -58,12 +71,7 @@ func TestFailbackPausesProtectionsPoints(t *testing.T) {
 	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
-	mustOK(t, err)
-	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
-		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
-	})
+	prot := protectUntilAPoint(t, ctx, srv, f)
 
 	var (
 		log         rpcLog
@@ -190,12 +198,7 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
-	mustOK(t, err)
-	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
-		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
-	})
+	protectUntilAPoint(t, ctx, srv, f)
 	gated := *f.plan
 	gated.Policy.Approvals = []string{"beforePromote"}
 	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: &gated, From: "east", To: "west"})

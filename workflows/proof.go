@@ -121,17 +121,24 @@ func mac(key []byte, kind, plan string, sent time.Time, what any) ([]byte, error
 	return h.Sum(nil), nil
 }
 
+// proof is the worker's seal of v (without its own proof) for plan, as
+// a kind of message made at now.
+func (s *RecordSender) proof(kind, plan string, now time.Time, v any) (*Proof, error) {
+	sent := now.UTC()
+	m, err := mac(s.key(), kind, plan, sent, v)
+	if err != nil {
+		return nil, err
+	}
+	return &Proof{Sent: sent, MAC: m}, nil
+}
+
 // SealAt seals a change for plan's record as made at now (for tests, and
 // the activities below, which seal with the time they run).
 func (s *RecordSender) SealAt(plan string, c RecordChange, now time.Time) (RecordChange, error) {
 	c.Proof = nil
-	sent := now.UTC()
-	m, err := mac(s.key(), "change", plan, sent, c)
-	if err != nil {
-		return c, err
-	}
-	c.Proof = &Proof{Sent: sent, MAC: m}
-	return c, nil
+	p, err := s.proof("change", plan, now, c)
+	c.Proof = p
+	return c, err
 }
 
 // SealRecordChange is the activity that seals a change the workflow
@@ -143,13 +150,9 @@ func (s *RecordSender) SealRecordChange(_ context.Context, in RecordSend) (Recor
 // SealRetargetAt seals a retarget for plan's protection as made at now.
 func (s *RecordSender) SealRetargetAt(plan string, rt Retarget, now time.Time) (Retarget, error) {
 	rt.Proof = nil
-	sent := now.UTC()
-	m, err := mac(s.key(), "retarget", plan, sent, rt)
-	if err != nil {
-		return rt, err
-	}
-	rt.Proof = &Proof{Sent: sent, MAC: m}
-	return rt, nil
+	p, err := s.proof("retarget", plan, now, rt)
+	rt.Proof = p
+	return rt, err
 }
 
 // RetargetSend is a retarget for a plan's protection, to be sealed.
@@ -169,13 +172,9 @@ func (s *RecordSender) SealRetarget(_ context.Context, in RetargetSend) (Retarge
 // protection takes only sealed.
 func (s *RecordSender) SealHoldAt(plan string, h PointHold, now time.Time) (PointHold, error) {
 	h.Proof = nil
-	sent := now.UTC()
-	m, err := mac(s.key(), "point hold", plan, sent, h)
-	if err != nil {
-		return h, err
-	}
-	h.Proof = &Proof{Sent: sent, MAC: m}
-	return h, nil
+	p, err := s.proof("point hold", plan, now, h)
+	h.Proof = p
+	return h, err
 }
 
 // RecordProofCheck is a change or a plan version the record checks, or a
