@@ -93,6 +93,42 @@ func TestRecordLineAgesTheLag(t *testing.T) {
 	}
 }
 
+// TestRecordLineAfterAReprotect: right after a reprotect, the record
+// still holds protection's last report, from before it (unprotected,
+// "next: drctl reprotect"); status says instead that the reprotect ended
+// the unprotection and that protection has not reported since. Once
+// protection reports after the reprotect, its report is shown.
+func TestRecordLineAfterAReprotect(t *testing.T) {
+	now := time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)
+	u := &workflows.Unprotection{Lost: "east", Since: now.Add(-10 * time.Minute), LastSync: now.Add(-11 * time.Minute)}
+	r := &workflows.PlanRecord{Plan: "shop", Primary: "west",
+		Protection: &workflows.ProtectionEntry{Primary: "west", Running: true, Unprotected: u, Checked: now.Add(-40 * time.Second)},
+		LastAction: &workflows.ActionEntry{Action: "reprotect", WorkflowID: "drover-action-shop", From: "east", To: "west",
+			Outcome: workflows.StateCompleted, Start: now.Add(-2 * time.Minute), End: now.Add(-5 * time.Second)}}
+	var b strings.Builder
+	renderRecord(&b, r, 30*time.Second, now, "")
+	out := b.String()
+	if strings.Contains(out, "UNPROTECTED") || strings.Contains(out, "next: drctl reprotect") || !strings.Contains(out, "reprotected at ") ||
+		!strings.Contains(out, "protection has not reported since") {
+		t.Errorf("right after a reprotect, the record's protection line:\n%s", out)
+	}
+	// Protection reported after the reprotect: its report stands.
+	r.Protection = &workflows.ProtectionEntry{Primary: "west", Running: true, Enabled: true, LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second)}
+	b.Reset()
+	renderRecord(&b, r, 30*time.Second, now, "")
+	if out := b.String(); strings.Contains(out, "not reported since") || !strings.Contains(out, "replication enabled true") {
+		t.Errorf("protection's report after the reprotect is not shown:\n%s", out)
+	}
+	// A report of unprotection after the reprotect (a later failover
+	// whose own record change has yet to come) is shown as it is.
+	r.Protection = &workflows.ProtectionEntry{Primary: "west", Running: true, Unprotected: u, Checked: now.Add(-time.Second)}
+	b.Reset()
+	renderRecord(&b, r, 30*time.Second, now, "")
+	if out := b.String(); !strings.Contains(out, "UNPROTECTED") {
+		t.Errorf("an unprotection reported after the reprotect is hidden:\n%s", out)
+	}
+}
+
 // TestRecordShowsWhatItRefused: drctl status shows the plan version the
 // record holds and what it refused, with the workflow id each refusal
 // came from (SECURITY.md: refused attempts are visible to the operator).

@@ -901,6 +901,13 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 			state = "running"
 		}
 		if u := pr.Unprotected; u != nil {
+			if x := r.LastAction; x != nil && x.Action == "reprotect" && x.Outcome == workflows.StateCompleted && x.End.After(pr.Checked) {
+				// The reprotect ended the unprotection after protection's
+				// last report: it has not reported since.
+				fmt.Fprintf(w, "  protection: %s from %s, reprotected at %s (workflow %s); protection has not reported since (its last report, %s, was from before: unprotected)\n",
+					state, x.To, x.End.Local().Format(time.DateTime), x.WorkflowID, pr.Checked.Local().Format(time.DateTime))
+				return
+			}
 			fmt.Fprintf(w, "  protection: %s from %s, %s\n", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now, reprotecting))
 			return
 		}
