@@ -25,8 +25,10 @@
 // for an image; made.go), ListSnapshots and the deletes. A replicated
 // volume cannot be deleted through CSI, but for one made replicated here
 // whose replication is off: its peer then drops the copy its first sync
-// created while that copy is secondary (peer /v1/peer/drop). ReplicasUnchanged (check.go) compares two states
-// of a site to show that its replicas were left alone.
+// created while that copy is secondary (peer /v1/peer/drop), at once or,
+// when the link is down, once it is back (siteFile.Dropped, told again
+// each round). ReplicasUnchanged (check.go) compares two states of a
+// site to show that its replicas were left alone.
 //
 // # The storage model
 //

@@ -321,6 +321,7 @@ func (s *Site) replicationLoop() {
 		now := time.Now()
 		if now.After(nextFence) && !s.isLinkDown() {
 			s.syncFencesFromPeer(time.Second)
+			s.dropPending(ctx)
 			nextFence = now.Add(s.cfg.SyncInterval)
 		}
 		s.replicateOnce(ctx)

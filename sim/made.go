@@ -175,18 +175,58 @@ func (s *Site) deleteMade(ctx context.Context, u *unit) (bool, error) {
 	}
 	s.dropUnit(u)
 	s.log.Info("deleted a volume made replicated here", "unit", key)
-	if s.peer == nil || s.isLinkDown() {
+	if s.peer == nil {
 		return true, nil
 	}
+	if s.isLinkDown() || !s.tellDropped(ctx, key) {
+		// The peer removes its copy once it hears of it (dropPending).
+		s.mu.Lock()
+		if !slices.Contains(s.sf.Dropped, key) {
+			s.sf.Dropped = append(s.sf.Dropped, key)
+		}
+		err := s.saveSiteLocked()
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Warn("the deleted volume's copy at the peer is not remembered across a restart", "unit", key, "error", err)
+		}
+	}
+	return true, nil
+}
+
+// tellDropped tells the peer that the volume of key, made replicated
+// here, was deleted; false when the peer did not answer.
+func (s *Site) tellDropped(ctx context.Context, key string) bool {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var out peerDropResponse
 	if err := s.peer.post(pctx, "/v1/peer/drop", peerDropRequest{From: s.cfg.Name, Key: key}, &out); err != nil {
-		s.log.Warn("the peer was not told of a deleted volume: its copy stays", "unit", key, "error", err)
-	} else if out.Why != "" {
+		s.log.Warn("the peer was not told of a deleted volume: told again at the next round", "unit", key, "error", err)
+		return false
+	}
+	if out.Why != "" {
 		s.log.Info("the peer kept its copy of a deleted volume", "unit", key, "why", out.Why)
 	}
-	return true, nil
+	return true
+}
+
+// dropPending tells the peer again of the deleted volumes it has not
+// heard of (siteFile.Dropped), while the link is up.
+func (s *Site) dropPending(ctx context.Context) {
+	s.mu.Lock()
+	keys := slices.Clone(s.sf.Dropped)
+	s.mu.Unlock()
+	for _, key := range keys {
+		if s.isLinkDown() || !s.tellDropped(ctx, key) {
+			return
+		}
+		s.mu.Lock()
+		s.sf.Dropped = slices.DeleteFunc(s.sf.Dropped, func(k string) bool { return k == key })
+		err := s.saveSiteLocked()
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Warn("could not save the site's state", "error", err)
+		}
+	}
 }
 
 // dropUnit removes u from the site and its file.

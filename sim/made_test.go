@@ -208,6 +208,23 @@ func TestMadeVolumeDeletedWithItsPeerCopy(t *testing.T) {
 	// A replica of the plan's is never deleted, replication on or off.
 	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v1"})
 	wantCode(t, err, codes.FailedPrecondition)
+
+	// Deleted while the link is down: b's copy stays until the link is
+	// back, then goes, as rbd-mirror removes a non-primary image whose
+	// primary's mirroring went away once it sees its peer again.
+	id3, key3 := made("point-3")
+	a.SetLink(false)
+	off(id3)
+	_, err = cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id3})
+	mustOK(t, err)
+	time.Sleep(100 * time.Millisecond) // five of the sync intervals
+	if u := b.Snapshot().Unit(key3); u == nil {
+		t.Fatalf("b's copy of %s went while the link was down", key3)
+	}
+	a.SetLink(true)
+	simtest.Eventually(t, 10*time.Second, "b's copy of the volume deleted while the link was down gone", func() bool {
+		return b.Snapshot().Unit(key3) == nil
+	})
 }
 
 // TestCephCSIProfileFlattensBeforeMirroring: under the ceph-csi profile,

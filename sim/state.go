@@ -193,6 +193,12 @@ type siteFile struct {
 	Snapshots      map[string]*SnapshotState      `json:"snapshots,omitempty"`
 	GroupSnapshots map[string]*GroupSnapshotState `json:"groupSnapshots,omitempty"`
 	Clones         map[string]*CloneState         `json:"clones,omitempty"`
+	// Dropped are the keys of volumes made replicated here and deleted
+	// whose copy the peer has not removed yet (the link was down, or the
+	// peer did not answer): told again at each round until it answers,
+	// as rbd-mirror removes a non-primary image whose primary's mirroring
+	// went away once it sees its peer again.
+	Dropped []string `json:"dropped,omitempty"`
 }
 
 // State is a whole site's state as the checker and operators see it.
