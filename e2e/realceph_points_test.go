@@ -284,7 +284,12 @@ func cephPointStory(t *testing.T, ctx context.Context, h *harness, e cephEnv, di
 	fb := time.Now()
 	h.must("failback", h.plan, "--to", "east", "--yes")
 	e.observe(t, h, workflows.ActionID("e2e"), 6*time.Minute, restored)
-	cephAction(t, h, "watch", "e2e")
+	fbOut := cephAction(t, h, "watch", "e2e")
+	var fbRes workflows.FailbackResult
+	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &fbRes); err != nil {
+		t.Fatal(err)
+	}
+	pausedBeforeDemote(t, fbRes, fbOut)
 	westAcks, _ = cephAcks(t, filepath.Join(dir, "west.acks"))
 	checkAcksAt(t, e, "east", "west", restored, westAcks, time.Time{})
 	t.Logf("ceph: failback to east on the restored volumes took %s; all %d of west's acknowledged writes are on east", time.Since(fb).Round(time.Second), len(westAcks))

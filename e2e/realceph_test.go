@@ -561,6 +561,7 @@ func TestRealCeph(t *testing.T) {
 	if resyncs != 2 {
 		t.Fatalf("the failback resynced %d groups on west, want 2:\n%s", resyncs, fbOut)
 	}
+	pausedBeforeDemote(t, fbRes, fbOut)
 	westAcks, _ := cephAcks(t, filepath.Join(dir, "west.acks"))
 	checkAcks(t, e, "east", "west", westAcks, time.Time{})
 	checkAcks(t, e, "east", "east", eastAcks, lastSync)
@@ -921,4 +922,18 @@ func settled(t *testing.T, h *harness, id string, limit time.Duration, what stri
 		return false
 	})
 	return state, detail
+}
+
+// pausedBeforeDemote fails t unless the failback (res, as drctl watch
+// showed it: out) paused protection's points, done, before its first
+// demotion began: protection cut points at the primary it demoted.
+func pausedBeforeDemote(t *testing.T, res workflows.FailbackResult, out string) {
+	t.Helper()
+	p := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.Kind() == workflows.KindPausePoints })
+	d := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.Kind() == workflows.StepKind(workflows.OpDemote) })
+	if p < 0 || d < 0 || res.Steps[p].State != workflows.StateDone || res.Steps[d].Start.Before(res.Steps[p].End) {
+		t.Fatalf("the failback did not pause protection's points before it demoted:\n%s", out)
+	}
+	t.Logf("ceph: failback: %s: %s; the demotion began %v after it", res.Steps[p].Name, res.Steps[p].Output,
+		res.Steps[d].Start.Sub(res.Steps[p].End).Round(time.Millisecond))
 }
