@@ -34,7 +34,8 @@ const ErrNoPoint = "NoPoint"
 
 // PointUse asks the worker to hold the point a run recovers from: the
 // newest usable point cut at Site at or before At; or, with Release, to
-// release the run's hold on Point.
+// release the run's hold on Point (without Point: on the point the run
+// holds, if any).
 type PointUse struct {
 	Plan    string    `json:"plan"`
 	Site    string    `json:"site"`
@@ -144,15 +145,13 @@ func (s *RecordSender) holdPoint(ctx context.Context, in PointUse) (PointInTime,
 		}
 	case in.Release:
 		// The run does not know which point it held (its answer was
-		// lost): the one its time picks.
-		if pt, _ = PointFor(points, in.Site, in.At); pt == nil {
+		// lost): the one it holds. None: it took no hold (refused
+		// before it, say), and there is nothing to release or to say.
+		i := slices.IndexFunc(points, func(x PointInTime) bool { return slices.Contains(x.Held, in.By) })
+		if i < 0 {
 			return PointInTime{}, nil
 		}
-		if !slices.Contains(pt.Held, in.By) {
-			// It took no hold (refused before it, say): nothing to
-			// release, and nothing to say it released.
-			return PointInTime{}, nil
-		}
+		pt = &points[i]
 	default:
 		if pt, err = PointFor(points, in.Site, in.At); err != nil {
 			return PointInTime{}, err

@@ -373,3 +373,41 @@ func TestActionHoldSealTakenOnce(t *testing.T) {
 		t.Fatalf("after the replayed hold the state is %+v", s)
 	}
 }
+
+// TestReleaseWithoutItsAnswerFindsTheHeldPoint: a run whose hold's
+// answer was lost releases without naming the point (PointUse without
+// Point): the worker releases the point the run holds, not the one its
+// time picks now, a newer point cut since (--point newest).
+func TestReleaseWithoutItsAnswerFindsTheHeldPoint(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 5})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
+	})
+	rs := &workflows.RecordSender{Client: srv.Client}
+	by := workflows.ActionHolder(workflows.TestRecoveryID("shop"), "0f3c")
+	held, err := rs.HoldPoint(ctx, workflows.PointUse{Plan: "shop", Site: "west", At: workflows.PointNewest, By: by})
+	mustOK(t, err)
+	simtest.Eventually(t, time.Minute, "a newer point", func() bool {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		return err == nil && slices.ContainsFunc(ps.Points, func(pt workflows.PointInTime) bool { return pt.Usable() && pt.Taken.After(held.Taken) })
+	})
+	got, err := rs.HoldPoint(ctx, workflows.PointUse{Plan: "shop", Site: "west", At: workflows.PointNewest, By: by, Release: true})
+	mustOK(t, err)
+	if got.ID != held.ID || slices.Contains(got.Held, by) {
+		t.Fatalf("the release without a point released %q (held by %v); want %q, the point the run held", got.ID, got.Held, held.ID)
+	}
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	for _, pt := range ps.Points {
+		if slices.Contains(pt.Held, by) {
+			t.Fatalf("point %s is still held by the released run", pt.ID)
+		}
+	}
+}
