@@ -40,17 +40,21 @@ type queueBound struct{}
 // hook, a batch) waits for the site's worker within its own time limit.
 func call[T any](ctx workflow.Context, o workflow.ActivityOptions, fn, in any) (T, error) {
 	var out T
-	if g := gateOf(ctx); g != nil {
+	g := gateOf(ctx)
+	if g != nil {
 		// Protection's call for a point: none starts while an action
 		// pauses them, and the pause waits for those under way.
 		if err := g.enter(); err != nil {
 			return out, err
 		}
-		defer func() { g.calls-- }()
 	}
+	start := workflow.Now(ctx)
 	f := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), fn, in)
 	awaitSite(ctx, f, o.TaskQueue, activityName(fn), true)
 	err := f.Get(ctx, &out)
+	if g != nil {
+		g.leave(ctx, o, start, err)
+	}
 	return out, err
 }
 

@@ -65,8 +65,9 @@
 //     path. A failback pauses the points before it demotes
 //     (pausepoints.go, UpdatePausePoints, sealed): protection starts no
 //     call for a point (a gate in call) until the failback's retarget,
-//     or until it finds the failback ended, and the failback's step
-//     ends once the calls under way have. A test recovery from a point (pointuse.go, TestRecovery's
+//     or until it finds no run of the plan's action running and the
+//     record naming its primary as the plan's (PauseEnded), and the
+//     failback's step ends once the calls under way have. A test recovery from a point (pointuse.go, TestRecovery's
 //     PointAt) names a time, and the worker picks the point from the
 //     running protection's state or the record (HoldPoint): it holds
 //     it under its run's name (ActionHolder), with the worker's seal,

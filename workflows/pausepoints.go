@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 )
@@ -28,11 +30,12 @@ import (
 // polled: a poll only reads.
 //
 // The pause is the action's, sealed by the worker that runs it (as an
-// action's hold of a point): anyone who may send an update could
-// otherwise stop a plan's points. It ends with the run of protection
-// it was given to: the failback's own retarget moves protection on, and
-// a protection that finds the pausing action ended (completed, failed,
-// terminated) resumes at its next round.
+// action's hold of a point), and names a run of the plan's action
+// workflow: anyone who may send an update could otherwise stop a plan's
+// points. It ends with the run of protection it was given to: the
+// failback's own retarget moves protection on; and a protection that
+// finds no run of the plan's action running, and the record naming its
+// primary as the plan's (PauseEnded), resumes at its next round.
 
 // UpdatePausePoints pauses a protection's points while an action runs.
 const UpdatePausePoints = names.UpdatePausePoints
@@ -53,18 +56,16 @@ type PointsPause struct {
 	Proof *Proof    `json:"proof,omitempty"`
 }
 
-// actionRun is the workflow run an action's holder name (ActionHolder)
-// names.
-func actionRun(by string) (workflowID, runID string, ok bool) {
-	rest, ok := strings.CutPrefix(by, actionHolderPrefix)
-	if !ok {
-		return "", "", false
+// pauseRun is the run of plan's action that by (ActionHolder) names, or
+// an error when by names no run of the plan's action workflow
+// (ActionID): only a failback pauses, and a failback runs under that id,
+// on its own or as a site action's child.
+func pauseRun(plan, by string) (runID string, err error) {
+	rest, ok := strings.CutPrefix(by, actionHolderPrefix+ActionID(plan)+"/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the pause is refused: %q is no run of plan %q's action (%s)", by, plan, ActionID(plan)), ErrRecordRefused, nil)
 	}
-	i := strings.LastIndex(rest, "/")
-	if i <= 0 || i == len(rest)-1 {
-		return "", "", false
-	}
-	return rest[:i], rest[i+1:], true
+	return rest, nil
 }
 
 // SealPauseAt seals an action's pause of plan's points as made at now.
@@ -90,8 +91,8 @@ func (s *RecordSender) PausePoints(ctx context.Context, in PausePointsInput) (st
 	if s == nil || s.Client == nil {
 		return "", temporal.NewNonRetryableApplicationError("this worker has no client to reach the plan's protection", errNoRun, nil)
 	}
-	if _, _, ok := actionRun(in.By); !ok {
-		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%q is no action's run", in.By), ErrRecordRefused, nil)
+	if _, err := pauseRun(in.Plan, in.By); err != nil {
+		return "", err
 	}
 	sealed, err := s.SealPauseAt(in.Plan, PointsPause{By: in.By}, time.Now())
 	if err != nil {
@@ -103,35 +104,60 @@ func (s *RecordSender) PausePoints(ctx context.Context, in PausePointsInput) (st
 	if err == nil {
 		err = uh.Get(ctx, &out)
 	}
+	var ae *temporal.ApplicationError
 	switch {
 	case err == nil:
 		return out, nil
 	case protectionGone(err):
 		return "no protection runs: no point is cut meanwhile", nil
-	case strings.Contains(err.Error(), "refused"):
+	case errors.As(err, &ae) && ae.Type() == ErrRecordRefused:
 		return "", temporal.NewNonRetryableApplicationError(err.Error(), ErrRecordRefused, err)
 	}
 	return "", err
 }
 
-// ActionRuns is the activity that tells whether the action run by
-// (ActionHolder) still runs.
-func (s *RecordSender) ActionRuns(ctx context.Context, by string) (bool, error) {
+// PauseEndInput asks whether the pause of plan's points by By has
+// ended: Primary is the primary protection runs from.
+type PauseEndInput struct {
+	Plan    string `json:"plan"`
+	By      string `json:"by"`
+	Primary string `json:"primary"`
+}
+
+// PauseEnded is the activity that tells why the pause of a plan's points
+// ended, or "" while it holds: it ends once no run of the plan's action
+// runs (the pausing run, or one that took over from it, a reset's) and
+// the plan's record names protection's primary as the plan's. A
+// failback that ended after it promoted the other site leaves the
+// demoted one to protection only once a retarget moves protection on.
+func (s *RecordSender) PauseEnded(ctx context.Context, in PauseEndInput) (string, error) {
 	if s == nil || s.Client == nil {
-		return false, temporal.NewNonRetryableApplicationError("this worker has no client to read a run", errNoRun, nil)
+		return "", temporal.NewNonRetryableApplicationError("this worker has no client to read a run", errNoRun, nil)
 	}
-	id, run, ok := actionRun(by)
-	if !ok {
-		return false, nil
-	}
-	d, err := s.Client.DescribeWorkflowExecution(ctx, id, run)
-	if isNotFound(err) {
-		return false, nil
-	}
+	run, err := pauseRun(in.Plan, in.By)
 	if err != nil {
-		return false, err
+		return "the pause names no run of the plan's action", nil
 	}
-	return d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	for _, r := range []string{run, ""} {
+		d, err := s.Client.DescribeWorkflowExecution(ctx, ActionID(in.Plan), r)
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return "", nil
+		}
+	}
+	rec, err := ReadRecord(ctx, s.Client, in.Plan)
+	if err != nil {
+		return "", err
+	}
+	if rec != nil && rec.Primary != "" && rec.Primary != in.Primary {
+		return "", nil
+	}
+	return "the action that paused them ended, and the plan's primary is still " + in.Primary, nil
 }
 
 // pausePointsOptions bound the pause: the update is answered once
@@ -150,7 +176,9 @@ func pausePoints(ctx workflow.Context, r *run, p *plans.Plan) error {
 		return nil
 	}
 	ref := newRef(KindPausePoints, "pause protection's points", "protection")
-	return r.step(ctx, ref, false, func(ctx workflow.Context) (string, error) {
+	// Guarded: a skip demotes beside protection's calls, which takes
+	// the operator's --override.
+	return r.step(ctx, ref, true, func(ctx workflow.Context) (string, error) {
 		info := workflow.GetInfo(ctx)
 		in := PausePointsInput{Plan: p.Metadata.Name, By: ActionHolder(info.WorkflowExecution.ID, info.WorkflowExecution.RunID)}
 		var rs *RecordSender
@@ -162,10 +190,33 @@ func pausePoints(ctx workflow.Context, r *run, p *plans.Plan) error {
 
 // pointGate keeps protection's storage calls for points while an action
 // pauses them: a call (call) in a context that carries it starts only
-// while no pause holds, and is counted while it runs.
+// while no pause holds, and is counted while it runs. A call Temporal
+// stopped waiting for (its deadline passed, or it was cancelled) may
+// still run at the storage, as ceph-csi's librbd calls run to their end,
+// and so may one the storage answered DEADLINE_EXCEEDED: it is taken as
+// under way for as long again (busyUntil).
 type pointGate struct {
-	paused func() bool
-	calls  int
+	paused    func() bool
+	calls     int
+	busyUntil time.Time
+}
+
+// leave counts out a call that began at start and ended with err. One
+// that may have left an attempt running at the storage keeps the gate
+// busy for o's deadline more: Temporal stopped waiting for it (timed
+// out, cancelled), the storage answered DEADLINE_EXCEEDED, or it took
+// at least its deadline, so that some attempt of it did (Temporal may
+// have tried it again since, and the last attempt's answer hides it).
+func (g *pointGate) leave(ctx workflow.Context, o workflow.ActivityOptions, start time.Time, err error) {
+	g.calls--
+	now := workflow.Now(ctx)
+	var ce *temporal.CanceledError
+	var ae *temporal.ApplicationError
+	gaveUp := now.Sub(start) >= o.StartToCloseTimeout-activities.CallGrace ||
+		(err != nil && (temporal.IsTimeoutError(err) || errors.As(err, &ce) || (errors.As(err, &ae) && ae.Type() == activities.ErrDeadlineExceeded)))
+	if until := now.Add(o.StartToCloseTimeout); gaveUp && until.After(g.busyUntil) {
+		g.busyUntil = until
+	}
 }
 
 // pointGateKey is the context key of a pointGate.
@@ -203,11 +254,15 @@ func (pp *PointsPause) text() string {
 }
 
 // setPauseHandler installs protection's handler of UpdatePausePoints: a
-// sealed pause by an action's run, answered once gate counts no call.
-func (s *ProtectState) setPauseHandler(ctx workflow.Context, ps *proofs, gate *pointGate) error {
+// sealed pause by a run of the plan's action, answered once gate counts
+// no call and is no longer busy. pausing counts the pauses being
+// answered: a run does not end, nor continue as new, under one.
+func (s *ProtectState) setPauseHandler(ctx workflow.Context, ps *proofs, gate *pointGate, pausing *int) error {
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdatePausePoints, func(ctx workflow.Context, pp PointsPause) (string, error) {
+		*pausing++
+		defer func() { *pausing-- }()
 		if err := ps.check(ctx, RecordProofCheck{Plan: ps.plan, Pause: &pp}, pp.Proof); err != nil {
-			return "", fmt.Errorf("the pause is refused: %w", err)
+			return "", temporal.NewNonRetryableApplicationError("the pause is refused: "+err.Error(), ErrRecordRefused, err)
 		}
 		since := workflow.Now(ctx)
 		if s.PointsPaused == nil || s.PointsPaused.By != pp.By {
@@ -217,39 +272,47 @@ func (s *ProtectState) setPauseHandler(ctx workflow.Context, ps *proofs, gate *p
 		if err := workflow.Await(ctx, func() bool { return gate.calls == 0 }); err != nil {
 			return "", err
 		}
+		out := "protection cuts no point until this action ends"
 		if waited {
-			return fmt.Sprintf("protection cuts no point until this action ends (its calls for a point ended first, after %v)",
-				workflow.Now(ctx).Sub(since).Round(time.Millisecond)), nil
+			out += fmt.Sprintf(" (its calls for a point ended first, after %v)", workflow.Now(ctx).Sub(since).Round(time.Millisecond))
 		}
-		return "protection cuts no point until this action ends", nil
+		if d := gate.busyUntil.Sub(workflow.Now(ctx)); d > 0 {
+			// A call that ended without the storage's answer may still
+			// run there.
+			if err := workflow.Sleep(ctx, d); err != nil {
+				return "", err
+			}
+			out += fmt.Sprintf("; a call for a point ended without the storage's answer and may still have run there: waited %v more", d.Round(time.Millisecond))
+		}
+		return out, nil
 	}, workflow.UpdateHandlerOptions{Validator: func(pp PointsPause) error {
-		if _, _, ok := actionRun(pp.By); !ok {
-			return fmt.Errorf("the pause is refused: %q is no action's run", pp.By)
-		}
-		return nil
+		_, err := pauseRun(ps.plan, pp.By)
+		return err
 	}})
 }
 
-// resumePoints ends a pause whose action no longer runs, and tells
+// resumePoints ends a pause whose action ended (PauseEnded), and tells
 // whether the points are still paused.
-func (s *ProtectState) resumePoints(ctx workflow.Context) bool {
+func (s *ProtectState) resumePoints(ctx workflow.Context, plan string) bool {
 	pp := s.PointsPaused
 	if pp == nil {
 		return false
 	}
 	var rs *RecordSender
-	var runs bool
+	var why string
 	o := workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 2, NonRetryableErrorTypes: []string{errNoRun}}}
-	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), rs.ActionRuns, pp.By).Get(ctx, &runs); err != nil {
+	in := PauseEndInput{Plan: plan, By: pp.By, Primary: s.Primary}
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), rs.PauseEnded, in).Get(ctx, &why); err != nil {
 		// Not known: still paused, asked again next round.
-		workflow.GetLogger(ctx).Warn("protection could not tell whether the action that paused its points runs", "by", pp.By, "error", err)
-		return true
+		workflow.GetLogger(ctx).Warn("protection could not tell whether the pause of its points ended", "by", pp.By, "error", err)
+		return s.PointsPaused != nil
 	}
-	if runs {
-		return true
+	if why == "" || s.PointsPaused != pp {
+		// Still paused, or paused anew meanwhile (by another run).
+		return s.PointsPaused != nil
 	}
-	workflow.GetLogger(ctx).Info("protection's points resume: the action that paused them ended", "by", pp.By)
+	workflow.GetLogger(ctx).Info("protection's points resume", "by", pp.By, "why", why)
 	s.PointsPaused = nil
 	return false
 }

@@ -238,7 +238,7 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 		t.Fatal("no sealed pause in protection's history")
 	}
 	now := time.Now()
-	by := workflows.ActionHolder("forged", "run")
+	by := workflows.ActionHolder(workflows.ActionID("shop"), "0f3c-forged")
 	otherKey, err := (&workflows.RecordSender{Key: []byte(strings.Repeat("k", 32))}).SealPauseAt("shop", workflows.PointsPause{By: by}, now)
 	mustOK(t, err)
 	hold, err := (&workflows.RecordSender{}).SealHoldAt("shop", workflows.PointHold{By: by}, now)
@@ -249,7 +249,8 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 		says string
 	}{
 		{"no seal", workflows.PointsPause{By: by}, "no worker's seal"},
-		{"no action's run", workflows.PointsPause{By: "someone"}, "no action's run"},
+		{"no run of the plan's action", workflows.PointsPause{By: "someone"}, "is no run of plan"},
+		{"another workflow's run", workflows.PointsPause{By: workflows.ActionHolder("never-ends", "r1")}, "is no run of plan"},
 		{"another key's seal", otherKey, "not one of this worker's record key"},
 		{"a hold's seal", workflows.PointsPause{By: by, Proof: hold.Proof}, "not one of this worker's record key"},
 		{"the failback's sealed pause sent again", sent, "sent again"},
@@ -268,4 +269,111 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
 		return err == nil && ps.PointsPaused == nil && ps.LastCut.After(after)
 	})
+}
+
+// TestPointsStayPausedAfterAFailbackThatPromoted: a failback that ended
+// after it promoted west (here terminated at its beforeStart gate, the
+// record naming west the primary) leaves east demoted and not resynced
+// under protection, which still runs from east: the points stay paused
+// (no cut in several of their intervals), until protection moves on.
+func TestPointsStayPausedAfterAFailbackThatPromoted(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	protectUntilAPoint(t, ctx, srv, f)
+	gated := *f.plan
+	gated.Policy.Approvals = []string{"beforeStart"}
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: &gated, From: "east", To: "west"})
+	mustOK(t, err)
+	waitFor(t, ctx, srv.Client, run, "approve beforeStart", workflows.StateWaiting)
+	simtest.Eventually(t, time.Minute, "the record to name west the primary", func() bool {
+		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+		return err == nil && rec != nil && rec.Primary == "west"
+	})
+	mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "the test ends it after the promotion"))
+	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	last := ps.LastCut
+	time.Sleep(3 * time.Second) // six of the points' intervals, each a round asking whether the pause ended
+	ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if ps.Primary != "east" || ps.PointsPaused == nil || !ps.LastCut.Equal(last) {
+		t.Fatalf("after a failback that promoted west ended: protection from %s, paused %+v, last cut %v (before: %v); want east's points still paused",
+			ps.Primary, ps.PointsPaused, ps.LastCut, last)
+	}
+}
+
+// TestFailbackWaitsForAPointCallItGaveUpOn: a point call whose deadline
+// passed (the storage still at it, as ceph-csi's librbd calls run to
+// their end) counts as under way for as long again: the failback's
+// demotion does not begin before the storage has answered it.
+func TestFailbackWaitsForAPointCallItGaveUpOn(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 3, Cut: plans.CutPrimary})
+	if f.plan.Policy.Deadlines == nil {
+		f.plan.Policy.Deadlines = map[string]plans.Duration{}
+	}
+	f.plan.Policy.Deadlines[activities.RPCCreateVolumeGroupSnapshot] = plans.Duration(2 * time.Second)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	protectUntilAPoint(t, ctx, srv, f)
+
+	var (
+		log     rpcLog
+		armMu   sync.Mutex
+		armed   = true
+		held    = make(chan time.Time, 1)
+		release = make(chan struct{})
+		once    sync.Once
+	)
+	defer once.Do(func() { close(release) })
+	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
+		if site != "east" {
+			return handle()
+		}
+		log.add("begin " + method)
+		armMu.Lock()
+		hold := armed && method == "CreateVolumeGroupSnapshot"
+		if hold {
+			armed = false
+		}
+		armMu.Unlock()
+		if hold {
+			held <- time.Now()
+			<-release
+		}
+		out, err := handle()
+		log.add("end " + method)
+		return out, err
+	})
+	var at time.Time
+	select {
+	case at = <-held:
+	case <-ctx.Done():
+		t.Fatal("no cut reached east's storage")
+	}
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, err)
+	// The call's deadline passes at 2 s; the storage answers at 3.5 s,
+	// within the 2 s more the pause waits.
+	time.Sleep(time.Until(at.Add(3500 * time.Millisecond)))
+	if slices.Contains(log.all(), "begin DemoteVolume") {
+		t.Fatalf("the failback demoted east while a point call it gave up on still ran there: %v", log.all())
+	}
+	once.Do(func() { close(release) })
+	var fb workflows.FailbackResult
+	mustOK(t, run.Get(ctx, &fb))
+	events := log.all()
+	end, demote := slices.Index(events, "end CreateVolumeGroupSnapshot"), slices.Index(events, "begin DemoteVolume")
+	if end < 0 || demote < 0 || demote < end {
+		t.Fatalf("east's calls: %v; want the held group snapshot answered before the first demotion", events)
+	}
+	i := slices.IndexFunc(fb.Steps, func(s *workflows.Step) bool { return s.Name == "pause protection's points" })
+	if i < 0 || !strings.Contains(fb.Steps[i].Output, "ended without the storage's answer") {
+		t.Fatalf("the pause step: %+v", fb.Steps)
+	}
+	t.Logf("pause protection's points: %s", fb.Steps[i].Output)
 }

@@ -465,9 +465,6 @@ func (s *ProtectState) syncPoints(ctx, cut workflow.Context, p *plans.Plan, note
 		before := pt.Enabled()
 		synced, err := syncedCopies(cut, p, byName, pt)
 		switch {
-		case err != nil && pointsPaused(cut):
-			// Asked again once the action that paused the points ends.
-			return
 		case err != nil:
 			pt.Error = "a copy's replication could not be enabled: " + ErrorText(err)
 		case synced:
@@ -743,7 +740,7 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if s.PointsSince.IsZero() {
 		s.PointsSince = now
 	}
-	if s.PointsPaused != nil && s.resumePoints(cut) {
+	if s.PointsPaused != nil && s.resumePoints(cut, p.Metadata.Name) {
 		// An action paused the points and still runs.
 		return
 	}

@@ -268,7 +268,8 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		return nil, err
 	}
 	gate := &pointGate{paused: func() bool { return s.PointsPaused != nil }}
-	if err := s.setPauseHandler(ctx, ps, gate); err != nil {
+	pausing := 0
+	if err := s.setPauseHandler(ctx, ps, gate, &pausing); err != nil {
 		return nil, err
 	}
 	note, view, err := trust(ctx, p, in.Origin)
@@ -293,6 +294,8 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	info := workflow.GetInfo(ctx)
 	if info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "" {
 		s.Points, s.Pruned, s.PrunedCount, s.PointsSince, s.LastCut = nil, nil, 0, time.Time{}, time.Time{}
+		// A pause comes only sealed, by an update (pausepoints.go).
+		s.PointsPaused = nil
 		if p.Policy.PointsInTime != nil {
 			// A protection started anew takes over the record's points.
 			s.adoptPoints(ctx, p.Metadata.Name)
@@ -362,7 +365,8 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	})
 	moved := func() bool { return retarget != "" && stop == nil }
 	again := func() error {
-		if err := workflow.Await(ctx, notes.idle); err != nil {
+		// A pause being answered is answered in this run.
+		if err := workflow.Await(ctx, func() bool { return notes.idle() && pausing == 0 }); err != nil {
 			return err
 		}
 		next := ProtectInput{Origin: in.Origin, Plan: in.Plan, Primary: retarget, Interval: interval, Seen: ps.seen}
@@ -416,7 +420,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
 			// A retarget being checked is taken, or refused, in this run.
-			if err := workflow.Await(ctx, func() bool { return checking == 0 && notes.idle() }); err != nil {
+			if err := workflow.Await(ctx, func() bool { return checking == 0 && notes.idle() && pausing == 0 }); err != nil {
 				return s, err
 			}
 			if moved() {
