@@ -55,6 +55,49 @@ func protectUntilAPoint(t *testing.T, ctx context.Context, srv *devserver.Server
 	return prot
 }
 
+// holdAGroupSnapshot logs every call east's storage takes from now on
+// ("begin M", "end M") and holds the next group snapshot there (a cut's)
+// until release: it returns once that call has reached the storage, with
+// when it did.
+func holdAGroupSnapshot(t *testing.T, ctx context.Context, f *fixture) (log *rpcLog, at time.Time, release func()) {
+	t.Helper()
+	log = &rpcLog{}
+	var (
+		mu    sync.Mutex
+		armed = true
+		held  = make(chan time.Time, 1)
+		gate  = make(chan struct{})
+		once  sync.Once
+	)
+	release = func() { once.Do(func() { close(gate) }) }
+	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
+		if site != "east" {
+			return handle()
+		}
+		log.add("begin " + method)
+		mu.Lock()
+		hold := armed && method == "CreateVolumeGroupSnapshot"
+		if hold {
+			armed = false
+		}
+		mu.Unlock()
+		if hold {
+			held <- time.Now()
+			<-gate
+		}
+		out, err := handle()
+		log.add("end " + method)
+		return out, err
+	})
+	select {
+	case at = <-held:
+	case <-ctx.Done():
+		release()
+		t.Fatal("no cut reached east's storage")
+	}
+	return log, at, release
+}
+
 // TestFailbackPausesProtectionsPoints: a failback does not demote the
 // primary while protection's calls for a point run there, and
 // protection starts none from then until the failback has resynced.
@@ -73,41 +116,9 @@ func TestFailbackPausesProtectionsPoints(t *testing.T) {
 	defer cancel()
 	prot := protectUntilAPoint(t, ctx, srv, f)
 
-	var (
-		log         rpcLog
-		armed       = true
-		armMu       sync.Mutex
-		held        = make(chan struct{})
-		release     = make(chan struct{})
-		releaseOnce sync.Once
-		doRelease   = func() { releaseOnce.Do(func() { close(release) }) }
-		pointCall   = func(m string) bool { return slices.Contains(pointRPCs, m) }
-	)
+	log, _, doRelease := holdAGroupSnapshot(t, ctx, f)
 	defer doRelease()
-	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
-		if site != "east" {
-			return handle()
-		}
-		log.add("begin " + method)
-		armMu.Lock()
-		hold := armed && method == "CreateVolumeGroupSnapshot"
-		if hold {
-			armed = false
-		}
-		armMu.Unlock()
-		if hold {
-			close(held)
-			<-release
-		}
-		out, err := handle()
-		log.add("end " + method)
-		return out, err
-	})
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("no cut reached east's storage")
-	}
+	pointCall := func(m string) bool { return slices.Contains(pointRPCs, m) }
 	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
 	mustOK(t, err)
 	pause := "pause protection's points"
@@ -321,49 +332,17 @@ func TestFailbackWaitsForAPointCallItGaveUpOn(t *testing.T) {
 	defer cancel()
 	protectUntilAPoint(t, ctx, srv, f)
 
-	var (
-		log     rpcLog
-		armMu   sync.Mutex
-		armed   = true
-		held    = make(chan time.Time, 1)
-		release = make(chan struct{})
-		once    sync.Once
-	)
-	defer once.Do(func() { close(release) })
-	f.setOnRPC(func(site, method string, _ any, handle func() (any, error)) (any, error) {
-		if site != "east" {
-			return handle()
-		}
-		log.add("begin " + method)
-		armMu.Lock()
-		hold := armed && method == "CreateVolumeGroupSnapshot"
-		if hold {
-			armed = false
-		}
-		armMu.Unlock()
-		if hold {
-			held <- time.Now()
-			<-release
-		}
-		out, err := handle()
-		log.add("end " + method)
-		return out, err
-	})
-	var at time.Time
-	select {
-	case at = <-held:
-	case <-ctx.Done():
-		t.Fatal("no cut reached east's storage")
-	}
+	log, at, release := holdAGroupSnapshot(t, ctx, f)
+	defer release()
 	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
 	mustOK(t, err)
 	// The call's deadline passes at 2 s; the storage answers at 3.5 s,
-	// within the 2 s more the pause waits.
+	// within the 7 s more (its deadline and grace) the pause waits.
 	time.Sleep(time.Until(at.Add(3500 * time.Millisecond)))
 	if slices.Contains(log.all(), "begin DemoteVolume") {
 		t.Fatalf("the failback demoted east while a point call it gave up on still ran there: %v", log.all())
 	}
-	once.Do(func() { close(release) })
+	release()
 	var fb workflows.FailbackResult
 	mustOK(t, run.Get(ctx, &fb))
 	events := log.all()

@@ -384,12 +384,7 @@ func TestReleaseWithoutItsAnswerFindsTheHeldPoint(t *testing.T) {
 	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
-	mustOK(t, err)
-	simtest.Eventually(t, time.Minute, "a first point usable at west", func() bool {
-		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-		return err == nil && len(ps.Points) > 0 && ps.Points[0].Usable()
-	})
+	protectUntilAPoint(t, ctx, srv, f)
 	rs := &workflows.RecordSender{Client: srv.Client}
 	by := workflows.ActionHolder(workflows.TestRecoveryID("shop"), "0f3c")
 	held, err := rs.HoldPoint(ctx, workflows.PointUse{Plan: "shop", Site: "west", At: workflows.PointNewest, By: by})
