@@ -199,22 +199,30 @@ func TestFailbackPausesProtectionsPoints(t *testing.T) {
 	t.Logf("east's calls: %s", strings.Join(events, ", "))
 }
 
+// failbackAtGate starts a failback from east, where protection cuts
+// points every 500 ms (cut: primary), to west, waiting at gate.
+func failbackAtGate(t *testing.T, ctx context.Context, gate string) (*devserver.Server, client.WorkflowRun) {
+	t.Helper()
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	protectUntilAPoint(t, ctx, srv, f)
+	gated := *f.plan
+	gated.Policy.Approvals = []string{gate}
+	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: &gated, From: "east", To: "west"})
+	mustOK(t, err)
+	waitFor(t, ctx, srv.Client, run, "approve "+gate, workflows.StateWaiting)
+	return srv, run
+}
+
 // TestPointsResumeWhenThePausingActionEnds: a failback that waits for an
 // approval after its demotion keeps protection's points paused (no cut
 // in several of their intervals); once it ends (here terminated)
 // protection finds it gone and cuts again.
 func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	protectUntilAPoint(t, ctx, srv, f)
-	gated := *f.plan
-	gated.Policy.Approvals = []string{"beforePromote"}
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: &gated, From: "east", To: "west"})
-	mustOK(t, err)
-	waitFor(t, ctx, srv.Client, run, "approve beforePromote", workflows.StateWaiting)
+	srv, run := failbackAtGate(t, ctx, "beforePromote")
 	ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
 	mustOK(t, err)
 	if ps.PointsPaused == nil || !strings.Contains(ps.PointsPaused.By, run.GetRunID()) {
@@ -288,17 +296,9 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 // under protection, which still runs from east: the points stay paused
 // (no cut in several of their intervals), until protection moves on.
 func TestPointsStayPausedAfterAFailbackThatPromoted(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	protectUntilAPoint(t, ctx, srv, f)
-	gated := *f.plan
-	gated.Policy.Approvals = []string{"beforeStart"}
-	run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failback, workflows.FailbackInput{Plan: &gated, From: "east", To: "west"})
-	mustOK(t, err)
-	waitFor(t, ctx, srv.Client, run, "approve beforeStart", workflows.StateWaiting)
+	srv, run := failbackAtGate(t, ctx, "beforeStart")
 	simtest.Eventually(t, time.Minute, "the record to name west the primary", func() bool {
 		rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
 		return err == nil && rec != nil && rec.Primary == "west"
