@@ -356,3 +356,20 @@ func TestFailbackWaitsForAPointCallItGaveUpOn(t *testing.T) {
 	}
 	t.Logf("pause protection's points: %s", fb.Steps[i].Output)
 }
+
+// TestStartedStateNamesNoPause: a state given at a protection's start
+// that says its points are paused (by a run of the plan's action that
+// never ends, say) is not taken: a pause comes only sealed, by the
+// update. Protection cuts points as the policy says.
+func TestStartedStateNamesNoPause(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 3})
+	env, _ := f.testEnv(t)
+	got := stateThenStop(t, env, 2*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second,
+		State: &workflows.ProtectState{Primary: "east", PointsPaused: &workflows.PointsPause{By: workflows.ActionHolder(workflows.ActionID("shop"), "never-ends")}}})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || s.PointsPaused != nil || len(s.Points) < 2 {
+		t.Fatalf("state after a start that named a pause: %+v; want no pause and points cut", s)
+	}
+}

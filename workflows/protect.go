@@ -208,6 +208,12 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	if s.Clients == nil {
 		s.Clients = map[string][]string{}
 	}
+	// A pause of the points comes only sealed, by an update
+	// (pausepoints.go), never with a state given at a start; cleared
+	// before the handler that takes one is set.
+	if info := workflow.GetInfo(ctx); info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "" {
+		s.PointsPaused = nil
+	}
 	// The handlers come first: a stop or a query can arrive with a run's
 	// first workflow task (a run that continued as new when a failback
 	// retargeted it, say), and an update that finds no handler when the
@@ -294,8 +300,6 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 	info := workflow.GetInfo(ctx)
 	if info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "" {
 		s.Points, s.Pruned, s.PrunedCount, s.PointsSince, s.LastCut = nil, nil, 0, time.Time{}, time.Time{}
-		// A pause comes only sealed, by an update (pausepoints.go).
-		s.PointsPaused = nil
 		if p.Policy.PointsInTime != nil {
 			// A protection started anew takes over the record's points.
 			s.adoptPoints(ctx, p.Metadata.Name)
