@@ -248,7 +248,7 @@ func pointsPaused(ctx workflow.Context) bool {
 	return g != nil && g.paused()
 }
 
-// pausedText says who paused the points, for a cut cut short.
+// text says who paused the points, for a cut cut short.
 func (pp *PointsPause) text() string {
 	return "protection's points were paused by " + pp.By
 }
