@@ -32,13 +32,14 @@ func renderSite(o options, rows []siteRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s with `%s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), siteCommand(o))
 	fmt.Fprintf(&b, "Machine: %s.\n\n", machine())
-	b.WriteString("| store | plans | groups per plan | tiers | plans at once | latency | measured | direct | ratio to direct | site-wide RTO | children that do nothing | ratio to direct + them | the design's turns | ratio to direct + turns | events per plan | worker peak RSS | Temporal peak RSS |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| store | plans | groups per plan | tiers | plans at once | latency | measured | direct | ratio to direct | site-wide RTO | children that do nothing | ratio to direct + them | the design's turns | ratio to direct + turns | the turns carrying the plans' histories | ratio to direct + histories | events per plan | worker peak RSS | Temporal peak RSS |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %v | %s | %s | %.2f | %s | %s | %.2f | %s | %s | %.1f | %d MiB | %d MiB |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %v | %s | %s | %.2f | %s | %s | %.2f | %s | %s | %s | %s | %.1f | %d MiB | %d MiB |\n",
 			storeLabel(r), r.plans, r.groups, r.tiers, r.atOnce, r.latency, ms(r.measured), ms(r.direct),
 			float64(r.measured)/float64(r.direct), ms(r.rto), ms(r.floor), float64(r.measured)/float64(r.direct+r.floor),
 			orDash(r.turns, ms(r.turns)), orDash(r.turns, fmt.Sprintf("%.2f", float64(r.measured)/float64(r.direct+r.turns))),
+			orDash(r.shaped, ms(r.shaped)), orDash(r.shaped, fmt.Sprintf("%.2f", float64(r.measured)/float64(r.direct+r.shaped))),
 			r.eventsPerPlan(), r.workerRSS>>20, r.temporalRSS>>20)
 	}
 	b.WriteString(storesSideBySide(rows))
@@ -132,6 +133,11 @@ func siteTargets(rows []siteRow) string {
 			// The turns the design takes, with no storage call.
 			fmt.Fprintf(&b, "; the plain program plus a workflow taking the design's turns (each plan's record asked to accept its version, then each child's checks, their settle and its end: %v): %.3f of the plain program; Drover %.3f of that",
 				ms(r.turns), float64(r.direct+r.turns)/float64(r.direct), float64(r.measured)/float64(r.direct+r.turns))
+		}
+		if r.shaped > 0 {
+			// The same turns carrying what Drover's workflows carry.
+			fmt.Fprintf(&b, "; the plain program plus the same turns, each child carrying what its plan's failover carried in this run (its input, its tasks' markers, timers and activities, its record's changes, its result: %v): %.3f of the plain program; Drover %.3f of that",
+				ms(r.shaped), float64(r.direct+r.shaped)/float64(r.direct), float64(r.measured)/float64(r.direct+r.shaped))
 		}
 		if r.temporalCPU > 0 {
 			// Where the machine's time went meanwhile.

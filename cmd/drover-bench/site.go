@@ -62,6 +62,7 @@ type siteRow struct {
 	server      string        // the Temporal server's version
 	floor       time.Duration // a workflow starting children that do nothing, as many, tier by tier, as many at once
 	turns       time.Duration // a workflow taking the design's turns of a site failover, without a storage call
+	shaped      time.Duration // the same turns, each child carrying what its plan's failover carried (planShape)
 	temporalCPU time.Duration // the CPU time the Temporal server process used during the site failover
 	workerCPU   time.Duration // the CPU time the worker used during the site failover
 	runs        []time.Duration
@@ -305,11 +306,29 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 				q(func(s span) time.Duration { return s.start }), q(func(s span) time.Duration { return s.end }), q(func(s span) time.Duration { return s.took }))
 		}
 	}
-	if r.floor, err = emptySite(ctx, c, ps, r.atOnce, false); err != nil {
+	if r.floor, err = emptySite(ctx, c, ps, r.atOnce, floorNothing, nil); err != nil {
 		return fmt.Errorf("children that do nothing: %w", err)
 	}
-	if r.turns, err = emptySite(ctx, c, ps, r.atOnce, true); err != nil {
+	if r.turns, err = emptySite(ctx, c, ps, r.atOnce, floorTurns, nil); err != nil {
 		return fmt.Errorf("the design's turns: %w", err)
+	}
+	// The same turns, each child carrying what its plan's failover
+	// carried.
+	shapes := make([]planShape, len(ps))
+	byPlan := map[string]string{}
+	for _, p := range res.Plans {
+		byPlan[p.Plan] = p.RunID
+	}
+	for i, p := range ps {
+		if shapes[i], err = readShape(ctx, c, p.Metadata.Name, byPlan[p.Metadata.Name]); err != nil {
+			return err
+		}
+	}
+	if o.steps {
+		fmt.Printf("   %s's failover, as the third floor's child takes it: %+v\n", ps[0].Metadata.Name, shapes[0])
+	}
+	if r.shaped, err = emptySite(ctx, c, ps, r.atOnce, floorShaped, shapes); err != nil {
+		return fmt.Errorf("the design's turns carrying the plans' histories: %w", err)
 	}
 	r.warnings = serverWarnings(st)
 	if info, err := c.WorkflowService().GetSystemInfo(ctx, &workflowservice.GetSystemInfoRequest{}); err == nil {
@@ -475,8 +494,8 @@ func runSites(ctx context.Context, o options) ([]siteRow, error) {
 			if err := directSite(ctx, o, &r); err != nil {
 				return nil, fmt.Errorf("site failover of %d plans, %d at once, direct: %w", sz.plans, sz.atOnce, err)
 			}
-			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, %.1f history events per plan, CPU of Temporal %v and of the worker %v, worker peak %d MiB, Temporal peak %d MiB\n",
-				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), r.eventsPerPlan(), ms(r.temporalCPU), ms(r.workerCPU), r.workerRSS>>20, r.temporalRSS>>20)
+			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, carrying the plans' histories %v, %.1f history events per plan, CPU of Temporal %v and of the worker %v, worker peak %d MiB, Temporal peak %d MiB\n",
+				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), ms(r.shaped), r.eventsPerPlan(), ms(r.temporalCPU), ms(r.workerCPU), r.workerRSS>>20, r.temporalRSS>>20)
 			runs = append(runs, r)
 		}
 		rows = append(rows, medianSiteRow(runs))
@@ -527,6 +546,13 @@ func printTimeline(ctx context.Context, c client.Client, id, runID string, t0 ti
 	return nil
 }
 
+// The floors of a site action emptySite measures.
+const (
+	floorNothing = "empty"  // children that do nothing
+	floorTurns   = "turns"  // the design's turns
+	floorShaped  = "shaped" // the design's turns carrying the plans' histories
+)
+
 // emptySite is the floor of a site action on this server: from the start
 // request to the result of a workflow that runs, tier by tier, as many
 // children as the site has plans in each tier, at most atOnce at a time,
@@ -534,19 +560,23 @@ func printTimeline(ctx context.Context, c client.Client, id, runID string, t0 ti
 // of its own. What the server takes to start children, hand their ends
 // to the parent and wake it, without a storage call or a check.
 //
-// With turns, the workflow and its children take the turns through the
-// server that a site failover's design asks for, still without a storage
-// call: the parent first has a stand-in of each plan's record accept a
-// version, atOnce at a time (an update from a local activity, as the
-// site action's check of each plan); each child then ends its first task
-// on a local activity and a regular one (the checks and their settle)
-// and ends in its second task. The stand-ins are started first, not
-// measured.
-func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce int, turns bool) (time.Duration, error) {
-	queue, id := "drover-bench-empty-site", "drover-bench-empty-site"
-	if turns {
-		queue, id = "drover-bench-turns-site", "drover-bench-turns-site"
-	}
+// With floorTurns, the workflow and its children take the turns through
+// the server that a site failover's design asks for, still without a
+// storage call: the parent first has a stand-in of each plan's record
+// accept a version, atOnce at a time (an update from a local activity,
+// as the site action's check of each plan); each child then ends its
+// first task on a local activity and a regular one (the checks and their
+// settle) and ends in its second task. The stand-ins are started first,
+// not measured.
+//
+// With floorShaped, each child takes instead the turns its plan's
+// failover took in the measured run (shapes, in the plans' order),
+// carrying as many bytes: its input, each task's markers, timers and
+// activities, its record's changes (signals to the stand-in) and its
+// result (shapedChild).
+func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce int, floor string, shapes []planShape) (time.Duration, error) {
+	queue := "drover-bench-" + floor + "-site"
+	id := queue
 	var tiers []int
 	for i, p := range ps {
 		if i == 0 || p.Metadata.Tier != ps[i-1].Metadata.Tier {
@@ -555,26 +585,15 @@ func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce in
 		tiers[len(tiers)-1]++
 	}
 	w := worker.New(c, queue, worker.Options{})
-	w.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "EmptyChild"})
-	w.RegisterWorkflowWithOptions(emptyParent, workflow.RegisterOptions{Name: "EmptyParent"})
-	w.RegisterWorkflowWithOptions(turnsChild, workflow.RegisterOptions{Name: "TurnsChild"})
-	w.RegisterWorkflowWithOptions(standInRecord, workflow.RegisterOptions{Name: "StandInRecord"})
-	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "Nothing"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, record string) error {
-		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: record, UpdateName: "accept", WaitForStage: client.WorkflowUpdateStageCompleted})
-		if err != nil {
-			return err
-		}
-		return h.Get(ctx, nil)
-	}, activity.RegisterOptions{Name: "Accept"})
+	registerFloors(w, c)
 	if err := w.Start(); err != nil {
 		return 0, err
 	}
 	defer w.Stop()
 	var records []string
-	if turns {
+	if floor != floorNothing {
 		for i := range ps {
-			record := fmt.Sprintf("drover-bench-stand-in-record-%d", i)
+			record := fmt.Sprintf("drover-bench-stand-in-record-%s-%d", floor, i)
 			if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: record, TaskQueue: queue}, "StandInRecord"); err != nil {
 				return 0, err
 			}
@@ -597,7 +616,7 @@ func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce in
 		}
 	}
 	t0 := time.Now()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "EmptyParent", tiers, atOnce, records)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "EmptyParent", tiers, atOnce, records, shapes)
 	if err != nil {
 		return 0, err
 	}
@@ -607,14 +626,40 @@ func emptySite(ctx context.Context, c client.Client, ps []*plans.Plan, atOnce in
 	return time.Since(t0), nil
 }
 
+// registerFloors registers on w the workflows and activities of the
+// floors emptySite measures.
+func registerFloors(w worker.Worker, c client.Client) {
+	w.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "EmptyChild"})
+	w.RegisterWorkflowWithOptions(emptyParent, workflow.RegisterOptions{Name: "EmptyParent"})
+	w.RegisterWorkflowWithOptions(turnsChild, workflow.RegisterOptions{Name: "TurnsChild"})
+	w.RegisterWorkflowWithOptions(shapedChild, workflow.RegisterOptions{Name: "ShapedChild"})
+	w.RegisterWorkflowWithOptions(standInRecord, workflow.RegisterOptions{Name: "StandInRecord"})
+	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "Nothing"})
+	w.RegisterActivityWithOptions(answer, activity.RegisterOptions{Name: "Answer"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, record string, n, answer int) (any, error) {
+		return answerOf(answer), c.SignalWorkflow(ctx, record, "", "change", padding("c", n))
+	}, activity.RegisterOptions{Name: "Change"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, record string) error {
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: record, UpdateName: "accept", WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err != nil {
+			return err
+		}
+		return h.Get(ctx, nil)
+	}, activity.RegisterOptions{Name: "Accept"})
+}
+
 // emptyParent runs tiers[i] children for each tier in turn, at most
 // atOnce at a time: children that do nothing, or, given the stand-ins
 // of the plans' records, children taking a failover's turns after each
-// record has accepted a version, atOnce at a time.
-func emptyParent(ctx workflow.Context, tiers []int, atOnce int, records []string) error {
+// record has accepted a version, atOnce at a time; given the plans'
+// shapes too, children taking each its plan's turns (shapedChild).
+func emptyParent(ctx workflow.Context, tiers []int, atOnce int, records []string, shapes []planShape) error {
 	child := "EmptyChild"
 	if len(records) > 0 {
 		child = "TurnsChild"
+		if len(shapes) > 0 {
+			child = "ShapedChild"
+		}
 		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
 		slots := workflow.NewBufferedChannel(ctx, atOnce)
 		wg := workflow.NewWaitGroup(ctx)
@@ -630,24 +675,34 @@ func emptyParent(ctx workflow.Context, tiers []int, atOnce int, records []string
 		wg.Wait(ctx)
 	}
 	n := 0
+	var failed error // a floor of children that failed would be no floor
 	for _, plans := range tiers {
 		slots := workflow.NewBufferedChannel(ctx, atOnce)
 		wg := workflow.NewWaitGroup(ctx)
 		for range plans {
 			n++
-			id := fmt.Sprintf("drover-bench-empty-child-%d", n)
+			id, k := fmt.Sprintf("drover-bench-%s-child-%d", child, n), n-1
 			slots.Send(ctx, true)
 			wg.Add(1)
 			workflow.Go(ctx, func(ctx workflow.Context) {
 				defer wg.Done()
 				cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id})
-				_ = workflow.ExecuteChildWorkflow(cctx, child).Get(ctx, nil)
+				var err error
+				if len(shapes) > 0 {
+					s := shapes[k]
+					err = workflow.ExecuteChildWorkflow(cctx, child, s, shapedInput(s, records[k]), records[k]).Get(ctx, nil)
+				} else {
+					err = workflow.ExecuteChildWorkflow(cctx, child).Get(ctx, nil)
+				}
+				if err != nil && failed == nil {
+					failed = err
+				}
 				slots.Receive(ctx, nil)
 			})
 		}
 		wg.Wait(ctx)
 	}
-	return nil
+	return failed
 }
 
 // turnsChild takes a plan's failover's turns without a storage call: its
@@ -663,10 +718,14 @@ func turnsChild(ctx workflow.Context) error {
 }
 
 // standInRecord stands in for a plan's record: it accepts every version
-// at once, until terminated.
+// and takes every change at once, until terminated.
 func standInRecord(ctx workflow.Context) error {
 	if err := workflow.SetUpdateHandler(ctx, "accept", func(workflow.Context) error { return nil }); err != nil {
 		return err
 	}
-	return workflow.Await(ctx, func() bool { return false })
+	// It takes every change sent it (shapedChild's).
+	changes := workflow.GetSignalChannel(ctx, "change")
+	for {
+		changes.Receive(ctx, nil)
+	}
 }
