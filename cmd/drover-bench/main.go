@@ -30,11 +30,13 @@
 // many plans of --site-groups groups over --site-tiers tiers, at each of
 // --plans-at-once, on each of --stores (dev: the dev server; sql: the
 // Temporal server on PostgreSQL, as make e2e-sql sets it up), against a
-// plain program making the same calls at the same concurrency, and two
+// plain program making the same calls at the same concurrency, and three
 // floors on the same server: a workflow running as many children that
-// do nothing, and one taking the design's turns without a storage call
+// do nothing, one taking the design's turns without a storage call
 // (each plan's record stand-in asked to accept a version, then children
-// whose checks' task ends on a settle). The CPU the Temporal server and
+// whose checks' task ends on a settle), and the same turns with each
+// child shaped like its plan's failover of the run, carrying what it
+// carried (shape.go). The CPU the Temporal server and
 // the worker used during the site failover is read from /proc. The rows
 // go into their own section of --out (--site-only leaves the per-plan
 // section as it is), and the chart draws both sections.
@@ -293,6 +295,7 @@ type row struct {
 	turn        time.Duration                   // median time from one of its workflow tasks to the next
 	checks      time.Duration                   // from its first workflow task's start to its first step: the plan's signature and version check
 	settle      time.Duration                   // from the Settle activity's scheduling to the next workflow task's start
+	shaped      time.Duration                   // median start-to-result of a workflow taking the failover's turns, carrying what it carried, without a storage call
 	eventAt     map[enumspb.EventType]time.Time // the time of the failover's first event of each type
 	runs        []time.Duration                 // each run's failover time, when the row was measured more than once
 }
@@ -679,8 +682,50 @@ func measure(ctx context.Context, o options, r *row) (err error) {
 	if r.peakRSS, err = peakRSS(st.PIDs()["worker"]); err != nil {
 		return err
 	}
-	r.empty, err = emptyWorkflow(ctx, c)
+	if r.empty, err = emptyWorkflow(ctx, c); err != nil {
+		return err
+	}
+	shape, err := readShape(ctx, c, p.Metadata.Name, wr.GetRunID())
+	if err != nil {
+		return err
+	}
+	r.shaped, err = shapedWorkflow(ctx, c, shape)
 	return err
+}
+
+// shapedWorkflow is the failover's own turns on this server, without its
+// storage calls and checks: the median, over three runs, from the start
+// request to the result of a workflow shaped like it (shapedChild), its
+// record's changes signalled to a stand-in, on a worker in this process.
+func shapedWorkflow(ctx context.Context, c client.Client, s planShape) (time.Duration, error) {
+	const queue, record = "drover-bench-shaped", "drover-bench-stand-in-record-shaped"
+	w := worker.New(c, queue, worker.Options{})
+	registerFloors(w, c)
+	if err := w.Start(); err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: record, TaskQueue: queue}, "StandInRecord"); err != nil {
+		return 0, err
+	}
+	defer c.TerminateWorkflow(context.Background(), record, "", "the bench's floor measured")
+	var took []time.Duration
+	for i := range 4 {
+		t0 := time.Now()
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("drover-bench-shaped-%d", i), TaskQueue: queue},
+			"ShapedChild", s, shapedInput(s, record), record)
+		if err != nil {
+			return 0, err
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			return 0, err
+		}
+		if i > 0 { // the first warms the worker's poller up
+			took = append(took, time.Since(t0))
+		}
+	}
+	slices.Sort(took)
+	return took[len(took)/2], nil
 }
 
 // emptyWorkflow is the floor of any durable action on this server: the

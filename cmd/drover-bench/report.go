@@ -67,6 +67,13 @@ func targets(rows []row) string {
 					fmt.Fprintf(&b, "; the design's turns before the first side effect, from this failover's history: the plan's signature and version check with its record (%v) and the settle that ends the checks' task (%v); direct plus them and the workflow that does nothing: %.3f of direct, Drover %.3f of that",
 						ms(r.checks), ms(r.settle), float64(floor)/float64(r.direct), float64(r.measured)/float64(floor))
 				}
+				if r.checks > 0 && r.shaped > 0 {
+					// Every turn this failover took, carrying what it
+					// carried, without its calls.
+					floor := r.direct + r.checks + r.shaped
+					fmt.Fprintf(&b, "; direct plus the check with the record and a workflow taking this failover's own turns, carrying what it carried (its input, its tasks' markers, timers and activities, its record's changes, its result), without a storage call (%v): %.3f of direct, Drover %.3f of that",
+						ms(r.shaped), float64(floor)/float64(r.direct), float64(r.measured)/float64(floor))
+				}
 			}
 			b.WriteString("\n")
 		}

@@ -47,6 +47,12 @@ func TestTargets(t *testing.T) {
 	if out := targets([]row{hundred}); !strings.Contains(out, "the plan's signature and version check with its record (25ms) and the settle that ends the checks' task (20ms); direct plus them and the workflow that does nothing: 1.086 of direct, Drover 1.053 of that\n") {
 		t.Errorf("the 100-group target's floor:\n%s", out)
 	}
+	// With the failover's own turns, carrying what it carried: direct,
+	// the check and the shaped workflow (700+25+40 ms).
+	hundred.shaped = 40 * time.Millisecond
+	if out := targets([]row{hundred}); !strings.Contains(out, "; direct plus the check with the record and a workflow taking this failover's own turns, carrying what it carried (its input, its tasks' markers, timers and activities, its record's changes, its result), without a storage call (40ms): 1.093 of direct, Drover 1.046 of that\n") {
+		t.Errorf("the 100-group target's shaped floor:\n%s", out)
+	}
 	rows[3].events = 50083
 	if out := targets(rows); !strings.Contains(out, "at most 2.500 (at 20000 groups) — **not met**") {
 		t.Errorf("2.5 events per group passed:\n%s", out)
