@@ -217,8 +217,9 @@ func failbackAtGate(t *testing.T, ctx context.Context, gate string) (*devserver.
 
 // TestPointsResumeWhenThePausingActionEnds: a failback that waits for an
 // approval after its demotion keeps protection's points paused (no cut
-// in several of their intervals); once it ends (here terminated)
-// protection finds it gone and cuts again.
+// in several of their intervals), while protection still polls every
+// group's replication; once it ends (here terminated) protection finds
+// it gone and cuts again.
 func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -228,12 +229,22 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 	if ps.PointsPaused == nil || !strings.Contains(ps.PointsPaused.By, run.GetRunID()) {
 		t.Fatalf("protection's pause while the failback waits: %+v; want the failback's", ps.PointsPaused)
 	}
-	last := ps.LastCut
+	last, paused := ps.LastCut, time.Now()
 	time.Sleep(3 * time.Second) // six of the points' intervals
 	ps, err = workflows.ReadProtect(ctx, srv.Client, "shop")
 	mustOK(t, err)
 	if !ps.LastCut.Equal(last) {
 		t.Fatalf("protection cut at %v while the failback that paused its points waited (last cut before: %v)", ps.LastCut, last)
+	}
+	// Replication is still polled (README, "A failback pauses the
+	// points").
+	if len(ps.Groups) == 0 {
+		t.Fatal("protection reports no group")
+	}
+	for g, h := range ps.Groups {
+		if !h.Checked.After(paused) {
+			t.Errorf("group %s: replication last checked at %v, before the points were paused at %v", g, h.Checked, paused)
+		}
 	}
 	mustOK(t, srv.Client.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "the test ends it"))
 	ended := time.Now()
@@ -355,6 +366,55 @@ func TestFailbackWaitsForAPointCallItGaveUpOn(t *testing.T) {
 		t.Fatalf("the pause step: %+v", fb.Steps)
 	}
 	t.Logf("pause protection's points: %s", fb.Steps[i].Output)
+}
+
+// TestPausePointsStepIsAGuard: the failback's pause of protection's
+// points is a guard (README, "A failback pauses the points"). Where the
+// pause cannot be made (here the worker has no client to reach
+// protection), the failback pauses at that step before any demotion; a
+// skip without --override is refused, one with it is taken, with the
+// operator's name, and only then does the failback demote and go on.
+func TestPausePointsStepIsAGuard(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 3})
+	env, calls := f.env(t)
+	var paused *workflows.Step
+	var refused error
+	var skipped, demotedWhilePaused bool
+	env.RegisterDelayedCallback(func() {
+		paused = pausedStep(t, env)
+		demotedWhilePaused = indexOf(*calls, "DemoteVolume", "", "") >= 0
+		if paused == nil {
+			return
+		}
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: paused.ID, Action: workflows.DecisionSkip, By: "operator"},
+			func() { t.Error("a skip of the pause step without override was accepted") }, func(err error) { refused = err })
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: paused.ID, Action: workflows.DecisionSkip, Override: true, By: "operator"},
+			func() { skipped = true }, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	if paused == nil || paused.Name != "pause protection's points" || !paused.Guard {
+		t.Fatalf("after an hour the paused step is %+v; want the guard that pauses protection's points", paused)
+	}
+	if demotedWhilePaused {
+		t.Fatal("a copy was demoted while the pause step was paused")
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "needs --override") {
+		t.Fatalf("skip of the pause step without override: %v; want a refusal that asks for --override", refused)
+	}
+	if !skipped {
+		t.Fatal("the skip of the pause step with override was not accepted")
+	}
+	var fb workflows.FailbackResult
+	mustOK(t, env.GetWorkflowResult(&fb))
+	for _, s := range fb.Steps {
+		if s.ID == paused.ID && (s.State != workflows.StateSkipped || s.By != "operator") {
+			t.Errorf("the pause step ended %s by %q; want skipped by the operator", s.State, s.By)
+		}
+	}
+	if fb.State != workflows.StateCompleted || indexOf(*calls, "DemoteVolume", "east", "") < 0 {
+		t.Fatalf("the failback ended %s after the skip; calls:\n%v", fb.State, *calls)
+	}
 }
 
 // TestStartedStateNamesNoPause: a state given at a protection's start
