@@ -883,6 +883,56 @@ func peakRSS(pid int) (int64, error) {
 
 // cpuTime is the CPU time (user and system) a process has used so far,
 // from /proc (in clock ticks of 1/100 s, as Linux reports them there).
+// machineTimes are the machine's CPU times, all its CPUs together, as
+// /proc/stat counts them: busy (every process, the kernel's work
+// included), waiting on I/O, and in all.
+type machineTimes struct{ busy, iowait, total time.Duration }
+
+// since is what the machine spent from then to t.
+func (t machineTimes) since(then machineTimes) machineTimes {
+	return machineTimes{t.busy - then.busy, t.iowait - then.iowait, t.total - then.total}
+}
+
+// percent is d as a percentage of the total.
+func (t machineTimes) percent(d time.Duration) float64 {
+	if t.total <= 0 {
+		return 0
+	}
+	return 100 * float64(d) / float64(t.total)
+}
+
+// machineCPU reads the machine's CPU times.
+func machineCPU() (machineTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return machineTimes{}, errors.New("no CPU line in /proc/stat")
+	}
+	// user nice system idle iowait irq softirq steal ...; guest time is
+	// in user's already.
+	var t machineTimes
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return machineTimes{}, err
+		}
+		d := time.Duration(n) * 10 * time.Millisecond
+		t.total += d
+		switch i {
+		case 3: // idle
+		case 4:
+			t.iowait += d
+		default:
+			t.busy += d
+		}
+	}
+	return t, nil
+}
+
 func cpuTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

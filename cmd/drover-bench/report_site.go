@@ -145,6 +145,11 @@ func siteTargets(rows []siteRow) string {
 				ms(r.temporalCPU), ms(r.temporalCPU/time.Duration(r.plans)), ms(r.workerCPU),
 				100*float64(r.temporalCPU+r.workerCPU)/float64(r.measured)/float64(runtime.NumCPU()), runtime.NumCPU(), ms(r.measured))
 		}
+		if r.machine.total > 0 {
+			// Every process: the simulated sites and PostgreSQL's too.
+			fmt.Fprintf(&b, "; every process counted, the cores were busy %.0f%% of that time and waiting on disk %.0f%%",
+				r.machine.percent(r.machine.busy), r.machine.percent(r.machine.iowait))
+		}
 		b.WriteString("\n")
 	}
 	verdict := "met"

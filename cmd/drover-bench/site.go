@@ -65,6 +65,7 @@ type siteRow struct {
 	shaped      time.Duration // the same turns, each child carrying what its plan's failover carried (planShape)
 	temporalCPU time.Duration // the CPU time the Temporal server process used during the site failover
 	workerCPU   time.Duration // the CPU time the worker used during the site failover
+	machine     machineTimes  // the machine's CPU times during the site failover, every process's
 	runs        []time.Duration
 }
 
@@ -218,6 +219,10 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 	if err != nil {
 		return err
 	}
+	machine0, err := machineCPU()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	wr, err := workflows.StartSite(ctx, c, in)
 	if err != nil {
@@ -233,6 +238,11 @@ func measureSite(ctx context.Context, o options, r *siteRow) (err error) {
 		return err
 	}
 	r.temporalCPU, r.workerCPU = temporal1-temporal0, worker1-worker0
+	machine1, err := machineCPU()
+	if err != nil {
+		return err
+	}
+	r.machine = machine1.since(machine0)
 	r.rto = res.RTO
 	if res.State != workflows.StateCompleted || len(res.LeftBehind) > 0 {
 		return fmt.Errorf("the site failover ended %s, %d plan(s) left behind: %s", res.State, len(res.LeftBehind), strings.Join(res.LeftBehind, ", "))
@@ -494,8 +504,8 @@ func runSites(ctx context.Context, o options) ([]siteRow, error) {
 			if err := directSite(ctx, o, &r); err != nil {
 				return nil, fmt.Errorf("site failover of %d plans, %d at once, direct: %w", sz.plans, sz.atOnce, err)
 			}
-			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, carrying the plans' histories %v, %.1f history events per plan, CPU of Temporal %v and of the worker %v, worker peak %d MiB, Temporal peak %d MiB\n",
-				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), ms(r.shaped), r.eventsPerPlan(), ms(r.temporalCPU), ms(r.workerCPU), r.workerRSS>>20, r.temporalRSS>>20)
+			fmt.Printf("   measured %v (site-wide RTO %v), direct %v, ratio %.2f, children that do nothing %v, the design's turns %v, carrying the plans' histories %v, %.1f history events per plan, CPU of Temporal %v and of the worker %v, the machine busy %.0f%% (I/O wait %.0f%%), worker peak %d MiB, Temporal peak %d MiB\n",
+				ms(r.measured), ms(r.rto), ms(r.direct), float64(r.measured)/float64(r.direct), ms(r.floor), ms(r.turns), ms(r.shaped), r.eventsPerPlan(), ms(r.temporalCPU), ms(r.workerCPU), r.machine.percent(r.machine.busy), r.machine.percent(r.machine.iowait), r.workerRSS>>20, r.temporalRSS>>20)
 			runs = append(runs, r)
 		}
 		rows = append(rows, medianSiteRow(runs))
