@@ -709,18 +709,26 @@ func shapedWorkflow(ctx context.Context, c client.Client, s planShape) (time.Dur
 		return 0, err
 	}
 	defer c.TerminateWorkflow(context.Background(), record, "", "the bench's floor measured")
-	var took []time.Duration
-	for i := range 4 {
-		t0 := time.Now()
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("drover-bench-shaped-%d", i), TaskQueue: queue},
+	return medianRun(ctx, c, 3, func(i int) (client.WorkflowRun, error) {
+		return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("drover-bench-shaped-%d", i), TaskQueue: queue},
 			"ShapedChild", s, shapedInput(s, record), record)
+	})
+}
+
+// medianRun is the median, over n runs, from start's request to the
+// run's result; a first run before them warms the worker's poller up.
+func medianRun(ctx context.Context, c client.Client, n int, start func(i int) (client.WorkflowRun, error)) (time.Duration, error) {
+	var took []time.Duration
+	for i := range n + 1 {
+		t0 := time.Now()
+		run, err := start(i)
 		if err != nil {
 			return 0, err
 		}
 		if err := run.Get(ctx, nil); err != nil {
 			return 0, err
 		}
-		if i > 0 { // the first warms the worker's poller up
+		if i > 0 {
 			took = append(took, time.Since(t0))
 		}
 	}
@@ -741,22 +749,9 @@ func emptyWorkflow(ctx context.Context, c client.Client) (time.Duration, error) 
 		return 0, err
 	}
 	defer w.Stop()
-	var took []time.Duration
-	for i := range 6 {
-		t0 := time.Now()
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("drover-bench-empty-%d", i), TaskQueue: queue}, "Empty")
-		if err != nil {
-			return 0, err
-		}
-		if err := run.Get(ctx, nil); err != nil {
-			return 0, err
-		}
-		if i > 0 { // the first warms the worker's poller up
-			took = append(took, time.Since(t0))
-		}
-	}
-	slices.Sort(took)
-	return took[len(took)/2], nil
+	return medianRun(ctx, c, 5, func(i int) (client.WorkflowRun, error) {
+		return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("drover-bench-empty-%d", i), TaskQueue: queue}, "Empty")
+	})
 }
 
 // historyCost counts the failover and the children its history started,
