@@ -109,9 +109,7 @@ func holdAGroupSnapshot(t *testing.T, ctx context.Context, f *fixture) (log *rpc
 // resync's last answer. The cut under way is cut short, and says why.
 // Once the failback has moved protection to west, points are cut there.
 func TestFailbackPausesProtectionsPoints(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 3, Cut: plans.CutPrimary})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 3, Cut: plans.CutPrimary})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	prot := protectUntilAPoint(t, ctx, srv, f)
@@ -203,9 +201,7 @@ func TestFailbackPausesProtectionsPoints(t *testing.T) {
 // points every 500 ms (cut: primary), to west, waiting at gate.
 func failbackAtGate(t *testing.T, ctx context.Context, gate string) (*devserver.Server, client.WorkflowRun) {
 	t.Helper()
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(500 * time.Millisecond), Keep: 3, Cut: plans.CutPrimary})
 	protectUntilAPoint(t, ctx, srv, f)
 	gated := *f.plan
 	gated.Policy.Approvals = []string{gate}
@@ -332,13 +328,8 @@ func TestPointsStayPausedAfterAFailbackThatPromoted(t *testing.T) {
 // their end) counts as under way for as long again: the failback's
 // demotion does not begin before the storage has answered it.
 func TestFailbackWaitsForAPointCallItGaveUpOn(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 3, Cut: plans.CutPrimary})
-	if f.plan.Policy.Deadlines == nil {
-		f.plan.Policy.Deadlines = map[string]plans.Duration{}
-	}
-	f.plan.Policy.Deadlines[activities.RPCCreateVolumeGroupSnapshot] = plans.Duration(2 * time.Second)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 3, Cut: plans.CutPrimary})
+	f.deadline(activities.RPCCreateVolumeGroupSnapshot, 2*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	protectUntilAPoint(t, ctx, srv, f)

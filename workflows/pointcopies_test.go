@@ -265,13 +265,8 @@ func TestPointsCutAtThePrimary(t *testing.T) {
 // meanwhile wait, never failed, and become usable at west once the
 // storage takes their enables and their copies have synced.
 func TestPointCopiesEnabledAgainUntilTheStorageTakes(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 5, Cut: plans.CutPrimary})
-	if f.plan.Policy.Deadlines == nil {
-		f.plan.Policy.Deadlines = map[string]plans.Duration{}
-	}
-	f.plan.Policy.Deadlines[activities.RPCEnableVolumeReplication] = plans.Duration(100 * time.Millisecond)
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 5, Cut: plans.CutPrimary})
+	f.deadline(activities.RPCEnableVolumeReplication, 100*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	_, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})

@@ -41,6 +41,24 @@ func pointsFixture(t *testing.T, pit plans.PointsInTime) *fixture {
 	return f
 }
 
+// pointsOnDevServer is a fixture whose plan cuts points as pit says,
+// with a worker of its activities on a dev server of its own.
+func pointsOnDevServer(t *testing.T, pit plans.PointsInTime) (*devserver.Server, *fixture) {
+	t.Helper()
+	srv := devserver.Start(t, nil)
+	f := pointsFixture(t, pit)
+	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	return srv, f
+}
+
+// deadline sets the plan's deadline of rpc's calls.
+func (f *fixture) deadline(rpc string, d time.Duration) {
+	if f.plan.Policy.Deadlines == nil {
+		f.plan.Policy.Deadlines = map[string]plans.Duration{}
+	}
+	f.plan.Policy.Deadlines[rpc] = plans.Duration(d)
+}
+
 // snapshotsOn are the ids of the snapshots and group snapshots site's
 // storage holds.
 func snapshotsOn(s *simtest.Site) (snaps, groups []string) {
@@ -425,9 +443,7 @@ func TestStartedStateNamesNoPointToPrune(t *testing.T) {
 // record says so. With DROVER_RECORD_HISTORIES set (make histories) it
 // records the Protect history for TestReplay.
 func TestPointsOnDevServer(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 1})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})

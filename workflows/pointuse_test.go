@@ -249,9 +249,7 @@ func approve(ctx context.Context, c client.Client, run client.WorkflowRun) error
 // yet taken, must still reach it (it was lost, and with it the point from
 // drctl points and from the next protection's pruning).
 func TestFirstPointReachesANewRecord(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Hour), Keep: 3})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(time.Hour), Keep: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 200*time.Millisecond, workflows.Origin{})
@@ -379,9 +377,7 @@ func TestActionHoldSealTakenOnce(t *testing.T) {
 // Point): the worker releases the point the run holds, not the one its
 // time picks now, a newer point cut since (--point newest).
 func TestReleaseWithoutItsAnswerFindsTheHeldPoint(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 5})
-	f.startWorker(t, srv, &activities.PlanTrust{AllowUnsigned: true})
+	srv, f := pointsOnDevServer(t, plans.PointsInTime{Every: plans.Duration(time.Second), Keep: 5})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	protectUntilAPoint(t, ctx, srv, f)
