@@ -408,6 +408,30 @@ func TestPausePointsStepIsAGuard(t *testing.T) {
 	}
 }
 
+// TestFailoverDoesNotPauseThePoints: a failover of a plan with points
+// takes no pause of protection's points (README, "A failback pauses the
+// points"): it waits on no call of protection's, and here, where the
+// pause could not be made (the worker has no client to reach
+// protection), it would stop for the operator. It completes, with no
+// such step.
+func TestFailoverDoesNotPauseThePoints(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 3, Cut: plans.CutPrimary})
+	f.east.Down()
+	env, _ := f.env(t)
+	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+	mustOK(t, env.GetWorkflowError())
+	var res workflows.FailoverResult
+	mustOK(t, env.GetWorkflowResult(&res))
+	if res.State != workflows.StateCompleted {
+		t.Fatalf("the failover ended %s", res.State)
+	}
+	for _, s := range res.Steps {
+		if s.Kind() == workflows.KindPausePoints {
+			t.Fatalf("the failover took the step %q (%s)", s.Name, s.State)
+		}
+	}
+}
+
 // TestStartedStateNamesNoPause: a state given at a protection's start
 // that says its points are paused (by a run of the plan's action that
 // never ends, say) is not taken: a pause comes only sealed, by the
