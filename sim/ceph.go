@@ -36,6 +36,24 @@ func errNoSnapshotDetails() error {
 	return status.Error(codes.Internal, "failed to get last sync info: no snapshot details: last sync time not found")
 }
 
+// errNoRemoteStatus is GetVolumeReplicationInfo's answer on a primary
+// copy whose global mirror status holds no peer site's status
+// (GlobalMirrorStatus.GetRemoteSiteStatus in internal/rbd/mirror.go finds
+// none: librbd's ErrNotExist, "RBD image not found", wrapped as INTERNAL).
+// A restarted rbd-mirror removes the statuses its former instance left
+// and reports again only once its image replayers run. Measured (make
+// e2e-ceph's power loss): at least 74 s after the other site restarted.
+func errNoRemoteStatus() error {
+	return status.Error(codes.Internal, "failed to get remote status: RBD image not found")
+}
+
+// peerMirrorRestarting tells whether the peer's mirror daemon, restarted
+// after a power loss, has not yet reported this site's copies.
+func (s *Site) peerMirrorRestarting(now time.Time) bool {
+	r := s.peerRestarted.Load()
+	return r != 0 && now.Before(time.Unix(0, r).Add(s.cfg.MirrorRestart))
+}
+
 // cephResync is ReplicationServer.ResyncVolume (ceph-csi profile):
 //
 //   - a primary: INVALID_ARGUMENT "image is in primary state";
@@ -126,7 +144,8 @@ func (r *replicationServer) cephResync(ctx context.Context, req *replication.Res
 
 // cephInfo is ReplicationServer.GetVolumeReplicationInfo (ceph-csi
 // profile); u.mu is held. A copy that is not primary: INVALID_ARGUMENT
-// "image is not in primary state". Before the peer holds a snapshot of it:
+// "image is not in primary state". While the peer's mirror daemon,
+// restarted, has not reported it: INTERNAL (errNoRemoteStatus). Before the peer holds a snapshot of it:
 // NOT_FOUND "failed to get last sync info" (ErrLastSyncTimeNotFound).
 // Then getLastSyncInfo reads the peer's description: last_sync_time is
 // the timestamp of the last snapshot the peer holds
@@ -135,9 +154,12 @@ func (r *replicationServer) cephResync(ctx context.Context, req *replication.Res
 // last_snapshot_bytes; status and status_message are never set (the
 // vendored spec has no such fields). Measured: item 7 (a last sync time
 // about 20 s after enable), and make e2e-ceph.
-func cephInfo(u *unit) (*replication.GetVolumeReplicationInfoResponse, error) {
+func cephInfo(u *unit, peerRestarting bool) (*replication.GetVolumeReplicationInfoResponse, error) {
 	if u.st.Role != RolePrimary {
 		return nil, status.Error(codes.InvalidArgument, "image is not in primary state")
+	}
+	if peerRestarting {
+		return nil, errNoRemoteStatus()
 	}
 	if u.st.LastSync == nil {
 		return nil, status.Error(codes.NotFound, "failed to get last sync info: no snapshot details: last sync time not found")

@@ -452,3 +452,47 @@ func TestCephCSICannotSnapshotAReplica(t *testing.T) {
 	_, err = csi.NewControllerClient(a.conn).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "test-v1", SourceVolumeId: "v1"})
 	mustOK(t, err)
 }
+
+// A site back from a power loss is a restarted site: its mirror daemon
+// reports the status of its peer's primary copies only after a while
+// (Config.MirrorRestart), and until then the primary's replication info
+// answers INTERNAL "failed to get remote status: RBD image not found",
+// as real ceph-csi did after a site's restart; then it answers as before.
+// A site back from a network loss (Down, Up) keeps its daemon, and the
+// primary never answers so.
+func TestCephCSIPeerRestart(t *testing.T) {
+	ceph := func(c *sim.Config) { c.Driver, c.ScheduleMinute, c.MirrorRestart = sim.DriverCephCSI, 100*time.Millisecond, time.Second }
+	a, b := startPair(t, pairOpts{TweakA: ceph, TweakB: ceph})
+	src := group("vg-1")
+	enable(t, a, src)
+	waitSynced(t, a, "vg/vg-1")
+	noRemote := func() bool {
+		_, err := info(t, a, src)
+		return status.Code(err) == codes.Internal && strings.Contains(status.Convert(err).Message(), "failed to get remote status: RBD image not found")
+	}
+
+	// A network loss: the same daemon comes back.
+	b.Down()
+	mustOK(t, b.Up())
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if noRemote() {
+			t.Fatal("the primary lost its peer's status after the peer came back from a network loss")
+		}
+	}
+
+	// A power loss: while the peer is down its old status stays.
+	b.PowerLoss()
+	if !b.IsDown() {
+		t.Fatal("a power loss left the site up")
+	}
+	_, err := info(t, a, src)
+	mustOK(t, err)
+	mustOK(t, b.Up())
+	eventually(t, 5*time.Second, "the primary to answer without its restarted peer's status", noRemote)
+	_, err = info(t, b, src)
+	wantMessage(t, err, codes.InvalidArgument, "image is not in primary state")
+	eventually(t, 10*time.Second, "the primary to answer again once the peer's daemon reported", func() bool {
+		_, err := info(t, a, src)
+		return err == nil
+	})
+}

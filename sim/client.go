@@ -200,6 +200,11 @@ func (c *Control) Down(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/down", nil, nil)
 }
 
+// PowerLoss takes the site down as a power cut does; Up restarts it.
+func (c *Control) PowerLoss(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/power-loss", nil, nil)
+}
+
 // Up brings a downed site back.
 func (c *Control) Up(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/up", nil, nil)

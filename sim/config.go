@@ -51,6 +51,14 @@ type Config struct {
 	// knob for the speed of tests, not a behaviour of any driver: real
 	// ceph-csi takes only intervals of whole minutes, hours or days.
 	ScheduleMinute time.Duration `yaml:"scheduleMinute"`
+	// MirrorRestart (ceph-csi profile) is how long the peer's mirror
+	// daemon, restarted after a power loss (PowerLoss, then Up), takes to
+	// report the status of this site's primary copies again; until then
+	// their replication info answers INTERNAL "failed to get remote
+	// status: RBD image not found", as real ceph-csi did for at least
+	// 74 s after a site's restart (make e2e-ceph's power loss). Default
+	// 10 × SyncInterval.
+	MirrorRestart time.Duration `yaml:"mirrorRestart"`
 	// Primary: on first start, this site holds the primary copies.
 	Primary bool `yaml:"primary"`
 	// Groups and Volumes are the inventory created on first start.

@@ -12,6 +12,7 @@ import (
 //	GET    /v1/faults       the injected faults and how often each fired
 //	PUT    /v1/faults       replace the injected faults ([]FaultRule, JSON)
 //	POST   /v1/down         take the site down
+//	POST   /v1/power-loss   take it down as a power cut does (Up restarts it)
 //	POST   /v1/up           bring it back
 //	POST   /v1/link/down    cut the replication link
 //	POST   /v1/link/up      restore it
@@ -40,6 +41,10 @@ func (s *Site) controlHandler() http.Handler {
 	mux.HandleFunc("POST /v1/down", func(w http.ResponseWriter, r *http.Request) {
 		s.Down()
 		writeJSON(w, map[string]any{"down": true})
+	})
+	mux.HandleFunc("POST /v1/power-loss", func(w http.ResponseWriter, r *http.Request) {
+		s.PowerLoss()
+		writeJSON(w, map[string]any{"down": true, "powerLoss": true})
 	})
 	mux.HandleFunc("POST /v1/up", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Up(); err != nil {

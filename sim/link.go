@@ -45,6 +45,8 @@ type peerStatusRequest struct {
 type peerStatusResponse struct {
 	Site  string                    `json:"site"`
 	Units map[string]peerUnitStatus `json:"units"`
+	// Restarted is when the site last came back from a power loss.
+	Restarted time.Time `json:"restarted,omitzero"`
 }
 
 type applyUnit struct {
@@ -174,7 +176,9 @@ func (s *Site) handlePeerStatus(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "decode: %v", err)
 		return
 	}
-	resp := peerStatusResponse{Site: s.cfg.Name, Units: map[string]peerUnitStatus{}}
+	s.mu.Lock()
+	resp := peerStatusResponse{Site: s.cfg.Name, Units: map[string]peerUnitStatus{}, Restarted: s.restarted}
+	s.mu.Unlock()
 	for _, k := range req.Units {
 		u, ok := s.unitByKey(k)
 		if !ok {
@@ -385,6 +389,9 @@ func (s *Site) replicateOnce(ctx context.Context) {
 			setStatus(sh, replication.GetVolumeReplicationInfoResponse_DEGRADED, "peer site unreachable: "+err.Error())
 		}
 		return
+	}
+	if !ps.Restarted.IsZero() {
+		s.peerRestarted.Store(ps.Restarted.UnixNano())
 	}
 
 	var batch []applyUnit

@@ -691,7 +691,7 @@ func (r *replicationServer) GetVolumeReplicationInfo(ctx context.Context, req *r
 		}
 		if r.s.profile.mirror {
 			var err error
-			resp, err = cephInfo(u)
+			resp, err = cephInfo(u, r.s.peerMirrorRestarting(time.Now()))
 			return err
 		}
 		if u.st.Role != RolePrimary {

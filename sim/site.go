@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -71,6 +72,13 @@ type Site struct {
 	down     bool
 	linkDown bool
 	ready    bool
+	// crashed: the site went down by a power loss (PowerLoss), not by
+	// losing its network; restarted is when it came back from one.
+	crashed   bool
+	restarted time.Time
+	// peerRestarted is the peer's restarted, as its last status reply
+	// gave it (unix nanoseconds; read under a unit's lock, so atomic).
+	peerRestarted atomic.Int64
 	grpcSrv  *grpc.Server
 	grpcLis  net.Listener
 	dataSrv  *http.Server
@@ -89,6 +97,9 @@ func New(cfg Config, log *slog.Logger) (*Site, error) {
 	}
 	if cfg.ScheduleMinute <= 0 {
 		cfg.ScheduleMinute = time.Minute
+	}
+	if cfg.MirrorRestart <= 0 {
+		cfg.MirrorRestart = 10 * cfg.SyncInterval
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -358,6 +369,18 @@ func (s *Site) Down() {
 	s.log.Warn("site down")
 }
 
+// PowerLoss takes the site down as a power cut does: as Down, and when it
+// comes back (Up) it is a restarted site, whose mirror daemon reports the
+// status of its peer's primary copies only after a while (ceph-csi
+// profile: Config.MirrorRestart).
+func (s *Site) PowerLoss() {
+	s.Down()
+	s.mu.Lock()
+	s.crashed = true
+	s.mu.Unlock()
+	s.log.Warn("power lost")
+}
+
 // Up brings a downed site back on the same addresses.
 func (s *Site) Up() error {
 	s.mu.Lock()
@@ -369,7 +392,13 @@ func (s *Site) Up() error {
 	if err := s.listen(); err != nil {
 		return err
 	}
-	s.log.Info("site up")
+	s.mu.Lock()
+	restarted := s.crashed
+	if restarted {
+		s.crashed, s.restarted = false, time.Now()
+	}
+	s.mu.Unlock()
+	s.log.Info("site up", "restarted", restarted)
 	return nil
 }
 
