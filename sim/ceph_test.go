@@ -461,7 +461,9 @@ func TestCephCSICannotSnapshotAReplica(t *testing.T) {
 // A site back from a network loss (Down, Up) keeps its daemon, and the
 // primary never answers so.
 func TestCephCSIPeerRestart(t *testing.T) {
-	ceph := func(c *sim.Config) { c.Driver, c.ScheduleMinute, c.MirrorRestart = sim.DriverCephCSI, 100*time.Millisecond, time.Second }
+	ceph := func(c *sim.Config) {
+		c.Driver, c.ScheduleMinute, c.MirrorRestart = sim.DriverCephCSI, 100*time.Millisecond, time.Second
+	}
 	a, b := startPair(t, pairOpts{TweakA: ceph, TweakB: ceph})
 	src := group("vg-1")
 	enable(t, a, src)

@@ -35,6 +35,7 @@ func (s *Site) dataHandler() http.Handler {
 	mux.HandleFunc("POST /v1/peer/apply", s.peerOnly(s.handlePeerApply))
 	mux.HandleFunc("POST /v1/peer/fences", s.peerOnly(s.handlePeerFences))
 	mux.HandleFunc("POST /v1/peer/drop", s.peerOnly(s.handlePeerDrop))
+	mux.HandleFunc("POST /v1/peer/restarted", s.peerOnly(s.handlePeerRestarted))
 	return mux
 }
 

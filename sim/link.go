@@ -297,6 +297,41 @@ func (s *Site) handlePeerFences(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// restartMessage tells the peer when this site came back from a power loss.
+type restartMessage struct {
+	From string    `json:"from"`
+	At   time.Time `json:"at"`
+}
+
+// announceRestart tells the peer, within a second or two, that this site
+// restarted at at.
+func (s *Site) announceRestart(at time.Time) {
+	if s.peer == nil || s.isLinkDown() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out struct{}
+	if err := s.peer.post(ctx, "/v1/peer/restarted", restartMessage{From: s.cfg.Name, At: at}, &out); err != nil {
+		s.log.Warn("could not tell the peer of the restart; it learns it at its next shipping round", "err", err)
+	}
+}
+
+func (s *Site) handlePeerRestarted(w http.ResponseWriter, r *http.Request) {
+	if !s.linkGuard(w) {
+		return
+	}
+	var m restartMessage
+	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+		httpError(w, http.StatusBadRequest, "decode: %v", err)
+		return
+	}
+	if !m.At.IsZero() {
+		s.peerRestarted.Store(m.At.UnixNano())
+	}
+	writeJSON(w, struct{}{})
+}
+
 // ---- shipping side ----
 
 func (s *Site) replicationLoop() {

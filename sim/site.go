@@ -79,10 +79,10 @@ type Site struct {
 	// peerRestarted is the peer's restarted, as its last status reply
 	// gave it (unix nanoseconds; read under a unit's lock, so atomic).
 	peerRestarted atomic.Int64
-	grpcSrv  *grpc.Server
-	grpcLis  net.Listener
-	dataSrv  *http.Server
-	ctlSrv   *http.Server
+	grpcSrv       *grpc.Server
+	grpcLis       net.Listener
+	dataSrv       *http.Server
+	ctlSrv        *http.Server
 
 	stop     chan struct{}
 	loopDone chan struct{}
@@ -397,7 +397,15 @@ func (s *Site) Up() error {
 	if restarted {
 		s.crashed, s.restarted = false, time.Now()
 	}
+	at := s.restarted
 	s.mu.Unlock()
+	if restarted {
+		// A restarted mirror daemon clears its former instance's statuses
+		// at its start: the peer learns it at once, not at its next
+		// shipping round (and from that round's status reply when the
+		// link is down now).
+		s.announceRestart(at)
+	}
 	s.log.Info("site up", "restarted", restarted)
 	return nil
 }
