@@ -125,6 +125,17 @@ var Deviations = []Deviation{
 		Measured: cephMeasured + "; on real Ceph a failover's role check said it \"could not ask\" west's copies, which had answered",
 	},
 	{
+		ID: "ceph-csi/info-no-remote-status", Driver: cephCSIName, Versions: cephCSIVersions,
+		RPC: RPCGetVolumeReplicationInfo, Code: codes.Internal,
+		Message: regexp.MustCompile(`^failed to get remote status: RBD image not found`), Means: codes.Unavailable, Classify: true,
+		Source: "internal/csi-addons/rbd/replication.go: ReplicationServer.GetVolumeReplicationInfo answers INTERNAL when the image's global mirror " +
+			"status holds no peer site's status (internal/rbd/mirror.go GetRemoteSiteStatus: librbd's ErrNotExist, \"RBD image not found\"); " +
+			"a restarted rbd-mirror removes the statuses its former instance left and reports again only once its image replayers run: the " +
+			"storage is recovering, and the answer passes",
+		Measured: "make e2e-ceph's power loss (ceph-csi 52fcb7b on Ceph 16.2.15): the surviving site's primary copies answered it for at " +
+			"least 74 s after the lost site's daemons restarted, then NOT_FOUND \"no snapshot details\" until the reprotect's resync, then their syncs",
+	},
+	{
 		ID: "ceph-csi/resync-primary-invalid", Driver: cephCSIName, Versions: cephCSIVersions,
 		RPC: RPCResyncVolume, Code: codes.InvalidArgument,
 		Message: regexp.MustCompile(`image is in primary state`), Means: codes.FailedPrecondition,
@@ -248,5 +259,16 @@ func (s *Storage) deviate(ctx context.Context, rpc string, e Endpoint, conn *grp
 	if !ok || !d.Classify {
 		return err
 	}
-	return status.Errorf(d.Means, "%s (%s answered %s: a recorded deviation, %s, read as %s)", st.Message(), name, st.Code(), d.ID, d.Means)
+	return status.Errorf(d.Means, "%s (%s answered %s: %s, %s, read as %s)", st.Message(), name, st.Code(), deviationMark, d.ID, d.Means)
+}
+
+// deviationMark is the words by which a rewritten answer names its row.
+const deviationMark = "a recorded deviation"
+
+// Recovering tells whether a call's failure is an answer that a row reads
+// as passing (UNAVAILABLE): a driver's own words for storage that is
+// coming back, e.g. ceph-csi's replication info while a restarted site's
+// mirror daemon has not reported yet.
+func Recovering(failure string) bool {
+	return strings.Contains(failure, deviationMark+", ") && strings.Contains(failure, "read as "+codes.Unavailable.String())
 }

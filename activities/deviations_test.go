@@ -67,6 +67,8 @@ func TestDeviationsNeedNameAndBehaviour(t *testing.T) {
 	other := status.Error(codes.Internal, "failed to connect to the cluster")
 	noInfo := status.Error(codes.Internal, "failed to get last sync info: no snapshot details: last sync time not found")
 	secondary := status.Error(codes.InvalidArgument, "image is not in primary state")
+	noRemote := status.Error(codes.Internal, "failed to get remote status: RBD image not found")
+	otherRemote := status.Error(codes.Internal, "failed to get remote status: connection refused")
 	for _, c := range []struct {
 		name, driver string
 		rpc          string
@@ -86,6 +88,11 @@ func TestDeviationsNeedNameAndBehaviour(t *testing.T) {
 		// status --verify) read FAILED_PRECONDITION as "not primary".
 		{"a secondary's answer to replication info reads as not primary", "rbd.csi.ceph.com", activities.RPCGetVolumeReplicationInfo, secondary, activities.ErrFailedPrecondition, false},
 		{"and stays invalid from another driver", "example.csi.vendor.io", activities.RPCGetVolumeReplicationInfo, secondary, activities.ErrInvalidArgument, false},
+		// A primary whose peer's mirror daemon restarted (a power loss)
+		// has no remote status for a while: the storage is recovering.
+		{"a primary without its peer's status yet is retried", "rbd.csi.ceph.com", activities.RPCGetVolumeReplicationInfo, noRemote, activities.ErrUnavailable, true},
+		{"other words of the remote status stay internal", "rbd.csi.ceph.com", activities.RPCGetVolumeReplicationInfo, otherRemote, activities.ErrUnexpected, false},
+		{"and the words from another driver too", "example.csi.vendor.io", activities.RPCGetVolumeReplicationInfo, noRemote, activities.ErrUnexpected, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := serveAnswering(t, &answering{name: c.driver, err: c.err})
