@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -154,11 +155,20 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 	if limit <= 0 {
 		limit = 10 * time.Minute
 	}
+	var waited rolesUnknown // what the storage answered while the step waited
 	for {
 		out, again, err := primaryThere(ctx, p, site, demoted, action)
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err == nil {
 			s.State, s.Note = StateDone, ""
+			if s.Retries > 0 {
+				// The report keeps what the step waited out.
+				how := "did not answer every copy"
+				if waited.Recovering {
+					how = "was recovering"
+				}
+				s.Output = fmt.Sprintf("%s, after %v in which %s's storage %s (it answered %s)", out, s.End.Sub(s.Start).Round(100*time.Millisecond), site, how, waited.Answer)
+			}
 			return nil
 		}
 		s.LastError = ErrorText(err)
@@ -167,7 +177,12 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 			return err
 		}
 		s.Retries++
-		s.Note = fmt.Sprintf("retrying in %v: not every copy on %s answered", interval, site)
+		d := unknownRoles(err)
+		waited.Recovering = waited.Recovering || d.Recovering
+		if waited.Answer == "" || d.Recovering {
+			waited.Answer = d.Answer
+		}
+		s.Note = waitNote(d, site, interval, limit)
 		if err := workflow.Sleep(ctx, interval); err != nil {
 			return err
 		}
@@ -205,6 +220,38 @@ const SettleActivity = "Settle"
 
 func settleActivity(context.Context) error { return nil }
 
+// rolesUnknown is the detail of a role check some copies did not answer:
+// the first answer that was no role, and whether the storage gave it
+// while it recovers (a recorded deviation of a driver that says so).
+type rolesUnknown struct {
+	Answer     string `json:"answer"`
+	Recovering bool   `json:"recovering,omitempty"`
+}
+
+// unknownRoles is the detail of primaryThere's ErrRolesUnknown.
+func unknownRoles(err error) rolesUnknown {
+	var d rolesUnknown
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.HasDetails() {
+		_ = ae.Details(&d)
+	}
+	return d
+}
+
+// waitNote is the note of a role check that asks again after interval:
+// what the storage answered, and whether it is recovering or out of
+// reach, within the step's time limit.
+func waitNote(d rolesUnknown, site string, interval, limit time.Duration) string {
+	state := "did not answer every copy"
+	if d.Recovering {
+		state = "is recovering (an answer its driver gives while the site's replication comes back)"
+	}
+	if d.Answer == "" {
+		return fmt.Sprintf("%s's storage %s; asking again in %v, within the step's %v limit", site, state, interval, limit)
+	}
+	return fmt.Sprintf("%s's storage %s: it answered %s; asking again in %v, within the step's %v limit", site, state, d.Answer, interval, limit)
+}
+
 // passing are the error types of a role query that may answer when
 // asked again.
 var passing = []string{activities.ErrOperationPending, activities.ErrUnavailable, activities.ErrDeadlineExceeded, activities.ErrResourceExhausted}
@@ -237,14 +284,21 @@ func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action str
 	}
 	if failed > 0 {
 		again = true
+		answer, recovering := "", false
 		for _, e := range res.Entries {
-			if e.Error != "" && e.Type != activities.ErrNotFound && e.Type != activities.ErrFailedPrecondition && !slices.Contains(passing, e.Type) {
-				again = false
+			if e.Error != "" && e.Type != activities.ErrNotFound && e.Type != activities.ErrFailedPrecondition {
+				if !slices.Contains(passing, e.Type) {
+					again = false
+				}
+				if answer == "" {
+					answer = e.Error
+				}
+				recovering = recovering || activities.Recovering(e.Error)
 			}
 		}
 		return "", again, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"%d of %d copies asked on %s could not be asked which role they hold (%d answered as primary). Nothing was done: a %s demotes %s only once %s's storage says it holds every primary copy; start it again when it answers",
-			failed, len(calls), site, primary, action, demoted, site), ErrRolesUnknown, nil)
+			"%d of %d copies asked on %s could not be asked which role they hold (%d answered as primary; the storage answered: %s). Nothing was done: a %s demotes %s only once %s's storage says it holds every primary copy; start it again when it answers",
+			failed, len(calls), site, primary, answer, action, demoted, site), ErrRolesUnknown, nil, rolesUnknown{Answer: answer, Recovering: recovering})
 	}
 	return fmt.Sprintf("%d of %d copies asked on %s are primary", primary, len(calls), site), false, nil
 }
