@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,11 @@ func cephPlan(text string) string {
 // second once a promotion has added the schedule.
 const cephMinute = time.Second
 
+// cephMirrorRestart is how long the sites' primary copies answer INTERNAL
+// "failed to get remote status" after their peer restarts from a power
+// loss (real ceph-csi: at least 74 s).
+const cephMirrorRestart = 20 * time.Second
+
 // TestCephCSICycle runs one failover, reprotect and failback on sites that
 // answer as ceph-csi does (drover-sim --driver ceph-csi): ListClusterFence
 // panics, INVALID_ARGUMENT where the spec says FAILED_PRECONDITION, its
@@ -36,7 +42,9 @@ const cephMinute = time.Second
 // resync. The conformance suite passes against those sites first, and the
 // invariants hold at the end.
 func TestCephCSICycle(t *testing.T) {
-	h := startWith(t, 2, 2, cephPlan, func(o *stack.Options) { o.Driver = sim.DriverCephCSI; o.ScheduleMinute = cephMinute })
+	h := startWith(t, 2, 2, cephPlan, func(o *stack.Options) {
+		o.Driver, o.ScheduleMinute, o.MirrorRestart = sim.DriverCephCSI, cephMinute, cephMirrorRestart
+	})
 	if raw, err := os.ReadFile(h.plan); err != nil || strings.Contains(string(raw), "schedulingInterval: 1s") || !strings.Contains(string(raw), "schedulingInterval: 1m") {
 		t.Fatal("the plan does not ask for a schedule ceph-csi takes")
 	}
@@ -70,7 +78,10 @@ func TestCephCSICycle(t *testing.T) {
 		return len(seen) >= 4
 	})
 
-	h.siteDown("east")
+	// East loses power: when it comes back, west's primary copies answer
+	// as real ceph-csi does while east's restarted mirror daemon has not
+	// reported them yet.
+	h.sitePowerLoss("east")
 	h.must("failover", h.plan, "--to", "west", "--yes", "--wait")
 	pr, err := h.progress()
 	if err != nil {
@@ -88,8 +99,22 @@ func TestCephCSICycle(t *testing.T) {
 	h.waitWrites("west", "acknowledged", acked, 20)
 
 	h.siteUp("east")
+	restarted := time.Now()
 	h.waitWrites("east", "refused by the fence", fenced, 3)
+	if time.Since(restarted) > cephMirrorRestart/2 {
+		t.Fatalf("east's fenced writes took %s: the reprotect would start after west's storage recovered", time.Since(restarted))
+	}
 	h.must("reprotect", h.plan, "--yes", "--wait")
+	// The reprotect waited the recovery out, and its report says what the
+	// storage answered meanwhile.
+	if pr, err := h.progress(); err != nil {
+		t.Fatal(err)
+	} else if i := slices.IndexFunc(pr.Steps, func(s *workflows.Step) bool { return s.Name == "check roles on west" }); i < 0 ||
+		!strings.Contains(pr.Steps[i].Output, "was recovering") || !strings.Contains(pr.Steps[i].Output, "failed to get remote status: RBD image not found") {
+		t.Fatalf("the reprotect's role check does not say it waited out west's recovering storage: %+v", pr.Steps)
+	} else {
+		t.Logf("the reprotect's role check: %s", pr.Steps[i].Output)
+	}
 	simtest.Eventually(t, 60*time.Second, "east's copies in-sync secondaries and nothing fenced", func() bool {
 		for _, s := range h.states() {
 			for _, f := range s.Fences {

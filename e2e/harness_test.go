@@ -334,6 +334,15 @@ func (h *harness) siteDown(site string) {
 	}
 }
 
+// sitePowerLoss takes a storage site down as a power cut does; siteUp
+// restarts it.
+func (h *harness) sitePowerLoss(site string) {
+	h.t.Helper()
+	if err := h.ctl[site].PowerLoss(context.Background()); err != nil {
+		h.t.Fatalf("cut %s's power: %v", site, err)
+	}
+}
+
 func (h *harness) siteUp(site string) {
 	h.t.Helper()
 	if err := h.ctl[site].Up(context.Background()); err != nil {

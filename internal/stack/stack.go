@@ -122,6 +122,11 @@ type Options struct {
 	// ScheduleMinute is how long a minute of a schedulingInterval lasts
 	// on the sites (drover-sim's scheduleMinute; a minute when zero).
 	ScheduleMinute time.Duration
+	// MirrorRestart is drover-sim's mirrorRestart: how long, under the
+	// ceph-csi profile, a site's primary copies answer as real ceph-csi
+	// does after their peer restarts from a power loss (the simulator's
+	// default when zero).
+	MirrorRestart time.Duration
 	// SQL runs the Temporal server built from its Go module on a
 	// throwaway PostgreSQL cluster, set up as in production (schemas,
 	// namespace, search attributes), instead of the dev server. Bin then
@@ -537,7 +542,7 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 	}
 	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer, PeerToken: s.peerToken,
 		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver,
-		ScheduleMinute: s.ScheduleMinute, Secrets: s.Secrets}
+		ScheduleMinute: s.ScheduleMinute, MirrorRestart: s.MirrorRestart, Secrets: s.Secrets}
 	if len(cfg.Groups) == 0 {
 		cfg.Groups = []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}
 	}
