@@ -69,7 +69,16 @@ type GroupHealth struct {
 	Message  string        `json:"message,omitempty"`
 	Error    string        `json:"error,omitempty"`
 	OutOfRPO bool          `json:"outOfRPO"`
-	Checked  time.Time     `json:"checked"`
+	// Why says, while the group is out of RPO, which side stopped: the
+	// primary's storage that did not answer, or the replica that takes
+	// no syncs while the primary answers.
+	Why string `json:"why,omitempty"`
+	// Recovering: the primary's storage answered, in words a recorded
+	// deviation reads as passing, that the replica's side of the
+	// replication is coming back (ceph-csi's missing remote status while
+	// the replica site's mirror daemon restarts): the primary answers.
+	Recovering bool      `json:"recovering,omitempty"`
+	Checked    time.Time `json:"checked"`
 }
 
 // ProtectState is what Protect knows; failover and failback read it.
@@ -478,7 +487,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s.report(ctx, p.Metadata.Name)
 		noteProtection(ctx, p.Metadata.Name, s, true)
 		if s.OutOfRPO && !wasOut {
-			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D())
+			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D(), "why", s.firstWhy())
 		}
 		if _, err := workflow.AwaitWithTimeout(ctx, interval, func() bool { return stop != nil || moved() }); err != nil {
 			return s, err
@@ -712,12 +721,12 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 			switch {
 			case owner[i] != g || h.Error != "":
 			case e.Error != "":
-				h.Error = e.Error
+				h.Error, h.Recovering = e.Error, activities.Recovering(e.Error)
 			case h.LastSync.IsZero() || e.Info.LastSyncTime.Before(h.LastSync):
 				h.LastSync, h.Lag, h.Status, h.Message = e.Info.LastSyncTime, e.Info.Lag, e.Info.Status, e.Info.StatusMessage
 			}
 		}
-		next[g] = health(h, s.Groups[g], now, p)
+		next[g] = health(h, s.Groups[g], now, p, s.Primary)
 	}
 	s.record(next)
 	s.reachable(now)
@@ -745,7 +754,7 @@ func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.
 			if h.Error == "" {
 				h.Error = "not answered yet"
 			}
-			next[g] = health(h, s.Groups[g], now, p)
+			next[g] = health(h, s.Groups[g], now, p, s.Primary)
 		}
 		s.record(next)
 		if s.Unreachable == "" || s.UnreachableSince.IsZero() {
@@ -767,7 +776,8 @@ func (s *ProtectState) reachable(now time.Time) {
 	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
 		h := s.Groups[g]
-		if h.Error == "" {
+		if h.Error == "" || h.Recovering {
+			// Answered: a recovering answer is the storage's own.
 			why = ""
 			break
 		}
@@ -788,7 +798,7 @@ func (s *ProtectState) reachable(now time.Time) {
 // health finishes a group's record: after an error it keeps the last
 // known sync and counts the lag from it; out of RPO when the lag passes
 // the target or no sync is known.
-func health(h, prev GroupHealth, now time.Time, p *plans.Plan) GroupHealth {
+func health(h, prev GroupHealth, now time.Time, p *plans.Plan, primary string) GroupHealth {
 	target := p.Policy.RPOTarget.D()
 	if h.Error != "" {
 		h.LastSync, h.Lag, h.Status, h.Message = prev.LastSync, prev.Lag, "", ""
@@ -797,7 +807,52 @@ func health(h, prev GroupHealth, now time.Time, p *plans.Plan) GroupHealth {
 		}
 	}
 	h.OutOfRPO = h.LastSync.IsZero() || h.Lag > target
+	h.Why = ""
+	if h.OutOfRPO {
+		h.Why = rpoWhy(h, primary, replicaOf(p, primary))
+	}
 	return h
+}
+
+// replicaOf is the site that holds the replicas while primary holds the
+// primary copies.
+func replicaOf(p *plans.Plan, primary string) string {
+	for _, s := range p.Sites {
+		if s.Name != primary {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// rpoWhy names the side that stopped when a group is out of RPO: the
+// primary's storage that did not answer, no sync that ever reached the
+// replica, or a primary that answers while its replica takes no syncs
+// (the replica site's mirror daemon, the link, its storage).
+func rpoWhy(h GroupHealth, primary, replica string) string {
+	switch {
+	case h.Recovering:
+		return fmt.Sprintf("%s (the primary) answers, but says the status %s (the replica) reports is missing: %s's replication is recovering (a mirror daemon that restarted); the lag counts from the last sync known",
+			primary, replica, replica)
+	case h.Error != "":
+		return fmt.Sprintf("the storage of %s (the primary) did not answer; the lag counts from the last sync known", primary)
+	case h.LastSync.IsZero():
+		return fmt.Sprintf("%s answers, but no sync has reached %s yet", primary, replica)
+	}
+	return fmt.Sprintf("%s (the primary) answers, but %s (the replica) has taken no sync since %s: replication to %s stopped (its mirror daemon, the link or its storage)",
+		primary, replica, h.LastSync.UTC().Format(time.RFC3339), replica)
+}
+
+// firstWhy is the reason of the first group, by name, out of RPO.
+func (s *ProtectState) firstWhy() string {
+	// Sorted keys: the same on every replay.
+	//workflowcheck:ignore
+	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
+		if h := s.Groups[g]; h.OutOfRPO {
+			return g + ": " + h.Why
+		}
+	}
+	return ""
 }
 
 // record makes a complete round the state.

@@ -142,7 +142,13 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 			}
 		}
 		if past(h) {
-			note = strings.TrimSpace("out of RPO " + note)
+			why := h.Why
+			if why == "" && h.Error == "" && !h.LastSync.IsZero() {
+				// Past the target by the wall clock since the last poll.
+				why = fmt.Sprintf("%s (the primary) answered, but no sync has arrived since %s", ps.Primary, last)
+			}
+			note = strings.TrimSpace("out of RPO " + strings.TrimSpace(why+"; "+note))
+			note = strings.TrimSuffix(note, ";")
 		}
 		tw.row("  "+g, last, lag(h).Round(time.Millisecond).String(), h.Status, oneLine(note))
 	}

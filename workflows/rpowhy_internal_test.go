@@ -1,0 +1,51 @@
+package workflows
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dr/drover/plans"
+)
+
+// TestOutOfRPONamesTheSideThatStopped: a group out of RPO says which side
+// stopped. A primary that answers with a sync too old blames the replica
+// (its mirror daemon, the link, its storage), never the primary; a
+// primary that did not answer is blamed itself; a group within its
+// target has no reason.
+func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
+	p := &plans.Plan{Sites: []plans.Site{{Name: "east"}, {Name: "west"}}}
+	p.Policy.RPOTarget = plans.Duration(2 * time.Minute)
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-3 * time.Minute)
+
+	h := health(GroupHealth{LastSync: old, Lag: 3 * time.Minute}, GroupHealth{}, now, p, "east")
+	if !h.OutOfRPO || !strings.Contains(h.Why, "west (the replica) has taken no sync since") || !strings.Contains(h.Why, "east (the primary) answers") {
+		t.Errorf("the primary answers, the replica takes no syncs: %+v", h)
+	}
+	h = health(GroupHealth{LastSync: old, Lag: 3 * time.Minute}, GroupHealth{}, now, p, "west")
+	if !strings.Contains(h.Why, "east (the replica)") {
+		t.Errorf("after a failover the replica is east: %q", h.Why)
+	}
+	h = health(GroupHealth{Error: "unreachable"}, GroupHealth{LastSync: old}, now, p, "east")
+	if !h.OutOfRPO || !strings.Contains(h.Why, "the storage of east (the primary) did not answer") || strings.Contains(h.Why, "replica") {
+		t.Errorf("the primary did not answer: %+v", h)
+	}
+	h = health(GroupHealth{Error: "x", Recovering: true}, GroupHealth{LastSync: old}, now, p, "east")
+	if !h.OutOfRPO || !strings.Contains(h.Why, "east (the primary) answers") || !strings.Contains(h.Why, "west's replication is recovering") {
+		t.Errorf("the primary answers that the replica's status is missing: %+v", h)
+	}
+	s := &ProtectState{Primary: "east", Groups: map[string]GroupHealth{"db": h}}
+	s.reachable(now)
+	if s.Unreachable != "" {
+		t.Errorf("a primary that answered it is recovering is called unreachable: %q", s.Unreachable)
+	}
+	h = health(GroupHealth{}, GroupHealth{}, now, p, "east")
+	if !h.OutOfRPO || !strings.Contains(h.Why, "no sync has reached west yet") {
+		t.Errorf("no sync yet: %+v", h)
+	}
+	h = health(GroupHealth{LastSync: now.Add(-time.Minute), Lag: time.Minute}, GroupHealth{Why: "stale"}, now, p, "east")
+	if h.OutOfRPO || h.Why != "" {
+		t.Errorf("within the target: %+v", h)
+	}
+}
