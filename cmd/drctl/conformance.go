@@ -110,9 +110,36 @@ func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return badInput("%v", err)
 	}
-	// Ctrl-C stops the checks; the clean-up still runs, then we exit.
+	// Ctrl-C stops the checks; the clean-up still runs (unless the driver
+	// left the last call hanging: then it would hang too), then we exit.
+	// A second Ctrl-C leaves the clean-up at once.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	abandon, leave := context.WithCancel(context.Background())
+	defer leave()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-finished:
+			return
+		case <-ctx.Done():
+		}
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		fmt.Fprintln(a.stderr, "drctl: interrupted: the checks stop; putting back what they changed (Ctrl-C again to leave it as it is)")
+		select {
+		case <-again:
+			fmt.Fprintln(a.stderr, "drctl: leaving the clean-up; the clean-up lines say what was not put back")
+			leave()
+		case <-finished:
+		}
+	}()
+	if !cfg.DryRun {
+		cfg.Progress = a.stderr
+	}
+	cfg.Abandon = abandon
 	d := activities.NewDialer()
 	defer d.Close()
 	rep, err := conformance.Run(ctx, cfg, d)

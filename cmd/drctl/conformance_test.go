@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -350,6 +351,50 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		}
 	})
 
+	t.Run("a hung driver: each wait shown, Ctrl-C ends it at once", func(t *testing.T) {
+		// EnableVolumeReplication of the scratch volume never answers, as
+		// ceph-csi's calls hang with a Ceph user its cluster refuses.
+		p := startSimPair(t, bins, sim.DriverSpec, "--fault", "EnableVolumeReplication,latency=10m,subject=vol-1")
+		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
+			"--volume", "vol-1", "--timeout", "3s", "--sync-timeout", "5m")
+		var out, errb syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		// The wait is shown while it lasts, with the check and the call.
+		simtest.Eventually(t, time.Minute, "drctl to say what it waits on", func() bool {
+			return strings.Contains(errb.String(), "replication/volume/enable: waiting on ")
+		})
+		simtest.Eventually(t, time.Minute, "the call to be unanswered for a while", func() bool {
+			return strings.Contains(errb.String(), "EnableVolumeReplication for 6s")
+		})
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			// A clean-up against the hung driver would take its calls'
+			// deadlines, minutes in all.
+			_ = cmd.Process.Kill()
+			t.Fatalf("drctl did not end after Ctrl-C against a hung driver\n%s\n%s", out.String(), errb.String())
+		}
+		if code := bintest.ExitCode(err); code != exitInterrupted {
+			t.Fatalf("exit %d, want %d\n%s\n%s", code, exitInterrupted, out.String(), errb.String())
+		}
+		if !strings.Contains(out.String(), "clean-up: volume clean-up: not tried: the driver left endpoint EnableVolumeReplication unanswered") ||
+			!strings.Contains(out.String(), "disable its replication by hand") {
+			t.Errorf("the report does not say why nothing was put back, nor what to check:\n%s", out.String())
+		}
+		if t.Failed() {
+			t.Logf("drctl conformance said:\n%s\n%s", out.String(), errb.String())
+		}
+	})
+
 	t.Run("interrupted run puts the scratch resources back", func(t *testing.T) {
 		// A slow PromoteVolume keeps the run inside the replication
 		// checks when Ctrl-C arrives.
@@ -420,4 +465,22 @@ func assertLeftAsFound(t *testing.T, p simPair) {
 			}
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -116,11 +116,15 @@ func (r *runner) fence(ctx context.Context) {
 	fenced := false
 	defer func() {
 		if fenced && !r.cfg.DryRun {
-			cctx, cancel := context.WithTimeout(context.Background(), call)
-			defer cancel()
 			res := "done"
-			if err := f.unfence(cctx, cidr); err != nil {
-				res = ok("", err).Error()
+			if why := r.hung(r.runCtx.Err() != nil); why != "" {
+				res = why + "; " + cidr + " may still be fenced: unfence it by hand once the driver answers"
+			} else {
+				cctx, cancel := context.WithTimeout(r.cleanupBase(), call)
+				defer cancel()
+				if err := f.unfence(cctx, cidr); err != nil {
+					res = ok("", err).Error()
+				}
 			}
 			r.report.Cleanup = append(r.report.Cleanup, fmt.Sprintf("unfence %s on %s: %s", cidr, a.Name, res))
 		}

@@ -384,7 +384,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	st := &pairState{}
 	defer func() {
 		if st.enabled && !st.disabled {
-			r.cleanupReplication(p, kind, st)
+			r.cleanupReplication(p, kind, id, st)
 		}
 	}()
 
@@ -467,7 +467,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 			return "", err
 		}
 		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), r.cfg.CallTimeout)
+			cctx, cancel := context.WithTimeout(r.cleanupBase(), r.cfg.CallTimeout)
 			defer cancel()
 			if err := r.hook(cctx, "link-up", h.LinkUp, env...); err != nil {
 				f.block("not run: the link-up command failed: " + err.Error())
@@ -687,17 +687,21 @@ func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string,
 // copy diverged or it is refused without); replication disabled on A, the
 // primary, first, then on B (NOT_FOUND: nothing left). Each step is
 // reported.
-func (r *runner) cleanupReplication(p repl, kind string, st *pairState) {
+func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 	if r.cfg.DryRun {
 		return
 	}
 	a, b := &r.cfg.A, r.cfg.B
-	ctx, cancel := context.WithTimeout(context.Background(), 2*r.cfg.SyncTimeout+4*r.cfg.CallTimeout)
-	defer cancel()
 	r.cur = nil
 	note := func(what, res string) {
 		r.report.Cleanup = append(r.report.Cleanup, fmt.Sprintf("%s %s: %s", kind, what, res))
 	}
+	if why := r.hung(r.runCtx.Err() != nil); why != "" {
+		note("clean-up", fmt.Sprintf("%s; %s %s may still be replicated between %s and %s: see its state there, and disable its replication by hand once the driver answers", why, kind, id, a.Name, b.Name))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.cleanupBase(), 2*r.cfg.SyncTimeout+4*r.cfg.CallTimeout)
+	defer cancel()
 	result := func(err error) string {
 		if err != nil {
 			return ok("", err).Error()[2:]

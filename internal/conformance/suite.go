@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -70,6 +71,16 @@ type Config struct {
 	Hooks Hooks
 	// DryRun lists the calls without making any.
 	DryRun bool
+	// Progress, when set, is told what the suite waits on while a call
+	// goes unanswered (every WaitNote): a driver that hangs shows which
+	// call of which check hangs, and for how long.
+	Progress io.Writer
+	// WaitNote is how often Progress hears of a call still unanswered
+	// (default a third of CallTimeout, between 1 and 10 s).
+	WaitNote time.Duration
+	// Abandon, when set, ends the clean-up of an interrupted run when it
+	// ends (a second Ctrl-C): each step not done is reported so.
+	Abandon context.Context
 }
 
 // Hooks are shell commands (sh -c) the suite runs to provoke a state no
@@ -178,6 +189,9 @@ func (c *Config) Validate() error {
 	if c.ClockSkew <= 0 {
 		c.ClockSkew = 5 * time.Second
 	}
+	if c.WaitNote <= 0 {
+		c.WaitNote = min(10*time.Second, max(c.CallTimeout/3, time.Second))
+	}
 	return nil
 }
 
@@ -187,7 +201,7 @@ func Run(ctx context.Context, cfg Config, d *activities.Dialer) (*Report, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, dialer: d, report: &Report{}}
+	r := &runner{cfg: cfg, dialer: d, report: &Report{}, runCtx: ctx}
 	r.identity(ctx, &cfg.A)
 	if cfg.B != nil {
 		r.identity(ctx, cfg.B)
@@ -203,6 +217,14 @@ type runner struct {
 	cfg    Config
 	dialer *activities.Dialer
 	report *Report
+	// unanswered is when the call in flight was made, while it has no
+	// answer; it stays set when the call ended without one (its context
+	// ended first): the driver left it hanging.
+	unanswered time.Time
+	// unansweredCall names that call.
+	unansweredCall string
+	// runCtx is the run's context: ended, the run was interrupted.
+	runCtx context.Context
 	// caps by site name, from GetCapabilities.
 	caps map[string]map[string]bool
 	// cur collects the calls of the running check.
@@ -311,8 +333,73 @@ func (r *runner) invoke(ctx context.Context, e activities.Endpoint, site, method
 	if err != nil {
 		return fmt.Errorf("%s: %w", site, err)
 	}
-	return conn.Invoke(ctx, method, req, resp, grpc.WaitForReady(false))
+	start := time.Now()
+	r.unanswered, r.unansweredCall = start, site+" "+rpc
+	stop := r.noteWaiting(ctx, site, rpc, start)
+	err = conn.Invoke(ctx, method, req, resp, grpc.WaitForReady(false))
+	stop()
+	if err == nil || ctx.Err() == nil {
+		r.unanswered, r.unansweredCall = time.Time{}, "" // the driver answered
+	}
+	return err
 }
+
+// noteWaiting tells cfg.Progress, every WaitNote while a call goes
+// unanswered, which call of which check waits and how long the check has
+// left; the returned func ends it.
+func (r *runner) noteWaiting(ctx context.Context, site, rpc string, start time.Time) func() {
+	w := r.cfg.Progress
+	if w == nil {
+		return func() {}
+	}
+	check := ""
+	if r.cur != nil {
+		check = r.cur.ID + ": "
+	}
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(r.cfg.WaitNote)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				left := ""
+				if dl, ok := ctx.Deadline(); ok {
+					left = fmt.Sprintf(", %v left of its deadline", time.Until(dl).Round(time.Second))
+				}
+				fmt.Fprintf(w, "conformance: %swaiting on %s's %s for %v%s\n", check, site, rpc, now.Sub(start).Round(time.Second), left)
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
+// cleanupBase is the context the clean-up runs on: its own (Ctrl-C does
+// not end it), or Abandon's when set (a second Ctrl-C does).
+func (r *runner) cleanupBase() context.Context {
+	if r.cfg.Abandon != nil {
+		return r.cfg.Abandon
+	}
+	return context.Background()
+}
+
+// hung says, after an interrupt, whether the driver left the run's last
+// call unanswered for a while: a clean-up would hang the same way, so it
+// is not tried, and why is reported instead.
+func (r *runner) hung(interrupted bool) string {
+	if !interrupted || r.unanswered.IsZero() || time.Since(r.unanswered) < hungAfter {
+		return ""
+	}
+	return fmt.Sprintf("not tried: the driver left %s unanswered for %v before the interrupt, and would leave the clean-up's calls so too",
+		r.unansweredCall, time.Since(r.unanswered).Round(time.Second))
+}
+
+// hungAfter is how long an unanswered call makes a driver hung.
+const hungAfter = 5 * time.Second
 
 func dryAnswer(resp proto.Message) {
 	switch m := resp.(type) {
