@@ -67,7 +67,7 @@ func TestDeviationsNeedNameAndBehaviour(t *testing.T) {
 	other := status.Error(codes.Internal, "failed to connect to the cluster")
 	noInfo := status.Error(codes.Internal, "failed to get last sync info: no snapshot details: last sync time not found")
 	secondary := status.Error(codes.InvalidArgument, "image is not in primary state")
-	noRemote := status.Error(codes.Internal, "failed to get remote status: RBD image not found")
+	noRemote := status.Error(codes.Internal, "failed to get remote status: RBD image not found: rbd: ret=-2, No such file or directory")
 	otherRemote := status.Error(codes.Internal, "failed to get remote status: connection refused")
 	for _, c := range []struct {
 		name, driver string

@@ -55,9 +55,9 @@ type Config struct {
 	// daemon, restarted after a power loss (PowerLoss, then Up), takes to
 	// report the status of this site's primary copies again; until then
 	// their replication info answers INTERNAL "failed to get remote
-	// status: RBD image not found", as real ceph-csi did for at least
-	// 74 s after a site's restart (make e2e-ceph's power loss). Default
-	// 10 × SyncInterval.
+	// status: RBD image not found", as real ceph-csi did for about a
+	// minute after a site's restart (make e2e-ceph's power loss: until
+	// 66 s after it). Default 10 × SyncInterval.
 	MirrorRestart time.Duration `yaml:"mirrorRestart"`
 	// Primary: on first start, this site holds the primary copies.
 	Primary bool `yaml:"primary"`
