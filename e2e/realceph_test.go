@@ -226,30 +226,29 @@ func (e cephEnv) laggy(t *testing.T, site string) []string {
 	return pgs
 }
 
-// TestRealCeph runs the whole DR cycle on two real Ceph clusters through
-// the real ceph-csi (make e2e-ceph brings them up and names them in
-// DROVER_CEPH_ENV): protection that keeps syncing, a drill and a test
-// recovery while the application writes, an unplanned failover with
-// east cut off (its daemons stopped, alive) and its clients fenced on
-// west's cluster, a split brain (east written as primary after the
-// failover) that reprotect resolves with a forced resync, and a planned
-// failback that loses no acknowledged write and leaves the images
-// byte-identical. Every figure is logged as a "ceph:" line.
-func TestRealCeph(t *testing.T) {
+// cephRig is one test's plan on the real clusters: two volumes made on
+// east, the plan (both sites' ceph-csi, their clients' CIDRs, the
+// application as exec hooks that start and stop its writer), and a stack
+// (Temporal, worker) running it.
+type cephRig struct {
+	e            cephEnv
+	h            *harness
+	ctx          context.Context
+	dir, app     string
+	secrets      map[string]string
+	vols, images map[string]string
+}
+
+// startCephRig brings up a rig whose volumes' CSI names begin with
+// prefix; it skips without real Ceph.
+func startCephRig(t *testing.T, prefix string) *cephRig {
+	t.Helper()
 	envFile := os.Getenv("DROVER_CEPH_ENV")
 	if envFile == "" {
 		t.Skip("no real Ceph: make e2e-ceph brings it up and sets DROVER_CEPH_ENV")
 	}
 	if buildErr != nil {
 		t.Fatal(buildErr)
-	}
-	protectFor := 5 * time.Minute
-	if v := os.Getenv("DROVER_CEPH_PROTECT_FOR"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		protectFor = d
 	}
 	e := readCephEnv(t, envFile)
 	dir := t.TempDir()
@@ -269,11 +268,11 @@ func TestRealCeph(t *testing.T) {
 
 	// Two volumes, created as a CO would, through east's CSI controller.
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	vols := map[string]string{}
 	images := map[string]string{}
 	for _, name := range []string{"db", "web"} {
-		id := cephCreateVolume(t, ctx, e.site("east", "CSI_ENDPOINT"), "drover-e2e-"+name, e, secrets)
+		id := cephCreateVolume(t, ctx, e.site("east", "CSI_ENDPOINT"), prefix+name, e, secrets)
 		vols[name] = id
 		images[name] = "csi-vol-" + id[len(id)-36:]
 	}
@@ -362,6 +361,29 @@ func TestRealCeph(t *testing.T) {
 	if h.c, err = st.Client(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return &cephRig{e: e, h: h, ctx: ctx, dir: dir, app: app, secrets: secrets, vols: vols, images: images}
+}
+
+// TestRealCeph runs the whole DR cycle on two real Ceph clusters through
+// the real ceph-csi (make e2e-ceph brings them up and names them in
+// DROVER_CEPH_ENV): protection that keeps syncing, a drill and a test
+// recovery while the application writes, an unplanned failover with
+// east cut off (its daemons stopped, alive) and its clients fenced on
+// west's cluster, a split brain (east written as primary after the
+// failover) that reprotect resolves with a forced resync, and a planned
+// failback that loses no acknowledged write and leaves the images
+// byte-identical. Every figure is logged as a "ceph:" line.
+func TestRealCeph(t *testing.T) {
+	protectFor := 5 * time.Minute
+	if v := os.Getenv("DROVER_CEPH_PROTECT_FOR"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		protectFor = d
+	}
+	r := startCephRig(t, "drover-e2e-")
+	e, h, ctx, dir, app, secrets, vols, images := r.e, r.h, r.ctx, r.dir, r.app, r.secrets, r.vols, r.images
 
 	// The application runs on east; protection starts.
 	runHook(t, e.appCmd(app, "east", e.site("east", "CONF"), "write", "east", filepath.Join(dir, "east.acks"), "0", images["db"], images["web"]),

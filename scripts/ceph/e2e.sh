@@ -3,9 +3,11 @@
 #
 # The whole DR cycle on two real Ceph clusters through the real ceph-csi:
 # installs Ceph from Debian's packages when it is missing, brings up the
-# clusters and one ceph-csi controller per site (up.sh), runs the e2e test
-# TestRealCeph against them, and stops every daemon it started (down.sh),
-# also on failure and Ctrl-C.
+# clusters and one ceph-csi controller per site (up.sh), runs the e2e tests
+# TestRealCephPowerLoss (a half-dead replica, then the primary site lost to
+# a power cut and restarted) and TestRealCeph (the whole cycle with a
+# frozen site, then the point-in-time story) against them, and stops every
+# daemon it started (down.sh), also on failure and Ctrl-C.
 #
 # ceph-csi comes from the environment, as no package holds it:
 #   CEPH_CSI       a cephcsi binary, or
@@ -87,6 +89,6 @@ mkdir -p .run
 set -o pipefail
 # DROVER_CEPH_RUN picks the test (make bench-ceph: the bench), its log
 # .run/DROVER_CEPH_LOG.log.
-DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "${DROVER_CEPH_RUN:-^TestRealCeph\$}" ./e2e 2>&1 | tee ".run/${DROVER_CEPH_LOG:-e2e-ceph}.log" |
+DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "${DROVER_CEPH_RUN:-^TestRealCeph(PowerLoss)?\$}" ./e2e 2>&1 | tee ".run/${DROVER_CEPH_LOG:-e2e-ceph}.log" |
 	grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |ceph: |ceph-bench: '
 lap "done"

@@ -3,8 +3,10 @@
 #
 # Brings up real Ceph (Pacific, from Debian's packages) and real ceph-csi for
 # the two sites east and west, all on 127.0.0.1, without systemd or Docker:
-#   - one cluster per site: one mon, one mgr, one memstore OSD, pool `rbd`,
-#     cephx on; the pool has the same ID on both clusters;
+#   - one cluster per site: one mon, one mgr, one OSD on BlueStore over a
+#     sparse file (it survives a SIGKILL and a restart, as a site that lost
+#     power must; a memstore OSD loses its data), pool `rbd`, cephx on; the
+#     pool has the same ID on both clusters;
 #   - two-way snapshot-based RBD mirroring of pool `rbd` (one rbd-mirror per
 #     cluster);
 #   - a client.drover-csi user with ceph-csi's caps and the same key on both
@@ -20,7 +22,9 @@
 #     /etc/ceph and /etc/ceph-csi-config are per site), serving CSI and
 #     CSI-Addons on unix sockets under STATEDIR.
 # Every daemon runs in the foreground of its own session, niced, with its PID
-# in STATEDIR/pids/NAME.pid; scripts/ceph/down.sh STATEDIR stops them all. A
+# in STATEDIR/pids/NAME.pid and its command in STATEDIR/cmds/NAME;
+# scripts/ceph/down.sh STATEDIR stops them all, and scripts/ceph/restart.sh
+# STATEDIR NAME... starts stopped or killed ones again as they were. A
 # failed bring-up calls down.sh itself. STATEDIR/env describes the result as
 # KEY=value lines (see the end of this file).
 #
@@ -115,18 +119,24 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-rm -rf "${S:?}/east" "${S:?}/west" "${S:?}/pids" "${S:?}/env" "${S:?}/csi" "${S:?}/lib"
-mkdir -p "$S/pids" "$S/csi" "$S/lib"
+rm -rf "${S:?}/east" "${S:?}/west" "${S:?}/pids" "${S:?}/cmds" "${S:?}/env" "${S:?}/csi" "${S:?}/lib"
+mkdir -p "$S/pids" "$S/cmds" "$S/csi" "$S/lib"
 
 # start NAME OUTFILE CMD...: runs CMD niced, in a session of its own and in
 # the foreground (no daemonizing), stdout and stderr to OUTFILE; its PID is in
-# STATEDIR/pids/NAME.pid before it runs.
+# STATEDIR/pids/NAME.pid before it runs, and the command, for restart.sh, in
+# STATEDIR/cmds/NAME.
 start() {
 	local name=$1 out=$2
 	shift 2
+	{
+		printf 'nicelevel=%q\nout=%q\ncmd=(' "$nicelevel" "$out"
+		printf '%q ' "$@"
+		printf ')\n'
+	} >"$S/cmds/$name"
 	(
 		echo "$BASHPID" >"$S/pids/$name.pid"
-		exec setsid nice -n "$nicelevel" "$@" </dev/null >"$out" 2>&1
+		exec setsid nice -n "$nicelevel" "$@" </dev/null >>"$out" 2>&1
 	) &
 }
 
@@ -163,7 +173,8 @@ rbdc() {
 	timeout 60 rbd -c "$(conf "$site")" "$@"
 }
 
-# mkcluster SITE: one mon, one OSD (memstore), pool rbd, one mgr.
+# mkcluster SITE: one mon, one OSD (BlueStore over a sparse file), pool rbd,
+# one mgr.
 mkcluster() {
 	local s=$1 d=$S/$1
 	local c fsid osduuid
@@ -193,8 +204,14 @@ mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
 osd crush chooseleaf type = 0
-osd objectstore = memstore
-memstore device bytes = 1073741824
+osd objectstore = bluestore
+bluestore block create = true
+bluestore block size = 4294967296
+bluestore fsck on mount = false
+bluestore fsck on mkfs = false
+bluestore cache autotune = false
+bluestore cache size = 134217728
+osd memory target = 939524096
 mgr initial modules =
 mon data avail warn = 2
 mon data avail crit = 1
