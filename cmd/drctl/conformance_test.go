@@ -395,6 +395,48 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		}
 	})
 
+	t.Run("a second Ctrl-C leaves the clean-up", func(t *testing.T) {
+		// The clean-up's first step, a demotion of the peer's copy, takes
+		// minutes: a second Ctrl-C leaves it and what follows.
+		p := startSimPair(t, bins, sim.DriverSpec, "--fault", "PromoteVolume,latency=1500ms", "--fault", "DemoteVolume,latency=5m,subject=vol-1")
+		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
+			"--volume", "vol-1", "--timeout", "2m", "--sync-timeout", "5m")
+		var out, errb syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		ctl := sim.NewControl(p.eastCtl)
+		simtest.Eventually(t, 30*time.Second, "replication enabled on east", func() bool {
+			st, err := ctl.State(context.Background())
+			return err == nil && st.Unit("vol/vol-1") != nil && st.Unit("vol/vol-1").Enabled
+		})
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		simtest.Eventually(t, 30*time.Second, "the clean-up to wait on the demotion", func() bool {
+			return strings.Contains(errb.String(), "Ctrl-C again to leave it as it is") && strings.Contains(errb.String(), "DemoteVolume for ")
+		})
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("drctl did not leave the clean-up after a second Ctrl-C\n%s\n%s", out.String(), errb.String())
+		}
+		if code := bintest.ExitCode(err); code != exitInterrupted {
+			t.Fatalf("exit %d, want %d\n%s\n%s", code, exitInterrupted, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "leaving the clean-up") || !strings.Contains(out.String(), "clean-up: volume demote") {
+			t.Errorf("the left clean-up is not reported:\n%s\n%s", out.String(), errb.String())
+		}
+	})
+
 	t.Run("interrupted run puts the scratch resources back", func(t *testing.T) {
 		// A slow PromoteVolume keeps the run inside the replication
 		// checks when Ctrl-C arrives.
