@@ -77,8 +77,12 @@ type GroupHealth struct {
 	// deviation reads as passing, that the replica's side of the
 	// replication is coming back (ceph-csi's missing remote status while
 	// the replica site's mirror daemon restarts): the primary answers.
-	Recovering bool      `json:"recovering,omitempty"`
-	Checked    time.Time `json:"checked"`
+	Recovering bool `json:"recovering,omitempty"`
+	// NoSync: the primary's storage answered NOT_FOUND, which a driver
+	// gives a primary copy no sync of which has completed (the spec's
+	// simulator, ceph-csi's "no snapshot details"): it answered.
+	NoSync  bool      `json:"noSync,omitempty"`
+	Checked time.Time `json:"checked"`
 }
 
 // ProtectState is what Protect knows; failover and failback read it.
@@ -721,7 +725,7 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 			switch {
 			case owner[i] != g || h.Error != "":
 			case e.Error != "":
-				h.Error, h.Recovering = e.Error, activities.Recovering(e.Error)
+				h.Error, h.Recovering, h.NoSync = e.Error, activities.Recovering(e.Error), e.Type == activities.ErrNotFound
 			case h.LastSync.IsZero() || e.Info.LastSyncTime.Before(h.LastSync):
 				h.LastSync, h.Lag, h.Status, h.Message = e.Info.LastSyncTime, e.Info.Lag, e.Info.Status, e.Info.StatusMessage
 			}
@@ -776,8 +780,9 @@ func (s *ProtectState) reachable(now time.Time) {
 	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
 		h := s.Groups[g]
-		if h.Error == "" || h.Recovering {
-			// Answered: a recovering answer is the storage's own.
+		if h.Error == "" || h.Recovering || h.NoSync {
+			// Answered: a recovering answer, or no sync yet, is the
+			// storage's own.
 			why = ""
 			break
 		}
@@ -834,6 +839,8 @@ func rpoWhy(h GroupHealth, primary, replica string) string {
 	case h.Recovering:
 		return fmt.Sprintf("%s (the primary) answers, but says the status %s (the replica) reports is missing: %s's replication is recovering (a mirror daemon that restarted); the lag counts from the last sync known",
 			primary, replica, replica)
+	case h.NoSync:
+		return fmt.Sprintf("%s (the primary) answers that no sync of it has completed to %s (the replica) since it became primary; the lag counts from the last sync known", primary, replica)
 	case h.Error != "":
 		return fmt.Sprintf("the storage of %s (the primary) did not answer; the lag counts from the last sync known", primary)
 	case h.LastSync.IsZero():

@@ -40,6 +40,15 @@ func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
 	if s.Unreachable != "" {
 		t.Errorf("a primary that answered it is recovering is called unreachable: %q", s.Unreachable)
 	}
+	h = health(GroupHealth{Error: "NotFound: no sync to the peer has completed yet", NoSync: true}, GroupHealth{}, now, p, "east")
+	if !h.OutOfRPO || !strings.Contains(h.Why, "east (the primary) answers that no sync of it has completed to west") {
+		t.Errorf("the primary answers NOT_FOUND: %+v", h)
+	}
+	s = &ProtectState{Primary: "east", Groups: map[string]GroupHealth{"db": h}}
+	s.reachable(now)
+	if s.Unreachable != "" {
+		t.Errorf("a primary that answered NOT_FOUND is called unreachable: %q", s.Unreachable)
+	}
 	h = health(GroupHealth{}, GroupHealth{}, now, p, "east")
 	if !h.OutOfRPO || !strings.Contains(h.Why, "no sync has reached west yet") {
 		t.Errorf("no sync yet: %+v", h)
