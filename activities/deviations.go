@@ -130,8 +130,8 @@ var Deviations = []Deviation{
 		Message: regexp.MustCompile(`^failed to get remote status: RBD image not found`), Means: codes.Unavailable, Classify: true,
 		Source: "internal/csi-addons/rbd/replication.go: ReplicationServer.GetVolumeReplicationInfo answers INTERNAL when the image's global mirror " +
 			"status holds no peer site's status (internal/rbd/mirror.go GetRemoteSiteStatus: librbd's ErrNotExist, \"RBD image not found\"); " +
-			"a restarted rbd-mirror removes the statuses its former instance left and reports again only once its image replayers run: the " +
-			"storage is recovering, and the answer passes",
+			"the statuses of the other site's rbd-mirror go when it dies, and a restarted one reports again only once its image replayers run: " +
+			"the storage is recovering, and the answer passes",
 		Measured: "make e2e-ceph's power loss (ceph-csi 52fcb7b on Ceph 16.2.15): the surviving site's primary copies answered it for at " +
 			"least 74 s after the lost site's daemons restarted, then NOT_FOUND \"no snapshot details\" until the reprotect's resync, then their syncs",
 	},

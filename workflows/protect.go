@@ -75,8 +75,9 @@ type GroupHealth struct {
 	Why string `json:"why,omitempty"`
 	// Recovering: the primary's storage answered, in words a recorded
 	// deviation reads as passing, that the replica's side of the
-	// replication is coming back (ceph-csi's missing remote status while
-	// the replica site's mirror daemon restarts): the primary answers.
+	// replication is missing (ceph-csi's missing remote status while the
+	// replica site's mirror daemon is down or restarting): the primary
+	// answers.
 	Recovering bool `json:"recovering,omitempty"`
 	// NoSync: the primary's storage answered NOT_FOUND, which a driver
 	// gives a primary copy no sync of which has completed (the spec's
@@ -837,7 +838,7 @@ func replicaOf(p *plans.Plan, primary string) string {
 func rpoWhy(h GroupHealth, primary, replica string) string {
 	switch {
 	case h.Recovering:
-		return fmt.Sprintf("%s (the primary) answers, but says the status %s (the replica) reports is missing: %s's replication is recovering (a mirror daemon that restarted); the lag counts from the last sync known",
+		return fmt.Sprintf("%s (the primary) answers, but says the status %s (the replica) reports of it is missing: %s's mirror daemon is down or restarting; the lag counts from the last sync known",
 			primary, replica, replica)
 	case h.NoSync:
 		return fmt.Sprintf("%s (the primary) answers that no sync of it has completed to %s (the replica) since it became primary; the lag counts from the last sync known", primary, replica)

@@ -32,7 +32,7 @@ func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
 		t.Errorf("the primary did not answer: %+v", h)
 	}
 	h = health(GroupHealth{Error: "x", Recovering: true}, GroupHealth{LastSync: old}, now, p, "east")
-	if !h.OutOfRPO || !strings.Contains(h.Why, "east (the primary) answers") || !strings.Contains(h.Why, "west's replication is recovering") {
+	if !h.OutOfRPO || !strings.Contains(h.Why, "east (the primary) answers") || !strings.Contains(h.Why, "west's mirror daemon is down or restarting") {
 		t.Errorf("the primary answers that the replica's status is missing: %+v", h)
 	}
 	s := &ProtectState{Primary: "east", Groups: map[string]GroupHealth{"db": h}}
