@@ -282,13 +282,7 @@ func cephPointStory(t *testing.T, ctx context.Context, h *harness, e cephEnv, di
 	})
 	waitAcks(t, filepath.Join(dir, "west.acks"), 5)
 	fb := time.Now()
-	h.must("failback", h.plan, "--to", "east", "--yes")
-	e.observe(t, h, workflows.ActionID("e2e"), 6*time.Minute, restored)
-	fbOut := cephAction(t, h, "watch", "e2e")
-	var fbRes workflows.FailbackResult
-	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &fbRes); err != nil {
-		t.Fatal(err)
-	}
+	fbRes, fbOut := cephRun[workflows.FailbackResult](t, h, e, restored, 6*time.Minute, "failback", h.plan, "--to", "east", "--yes")
 	pausedBeforeDemote(t, fbRes, fbOut)
 	westAcks, _ = cephAcks(t, filepath.Join(dir, "west.acks"))
 	checkAcksAt(t, e, "east", "west", restored, westAcks, time.Time{})

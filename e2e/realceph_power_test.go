@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,6 +19,23 @@ import (
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/workflows"
 )
+
+// cephRun starts a plan's action with drctl (args), observes it to its
+// end within limit (a pause or a failure ends the test with the storage's
+// evidence), and returns its result and what drctl watch showed.
+func cephRun[T any](t *testing.T, h *harness, e cephEnv, images map[string]string, limit time.Duration, args ...string) (T, string) {
+	t.Helper()
+	var res T
+	h.must(args...)
+	e.observe(t, h, workflows.ActionID("e2e"), limit, images)
+	out := cephAction(t, h, "watch", "e2e")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res, out
+}
 
 // siteDaemons are the processes of a site that scripts/ceph/up.sh
 // records, in the order a site starts them.
@@ -40,19 +56,7 @@ func (e cephEnv) kill(t *testing.T, site string, daemons []string, pidFiles ...s
 	for _, d := range daemons {
 		pidFiles = append(pidFiles, filepath.Join(e["DROVER_CEPH_STATEDIR"], "pids", site+"-"+d+".pid"))
 	}
-	for _, f := range pidFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pid int
-		if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
-			t.Fatalf("%s: no pid", f)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("SIGKILL to %s (%d): %v", f, pid, err)
-		}
-	}
+	signalPIDFiles(t, syscall.SIGKILL, pidFiles)
 }
 
 // restart starts site's daemons again as up.sh started them
@@ -247,13 +251,7 @@ func TestRealCephPowerLoss(t *testing.T) {
 
 	// No operator in between: the reprotect starts at once.
 	rs := time.Now()
-	h.must("reprotect", h.plan, "--yes")
-	e.observe(t, h, workflows.ActionID("e2e"), 12*time.Minute, images)
-	out := cephAction(t, h, "watch", "e2e")
-	var rp workflows.ReprotectResult
-	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &rp); err != nil {
-		t.Fatal(err)
-	}
+	rp, _ := cephRun[workflows.ReprotectResult](t, h, e, images, 12*time.Minute, "reprotect", h.plan, "--yes")
 	allDone(t, rp.Progress)
 	for _, s := range rp.Steps {
 		if s.Name == "check roles on west" {
@@ -261,7 +259,6 @@ func TestRealCephPowerLoss(t *testing.T) {
 		}
 	}
 	t.Logf("ceph: power loss: reprotect took %s, started %s after the restart began", time.Since(rs).Round(time.Second), rs.Sub(restarted).Round(time.Second))
-	_ = out
 	for _, img := range images {
 		if s := e.cli(t, "east", "rbd", "info", "rbd/"+img); !strings.Contains(s, "mirroring primary: false") {
 			t.Fatalf("%s on east after the reprotect is not a replica:\n%s", img, s)
@@ -276,13 +273,7 @@ func TestRealCephPowerLoss(t *testing.T) {
 	t.Logf("ceph: power loss: west's ceph-csi on db's replication info after east's restart: %s", answers)
 
 	fb := time.Now()
-	h.must("failback", h.plan, "--to", "east", "--yes")
-	e.observe(t, h, workflows.ActionID("e2e"), 8*time.Minute, images)
-	fbOut := cephAction(t, h, "watch", "e2e")
-	var fbRes workflows.FailbackResult
-	if err := h.c.GetWorkflow(ctx, workflows.ActionID("e2e"), "").Get(ctx, &fbRes); err != nil {
-		t.Fatal(err)
-	}
+	fbRes, fbOut := cephRun[workflows.FailbackResult](t, h, e, images, 8*time.Minute, "failback", h.plan, "--to", "east", "--yes")
 	allDone(t, fbRes.Progress)
 	pausedBeforeDemote(t, fbRes, fbOut)
 	t.Logf("ceph: power loss: failback to east took %s", time.Since(fb).Round(time.Second))
@@ -292,27 +283,7 @@ func TestRealCephPowerLoss(t *testing.T) {
 	t.Logf("ceph: power loss: all %d of west's acknowledged writes, and east's %d acknowledged before its last sync, are on east", len(westAcks), len(eastAcks)-atRisk)
 
 	waitAcks(t, filepath.Join(dir, "east.acks"), len(eastAcks)+10)
-	runHook(t, "kill $(cat "+filepath.Join(dir, "east.pid")+")", "")
-	stopped := time.Now()
-	simtest.Eventually(t, 3*time.Minute, "a sync from east begun after its writer stopped", func() bool {
-		time.Sleep(time.Second) // ceph-csi holds a volume's lock while it answers
-		for _, name := range []string{"db", "web"} {
-			if !lastSyncAfter(t, e, secrets, vols[name], stopped) {
-				return false
-			}
-		}
-		return true
-	})
-	var compared int64
-	for _, img := range images {
-		a, n := exportSum(t, e, "east", img)
-		b, _ := exportSum(t, e, "west", img)
-		if a != b {
-			t.Fatalf("%s differs between east (%s) and west (%s) after the final sync", img, a, b)
-		}
-		compared += n
-	}
-	t.Logf("ceph: power loss: images byte-identical on both sites: %d bytes compared", compared)
+	t.Logf("ceph: power loss: images byte-identical on both sites: %d bytes compared", r.identicalAfterStop(t))
 }
 
 // halfDeadReplica kills west's rbd-mirror while protection runs from

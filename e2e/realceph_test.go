@@ -108,7 +108,13 @@ func (e cephEnv) freeze(t *testing.T, site string, sig syscall.Signal) {
 	if len(pids) == 0 {
 		t.Fatalf("no daemons of %s recorded", site)
 	}
-	for _, f := range pids {
+	signalPIDFiles(t, sig, pids)
+}
+
+// signalPIDFiles sends sig to the process of each PID file.
+func signalPIDFiles(t *testing.T, sig syscall.Signal, files []string) {
+	t.Helper()
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -590,29 +596,38 @@ func TestRealCeph(t *testing.T) {
 	t.Logf("ceph: failback: all %d of west's acknowledged writes, and east's %d acknowledged before its last sync, are on east", len(westAcks), len(eastAcks)-atRisk)
 
 	waitAcks(t, filepath.Join(dir, "east.acks"), 10)
-	runHook(t, "kill $(cat "+filepath.Join(dir, "east.pid")+")", "")
+	t.Logf("ceph: images byte-identical on both sites: %d bytes compared", r.identicalAfterStop(t))
+
+	cephPointStory(t, ctx, h, e, dir, app, images, secrets)
+}
+
+// identicalAfterStop stops east's writer, waits for a sync from east
+// begun after it, and compares each image on both sites byte for byte:
+// the bytes compared.
+func (r *cephRig) identicalAfterStop(t *testing.T) int64 {
+	t.Helper()
+	e := r.e
+	runHook(t, "kill $(cat "+filepath.Join(r.dir, "east.pid")+")", "")
 	stopped := time.Now()
 	simtest.Eventually(t, 3*time.Minute, "a sync from east begun after its writer stopped", func() bool {
 		time.Sleep(time.Second) // ceph-csi holds a volume's lock while it answers
 		for _, name := range []string{"db", "web"} {
-			if !lastSyncAfter(t, e, secrets, vols[name], stopped) {
+			if !lastSyncAfter(t, e, r.secrets, r.vols[name], stopped) {
 				return false
 			}
 		}
 		return true
 	})
 	var compared int64
-	for _, img := range images {
+	for _, img := range r.images {
 		a, n := exportSum(t, e, "east", img)
-		bsum, _ := exportSum(t, e, "west", img)
-		if a != bsum {
-			t.Fatalf("%s differs between east (%s) and west (%s) after the final sync", img, a, bsum)
+		b, _ := exportSum(t, e, "west", img)
+		if a != b {
+			t.Fatalf("%s differs between east (%s) and west (%s) after the final sync", img, a, b)
 		}
 		compared += n
 	}
-	t.Logf("ceph: images byte-identical on both sites: %d bytes compared", compared)
-
-	cephPointStory(t, ctx, h, e, dir, app, images, secrets)
+	return compared
 }
 
 // runHook runs a shell command as a hook would, in the background when

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -355,15 +354,9 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		// EnableVolumeReplication of the scratch volume never answers, as
 		// ceph-csi's calls hang with a Ceph user its cluster refuses.
 		p := startSimPair(t, bins, sim.DriverSpec, "--fault", "EnableVolumeReplication,latency=10m,subject=vol-1")
-		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
+		var out, errb simtest.Buffer
+		d := startDrctl(t, bins, &out, &errb, "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
 			"--volume", "vol-1", "--timeout", "3s", "--sync-timeout", "5m")
-		var out, errb syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		// The wait is shown while it lasts, with the check and the call.
 		simtest.Eventually(t, time.Minute, "drctl to say what it waits on", func() bool {
 			return strings.Contains(errb.String(), "replication/volume/enable: waiting on ")
@@ -371,19 +364,10 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		simtest.Eventually(t, time.Minute, "the call to be unanswered for a while", func() bool {
 			return strings.Contains(errb.String(), "EnableVolumeReplication for 6s")
 		})
-		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(30 * time.Second):
-			// A clean-up against the hung driver would take its calls'
-			// deadlines, minutes in all.
-			_ = cmd.Process.Kill()
-			t.Fatalf("drctl did not end after Ctrl-C against a hung driver\n%s\n%s", out.String(), errb.String())
-		}
-		if code := bintest.ExitCode(err); code != exitInterrupted {
+		d.interrupt()
+		// A clean-up against the hung driver would take its calls'
+		// deadlines, minutes in all.
+		if code := d.exit(30*time.Second, "after Ctrl-C against a hung driver"); code != exitInterrupted {
 			t.Fatalf("exit %d, want %d\n%s\n%s", code, exitInterrupted, out.String(), errb.String())
 		}
 		if !strings.Contains(out.String(), "clean-up: volume clean-up: not tried: the driver left endpoint EnableVolumeReplication unanswered") ||
@@ -399,37 +383,20 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		// The clean-up's first step, a demotion of the peer's copy, takes
 		// minutes: a second Ctrl-C leaves it and what follows.
 		p := startSimPair(t, bins, sim.DriverSpec, "--fault", "PromoteVolume,latency=1500ms", "--fault", "DemoteVolume,latency=5m,subject=vol-1")
-		cmd := exec.Command(filepath.Join(bins, "drctl"), "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
+		var out, errb simtest.Buffer
+		d := startDrctl(t, bins, &out, &errb, "conformance", "--endpoint", p.east, "--peer-endpoint", p.west,
 			"--volume", "vol-1", "--timeout", "2m", "--sync-timeout", "5m")
-		var out, errb syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		ctl := sim.NewControl(p.eastCtl)
 		simtest.Eventually(t, 30*time.Second, "replication enabled on east", func() bool {
 			st, err := ctl.State(context.Background())
 			return err == nil && st.Unit("vol/vol-1") != nil && st.Unit("vol/vol-1").Enabled
 		})
-		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
+		d.interrupt()
 		simtest.Eventually(t, 30*time.Second, "the clean-up to wait on the demotion", func() bool {
 			return strings.Contains(errb.String(), "Ctrl-C again to leave it as it is") && strings.Contains(errb.String(), "DemoteVolume for ")
 		})
-		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("drctl did not leave the clean-up after a second Ctrl-C\n%s\n%s", out.String(), errb.String())
-		}
-		if code := bintest.ExitCode(err); code != exitInterrupted {
+		d.interrupt()
+		if code := d.exit(30*time.Second, "leaving the clean-up after a second Ctrl-C"); code != exitInterrupted {
 			t.Fatalf("exit %d, want %d\n%s\n%s", code, exitInterrupted, out.String(), errb.String())
 		}
 		if !strings.Contains(errb.String(), "leaving the clean-up") || !strings.Contains(out.String(), "clean-up: volume demote") {
@@ -509,20 +476,47 @@ func assertLeftAsFound(t *testing.T, p simPair) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a process writes while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// drctlRun is drctl running as a process.
+type drctlRun struct {
+	t         *testing.T
+	cmd       *exec.Cmd
+	done      chan error
+	out, errb *simtest.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+// startDrctl starts drctl with args, its standard output to out and its
+// standard error to errb.
+func startDrctl(t *testing.T, bins string, out, errb *simtest.Buffer, args ...string) *drctlRun {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bins, "drctl"), args...)
+	cmd.Stdout, cmd.Stderr = out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &drctlRun{t: t, cmd: cmd, done: make(chan error, 1), out: out, errb: errb}
+	go func() { d.done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return d
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// interrupt sends it Ctrl-C.
+func (d *drctlRun) interrupt() {
+	d.t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// exit waits within limit for it to end and returns its exit code; the
+// test fails, saying what drctl did not do (what), when it does not.
+func (d *drctlRun) exit(limit time.Duration, what string) int {
+	d.t.Helper()
+	select {
+	case err := <-d.done:
+		return bintest.ExitCode(err)
+	case <-time.After(limit):
+		_ = d.cmd.Process.Kill()
+		d.t.Fatalf("drctl did not end %s within %s\n%s\n%s", what, limit, d.out, d.errb)
+		return 0
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -147,8 +148,9 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 				// Past the target by the wall clock since the last poll.
 				why = fmt.Sprintf("%s (the primary) answered, but no sync has arrived since %s", ps.Primary, last)
 			}
-			note = strings.TrimSpace("out of RPO " + strings.TrimSpace(why+"; "+note))
-			note = strings.TrimSuffix(note, ";")
+			parts := slices.DeleteFunc([]string{why, note}, func(x string) bool { return x == "" })
+			note = strings.TrimSpace("out of RPO: " + strings.Join(parts, "; "))
+			note = strings.TrimSuffix(note, ":")
 		}
 		tw.row("  "+g, last, lag(h).Round(time.Millisecond).String(), h.Status, oneLine(note))
 	}

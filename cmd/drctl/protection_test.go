@@ -70,6 +70,31 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 	}
 }
 
+// TestRenderProtectionBlamesTheReplica: a plan out of RPO because its
+// replica takes no syncs while the primary answers says so in its row,
+// with no word of the primary being unreachable; a group past its target
+// by the wall clock since the last poll says the primary answered.
+func TestRenderProtectionBlamesTheReplica(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	why := "east (the primary) answers, but west (the replica) has taken no sync since 2026-12-07T11:57:00Z: replication to west stopped"
+	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 30, RPOTarget: 2 * time.Minute, OutOfRPO: true,
+		Groups: map[string]workflows.GroupHealth{
+			"db":  {LastSync: now.Add(-3 * time.Minute), Checked: now, Lag: 3 * time.Minute, OutOfRPO: true, Why: why},
+			"web": {LastSync: now.Add(-150 * time.Second), Checked: now.Add(-40 * time.Second), Lag: 110 * time.Second},
+		}}
+	var b strings.Builder
+	if err := renderProtection(&b, "shop", ps, now, ""); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "out of RPO: "+why) || strings.Contains(out, "UNREACHABLE") {
+		t.Errorf("the replica's stop is not told as such:\n%s", out)
+	}
+	if !strings.Contains(out, "out of RPO: east (the primary) answered, but no sync has arrived since") {
+		t.Errorf("a group past its target since the last poll does not say the primary answered:\n%s", out)
+	}
+}
+
 // TestRecordLineAgesTheLag: the record keeps protection's lag as of its
 // last change (528 ms, within the target); while protection runs,
 // status shows now minus the last sync recorded (41 s), out of a 30 s
