@@ -9,7 +9,7 @@
 // mutual TLS), a block data path over HTTP (PUT/GET
 // /v1/volumes/{vol}/blocks/{n}), the replication link its peer connects to
 // (/v1/peer/* on the same port, admitted only with the pair's shared
-// PeerToken), and a control API (state, faults, site and link down/up) that stays up
+// PeerToken), and a control API (state, faults, site and link down/up, power loss) that stays up
 // while the site is down. cmd/drover-sim runs one or several sites per
 // process.
 //
@@ -101,7 +101,10 @@
 // on ends with it, or, Detached and under the ceph-csi profile, runs to
 // its end holding the volume, as ceph-csi's calls do), or makes a fence
 // call answer success without taking effect; Site.Down/Up and SetLink take a
-// site or its link away and back; SetReady makes Probe answer not ready
+// site or its link away and back, Site.PowerLoss takes it away as a power
+// cut does (after Up it is a restarted site, whose peer's ceph-csi
+// primaries answer without its mirror status for Config.MirrorRestart);
+// SetReady makes Probe answer not ready
 // while the site serves. State lives in a directory (site.json and one
 // file per unit) written atomically, so a killed site restarts with
 // every acknowledged write and role. Check verifies, over the sites'
