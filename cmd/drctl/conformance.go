@@ -128,7 +128,7 @@ func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
 		again := make(chan os.Signal, 1)
 		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
 		defer signal.Stop(again)
-		fmt.Fprintln(a.stderr, "drctl: interrupted: the checks stop; putting back what they changed (Ctrl-C again to leave it as it is)")
+		fmt.Fprintln(a.stderr, "drctl: interrupted: the checks stop, and what they changed is put back (Ctrl-C again to leave it as it is)")
 		select {
 		case <-again:
 			fmt.Fprintln(a.stderr, "drctl: leaving the clean-up; the clean-up lines say what was not put back")

@@ -379,6 +379,39 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		}
 	})
 
+	t.Run("a hung driver fails the run at its first deadline", func(t *testing.T) {
+		// With no Ctrl-C, the check whose call the driver sits on fails at
+		// its deadline, and no later check or clean-up call waits on the
+		// driver again: the run ends then, not a deadline per check later.
+		p := startSimPair(t, bins, sim.DriverSpec, "--fault", "EnableVolumeReplication,latency=10m,subject=vol-1")
+		var out, errb simtest.Buffer
+		d := startDrctl(t, bins, &out, &errb, "conformance", "-o", "json", "--endpoint", p.east, "--peer-endpoint", p.west,
+			"--volume", "vol-1", "--timeout", "2s", "--sync-timeout", "12s")
+		if code := d.exit(90*time.Second, "after the driver hung"); code != exitFailed {
+			t.Fatalf("exit %d, want %d\n%s\n%s", code, exitFailed, out.String(), errb.String())
+		}
+		var rep conformance.Report
+		if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+			t.Fatalf("no report: %v\n%s", err, out.String())
+		}
+		hung, after := false, 0
+		for _, r := range rep.Results {
+			switch {
+			case r.ID == "replication/volume/enable":
+				hung = r.Status == conformance.Fail && strings.Contains(r.Detail, "the driver hangs")
+			case hung && r.Status == conformance.Skip:
+				if strings.Contains(r.Detail, "not run: the driver left endpoint EnableVolumeReplication unanswered") {
+					after++
+				}
+			case hung:
+				t.Errorf("%s ran after the driver hung: %s %s", r.ID, r.Status, r.Detail)
+			}
+		}
+		if !hung || after == 0 || len(rep.Cleanup) == 0 || !strings.Contains(rep.Cleanup[0], "not tried: the driver left") {
+			t.Fatalf("the hang is not told as such (enable failed %v, %d checks after it not run, clean-up %q):\n%s", hung, after, rep.Cleanup, out.String())
+		}
+	})
+
 	t.Run("a second Ctrl-C leaves the clean-up", func(t *testing.T) {
 		// The clean-up's first step, a demotion of the peer's copy, takes
 		// minutes: a second Ctrl-C leaves it and what follows.

@@ -225,6 +225,9 @@ type runner struct {
 	unansweredCall string
 	// runCtx is the run's context: ended, the run was interrupted.
 	runCtx context.Context
+	// hangs, once set, says how the driver hung: the checks after it are
+	// not run, nor the clean-up's calls, which would hang as well.
+	hangs string
 	// caps by site name, from GetCapabilities.
 	caps map[string]map[string]bool
 	// cur collects the calls of the running check.
@@ -282,8 +285,11 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 	res := Result{ID: id, Spec: spec}
 	r.cur = &res
 	defer func() { r.cur = nil }()
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || r.hangs != "" {
 		res.Status, res.Detail = Skip, "interrupted"
+		if r.hangs != "" {
+			res.Detail = "not run: " + r.hangs
+		}
 		r.report.Results = append(r.report.Results, res)
 		return false
 	}
@@ -292,6 +298,14 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 	detail, err := fn(cctx)
 	timedOut := cctx.Err() == context.DeadlineExceeded
 	cancel()
+	hangs := ""
+	if err != nil && timedOut && !r.unanswered.IsZero() && time.Since(r.unanswered) >= max(hungAfter, timeout/2) {
+		// The driver sat on a call for most of the check's deadline: it
+		// would sit on every later call too (ceph-csi with a Ceph user its
+		// cluster refuses, a monitor that does not answer), for minutes.
+		hangs = fmt.Sprintf("the driver left %s unanswered for %v, to %s's deadline (%s)", r.unansweredCall,
+			time.Since(r.unanswered).Round(time.Second), id, timeout)
+	}
 	res.Duration = time.Since(start)
 	var sk skipError
 	switch {
@@ -306,6 +320,10 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 		res.Status, res.Detail = Fail, err.Error()
 		if timedOut {
 			res.Detail += fmt.Sprintf(" (deadline %s)", timeout)
+		}
+		if hangs != "" {
+			res.Detail += "; the driver hangs: the checks after this one are not run (its logs say why: a wrong user or an unreachable cluster hangs every call of ceph-csi)"
+			r.hangs = hangs
 		}
 	default:
 		res.Status, res.Detail = Pass, detail
@@ -391,6 +409,9 @@ func (r *runner) cleanupBase() context.Context {
 // call unanswered for a while: a clean-up would hang the same way, so it
 // is not tried, and why is reported instead.
 func (r *runner) hung(interrupted bool) string {
+	if r.hangs != "" {
+		return "not tried: " + r.hangs + ", and would leave the clean-up's calls so too"
+	}
 	if !interrupted || r.unanswered.IsZero() || time.Since(r.unanswered) < hungAfter {
 		return ""
 	}
