@@ -59,8 +59,9 @@ func pointImages(points []workflows.PointInTime) map[string]bool {
 // primary) on ceph-csi: points cut at east, each a snapshot made a volume
 // whose mirroring ships it; each usable at west once its copies synced,
 // where they are mirrored non-primary images; and the copies of the
-// points it pruned gone from both clusters.
-func cephPoints(t *testing.T, h *harness, e cephEnv, vols map[string]string) {
+// points it pruned gone from both clusters (images there before the test,
+// an earlier test's, left out).
+func cephPoints(t *testing.T, h *harness, e cephEnv, vols map[string]string, before map[string]bool) {
 	t.Helper()
 	var points []workflows.PointInTime
 	var pruned int
@@ -107,7 +108,8 @@ func cephPoints(t *testing.T, h *harness, e cephEnv, vols map[string]string) {
 		left = nil
 		for _, site := range []string{"east", "west"} {
 			for _, img := range strings.Fields(e.cli(t, site, "rbd", "ls", "rbd")) {
-				if strings.HasPrefix(img, "csi-vol-") && !kept[img] && !slices.Contains([]string{cephImage("csi-vol-", vols["db"]), cephImage("csi-vol-", vols["web"])}, img) {
+				if strings.HasPrefix(img, "csi-vol-") && !kept[img] && !before[site+":"+img] &&
+					!slices.Contains([]string{cephImage("csi-vol-", vols["db"]), cephImage("csi-vol-", vols["web"])}, img) {
 					left = append(left, site+":"+img)
 				}
 			}

@@ -243,6 +243,9 @@ type cephRig struct {
 	dir, app     string
 	secrets      map[string]string
 	vols, images map[string]string
+	// before are the images ("site:image") on the clusters when the rig
+	// started: an earlier test's, which this one's checks leave out.
+	before map[string]bool
 }
 
 // startCephRig brings up a rig whose volumes' CSI names begin with
@@ -271,6 +274,14 @@ func startCephRig(t *testing.T, prefix string) *cephRig {
 			_ = exec.Command("sh", "-c", "kill $(cat "+filepath.Join(dir, site+".pid")+") 2>/dev/null").Run()
 		}
 	})
+
+	// What an earlier test on the same clusters left is not this one's.
+	before := map[string]bool{}
+	for _, site := range []string{"east", "west"} {
+		for _, img := range strings.Fields(e.cli(t, site, "rbd", "ls", "rbd")) {
+			before[site+":"+img] = true
+		}
+	}
 
 	// Two volumes, created as a CO would, through east's CSI controller.
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
@@ -367,7 +378,7 @@ func startCephRig(t *testing.T, prefix string) *cephRig {
 	if h.c, err = st.Client(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &cephRig{e: e, h: h, ctx: ctx, dir: dir, app: app, secrets: secrets, vols: vols, images: images}
+	return &cephRig{e: e, h: h, ctx: ctx, dir: dir, app: app, secrets: secrets, vols: vols, images: images, before: before}
 }
 
 // TestRealCeph runs the whole DR cycle on two real Ceph clusters through
@@ -446,7 +457,7 @@ func TestRealCeph(t *testing.T) {
 		}
 	}
 	t.Logf("ceph: protection for %s: lag at most %s (RPO target 2m), %d and %d distinct syncs of db and web", protectFor, maxLag.Round(time.Second), len(syncs["db"]), len(syncs["web"]))
-	cephPoints(t, h, e, vols)
+	cephPoints(t, h, e, vols, r.before)
 
 	// Losing east: its daemons stop answering, its writer hangs.
 	ps, err := workflows.ReadProtect(ctx, h.c, "e2e")
