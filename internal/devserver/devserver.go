@@ -176,7 +176,7 @@ func Start(t testing.TB, logger log.Logger) *Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  bin,
+		ExistingPath:  withParent(t, bin),
 		ClientOptions: &client.Options{Logger: logger, DataConverter: codec.Converter()},
 		LogLevel:      "warn",
 		ExtraArgs:     searchAttributes(),
@@ -194,6 +194,40 @@ func Start(t testing.TB, logger log.Logger) *Server {
 	})
 	return s
 }
+
+// withParent returns a command that runs bin so that it is killed when the
+// test binary that starts it dies: a test that times out panics past its
+// cleanups, and a killed one runs none, which left dev servers running
+// with no parent. It is a script beside bin that execs bin under setpriv
+// --pdeathsig KILL (util-linux); without setpriv, bin itself.
+func withParent(t testing.TB, bin string) string {
+	t.Helper()
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return bin
+	}
+	script := "#!/bin/sh\n# Written by the tests (internal/devserver): the dev server dies with its parent.\nexec " +
+		shellQuote(setpriv) + " --pdeathsig KILL -- " + shellQuote(bin) + " \"$@\"\n"
+	path := bin + ".with-parent"
+	if b, err := os.ReadFile(path); err == nil && string(b) == script {
+		return path
+	}
+	// Several test binaries may write it at once: each renames its own.
+	tmp := fmt.Sprintf("%s.%d", path, os.Getpid())
+	if err := os.WriteFile(tmp, []byte(script), 0o755); err != nil {
+		t.Logf("the dev server will not die with its parent: %v", err)
+		return bin
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		t.Logf("the dev server will not die with its parent: %v", err)
+		return bin
+	}
+	return path
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Stop stops the server before the test ends, for a test of what its
 // clients do when it is gone; the test's cleanup does not stop it again.

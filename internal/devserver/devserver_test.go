@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,3 +115,65 @@ func (o *outcome) Fatalf(f string, a ...any) { o.failed = fmt.Sprintf(f, a...) }
 func (o *outcome) Skip(args ...any)          { o.skipped = fmt.Sprint(args...) }
 func (o *outcome) Skipf(f string, a ...any)  { o.skipped = fmt.Sprintf(f, a...) }
 func (o *outcome) SkipNow()                  { o.skipped = "SkipNow" }
+
+// TestServerDiesWithItsTest: a test binary that dies without its cleanups
+// (a timeout's panic, a kill) takes the dev server it started with it,
+// where it used to leave it running with no parent. The test runs itself
+// again as such a binary: it starts a server, says where it listens and
+// exits at once.
+func TestServerDiesWithItsTest(t *testing.T) {
+	if os.Getenv("DROVER_DEVSERVER_ORPHAN") != "" {
+		srv := devserver.Start(t, nil)
+		fmt.Println("frontend", srv.Address())
+		// Idle, as a server is when its test hangs: nothing of it writes
+		// to its output, whose pipe the exit breaks.
+		srv.Client.Close()
+		time.Sleep(3 * time.Second)
+		os.Exit(3) // no cleanup runs, as after a timeout
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestServerDiesWithItsTest$")
+	cmd.Env = append(os.Environ(), "DROVER_DEVSERVER_ORPHAN=1")
+	out, _ := cmd.Output()
+	var addr string
+	for _, line := range strings.Split(string(out), "\n") {
+		if a, ok := strings.CutPrefix(line, "frontend "); ok {
+			addr = strings.TrimSpace(a)
+		}
+	}
+	if addr == "" {
+		t.Fatalf("the child test started no server:\n%s", out)
+	}
+	listens := func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	for end := time.Now().Add(30 * time.Second); listens(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			killListener(t, addr)
+			t.Fatalf("the dev server at %s outlived the test binary that started it", addr)
+		}
+	}
+}
+
+// killListener ends the process that listens on addr: the orphaned server
+// this test's child started.
+func killListener(t *testing.T, addr string) {
+	_, port, _ := strings.Cut(addr, ":")
+	out, _ := exec.Command("ss", "-Hltnp", "sport = :"+port).Output()
+	for _, f := range strings.Split(string(out), "pid=")[1:] {
+		var pid int
+		if _, err := fmt.Sscanf(f, "%d", &pid); err == nil && pid > 1 {
+			t.Logf("ending the orphaned server (pid %d)", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
