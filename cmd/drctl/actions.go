@@ -765,6 +765,26 @@ func (l *last) read(ctx context.Context, c client.Client, input, result any) err
 	return nil
 }
 
+// protectInterval is how often protection polls: the flag's interval, or
+// by default 30 s, or half the plan's RPO target when that is shorter (a
+// poll every 30 s cannot tell a 10 s target from a miss); and a warning
+// when the interval given is longer than half the target.
+func protectInterval(p *plans.Plan, flag time.Duration) (time.Duration, string) {
+	target := p.Policy.RPOTarget.D()
+	half := max(target/2, time.Second)
+	if flag == 0 {
+		if target > 0 {
+			return min(workflows.DefaultProtectInterval, half), ""
+		}
+		return workflows.DefaultProtectInterval, ""
+	}
+	if target > 0 && flag > half {
+		return flag, fmt.Sprintf("--interval %v is longer than half the plan's RPO target (%v): the lag seen can be up to %v old, and a plan out of its target is seen that late; give --interval %v or less",
+			flag, target, flag, half)
+	}
+	return flag, ""
+}
+
 func (a *app) protectCommand() *cobra.Command {
 	var primary string
 	var interval time.Duration
@@ -795,6 +815,11 @@ func (a *app) protectCommand() *cobra.Command {
 			if interval < 0 {
 				return badInput("--interval %v: want a positive duration", interval)
 			}
+			var warn string
+			interval, warn = protectInterval(p, interval)
+			if warn != "" {
+				fmt.Fprintln(a.stderr, "warning: "+warn)
+			}
 			o, err := a.origin(args[0], p)
 			if err != nil {
 				return err
@@ -823,7 +848,7 @@ func (a *app) protectCommand() *cobra.Command {
 		},
 	}
 	start.Flags().StringVar(&primary, "primary", "", "the site holding the primary copies (default: the plan's first site)")
-	start.Flags().DurationVar(&interval, "interval", 0, "how often to poll replication (default 30s)")
+	start.Flags().DurationVar(&interval, "interval", 0, "how often to poll replication (default 30s, or half the plan's RPO target when that is shorter)")
 	stop := &cobra.Command{
 		Use:   "stop PLAN",
 		Short: "Stop watching; with --disable also turn replication off",

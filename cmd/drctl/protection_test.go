@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -225,6 +226,34 @@ func TestRenderUnprotected(t *testing.T) {
 		}
 		if strings.Contains(out, "RPO") || strings.Contains(out, "lag") {
 			t.Errorf("an unprotected plan is judged by its lag:\n%s", out)
+		}
+	}
+}
+
+// TestProtectIntervalFollowsTheRPOTarget: protection's poll interval
+// cannot silently exceed what the plan's RPO target allows: by default it
+// is half the target when that is under 30 s, and a longer --interval
+// than half the target is warned of.
+func TestProtectIntervalFollowsTheRPOTarget(t *testing.T) {
+	plan := func(target time.Duration) *plans.Plan {
+		p := &plans.Plan{}
+		p.Policy.RPOTarget = plans.Duration(target)
+		return p
+	}
+	for _, c := range []struct {
+		target, flag, want time.Duration
+		warns              bool
+	}{
+		{10 * time.Second, 0, 5 * time.Second, false},
+		{2 * time.Minute, 0, 30 * time.Second, false},
+		{0, 0, 30 * time.Second, false},
+		{10 * time.Second, 30 * time.Second, 30 * time.Second, true},
+		{10 * time.Second, 5 * time.Second, 5 * time.Second, false},
+		{time.Second, 0, time.Second, false},
+	} {
+		got, warn := protectInterval(plan(c.target), c.flag)
+		if got != c.want || (warn != "") != c.warns {
+			t.Errorf("target %v, --interval %v: %v, warning %q; want %v, a warning %v", c.target, c.flag, got, warn, c.want, c.warns)
 		}
 	}
 }
