@@ -118,6 +118,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Every field a client can set is shown without its control
+	// characters: they go out escaped (clean.go).
+	stdout, stderr = newCleanWriter(stdout), newCleanWriter(stderr)
 	app := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := app.root()
 	root.SetArgs(args)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -40,7 +41,9 @@ func (t *table) flush() error        { return t.tw.Flush() }
 // cannot be reached again, so a table taller than the screen is cut to
 // fit, with a line that says so.
 type liveTable struct {
-	w     io.Writer
+	w io.Writer
+	// raw is the terminal under w (cleanWriter), for the cursor moves.
+	raw   io.Writer
 	on    bool // text output at all
 	tty   bool
 	drawn int // rows of the last redraw
@@ -51,9 +54,9 @@ type liveTable struct {
 }
 
 func newLiveTable(w io.Writer, on bool) *liveTable {
-	l := &liveTable{w: w, on: on, tty: isTerminal(w), seen: map[string]string{}}
+	l := &liveTable{w: w, raw: raw(w), on: on, tty: isTerminal(raw(w)), seen: map[string]string{}}
 	l.size = func() (int, int) {
-		if f, ok := w.(*os.File); ok {
+		if f, ok := raw(w).(*os.File); ok {
 			if width, height, err := term.GetSize(int(f.Fd())); err == nil {
 				return width, height
 			}
@@ -176,7 +179,7 @@ func cutMark(n int, width int) string {
 // first row, and everything from there down is erased.
 func (l *liveTable) clear() {
 	if l.drawn > 0 {
-		fmt.Fprintf(l.w, "\r\x1b[%dA\x1b[J", l.drawn)
+		fmt.Fprintf(cmp.Or(l.raw, l.w), "\r\x1b[%dA\x1b[J", l.drawn)
 		l.drawn = 0
 	}
 }
