@@ -26,6 +26,9 @@ type VerifyInput struct {
 type VerifyResult struct {
 	Checked []string `json:"checked"`
 	Drift   []string `json:"drift"`
+	// Unverified names what could not be checked: a storage that did not
+	// answer is no drift, and no agreement either.
+	Unverified []string `json:"unverified,omitempty"`
 }
 
 // Verify asks each site's storage what it has fenced (ListClusterFence)
@@ -51,6 +54,7 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 	ctx = workflow.WithValue(ctx, regularOnly{}, true)
 	res := &VerifyResult{Checked: []string{}, Drift: []string{}}
 	drift := func(format string, a ...any) { res.Drift = append(res.Drift, fmt.Sprintf(format, a...)) }
+	unverified := func(format string, a ...any) { res.Unverified = append(res.Unverified, fmt.Sprintf(format, a...)) }
 	for _, site := range p.Sites {
 		e, err := activities.EndpointFor(p, site.Name, activities.RPCListClusterFence)
 		if err != nil {
@@ -60,8 +64,12 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 		o := activities.CallOptions(p, site.Name, activities.RPCListClusterFence)
 		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
 		l, err := call[activities.FenceList](ctx, o, st.ListClusterFence, activities.FenceListInput{Endpoint: e})
+		if cannotList(err) {
+			res.Checked = append(res.Checked, fmt.Sprintf("%s's fences not checked: its storage does not implement ListClusterFence", site.Name))
+			continue
+		}
 		if err != nil {
-			drift("the storage of %s did not list its fences: %s", site.Name, ErrorText(err))
+			unverified("the storage of %s did not list its fences: %s", site.Name, ErrorText(err))
 			continue
 		}
 		res.Checked = append(res.Checked, fmt.Sprintf("%s lists %d fenced CIDR(s)", site.Name, len(l.CIDRs)))
@@ -127,7 +135,7 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 			switch {
 			case err != nil || len(out.Entries) != end-start:
 				seen[g] = true
-				notPrimary = append(notPrimary, fmt.Sprintf("%s (not asked: %v)", g, err))
+				unverified("could not ask %s about group %s: %v", rec.Primary, g, err)
 			case out.Entries[i-start].Type == activities.ErrNotFound:
 				// Primary, but no sync has completed since it became so.
 				seen[g] = true
@@ -137,7 +145,7 @@ func Verify(ctx workflow.Context, in VerifyInput) (*VerifyResult, error) {
 				notPrimary = append(notPrimary, fmt.Sprintf("%s (%s)", g, out.Entries[i-start].Error))
 			case out.Entries[i-start].Error != "":
 				seen[g] = true
-				drift("could not ask %s about group %s: %s", rec.Primary, g, out.Entries[i-start].Error)
+				unverified("could not ask %s about group %s: %s", rec.Primary, g, out.Entries[i-start].Error)
 			case out.Entries[i-start].Info.Status != "" && out.Entries[i-start].Info.Status != "HEALTHY":
 				seen[g] = true
 				drift("group %s on %s replicates %s: %s", g, rec.Primary, out.Entries[i-start].Info.Status, out.Entries[i-start].Info.StatusMessage)

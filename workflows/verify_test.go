@@ -28,8 +28,9 @@ func (f *fixture) verify(t *testing.T, rec workflows.PlanRecord) workflows.Verif
 // by case: a recorded fence the storage does not list, a listed fence
 // the record does not hold, a primary the record does not name or the
 // plan does not have, groups the recorded primary does not replicate
-// from (five named, all counted), replication that is not healthy, and
-// a site that does not answer. Storage that agrees gives no drift.
+// from (five named, all counted), replication that is not healthy; a
+// site or a group that does not answer is not verified, which is no
+// drift. Storage that agrees gives no drift.
 func TestVerifyNamesEveryDrift(t *testing.T) {
 	f := newFixtureN(t, 150) // 153 groups: two survey calls of up to 100
 	fenced := simtest.NodeA + "/32"
@@ -89,12 +90,13 @@ func TestVerifyNamesEveryDrift(t *testing.T) {
 	}
 
 	// The primary's storage fails to answer for one group (the last by
-	// name, in the second survey call): that group's line says so.
+	// name, in the second survey call): that group is not verified, and
+	// that is no drift.
 	mustOK(t, f.east.SetFaults([]sim.FaultRule{{Method: "GetVolumeReplicationInfo", Code: "INTERNAL", Probability: 1, Count: 1000,
 		Subject: "vg-0150", Message: "injected"}}))
 	res = f.verify(t, rec)
-	if len(res.Drift) != 1 || !strings.HasPrefix(res.Drift[0], "could not ask east about group vg-0150: ") || !strings.Contains(res.Drift[0], "injected") {
-		t.Errorf("one group not answered: drift %q", res.Drift)
+	if len(res.Drift) != 0 || len(res.Unverified) != 1 || !strings.HasPrefix(res.Unverified[0], "could not ask east about group vg-0150: ") || !strings.Contains(res.Unverified[0], "injected") {
+		t.Errorf("one group not answered: drift %q, not verified %q", res.Drift, res.Unverified)
 	}
 	mustOK(t, f.east.SetFaults(nil))
 
@@ -110,11 +112,13 @@ func TestVerifyNamesEveryDrift(t *testing.T) {
 	}
 	f.east.SetLink(true)
 
-	// West down: its fences cannot be listed, and that is said.
+	// West down: its fences cannot be listed, and that is said, as not
+	// verified: a storage that cannot be reached shows no drift.
 	f.west.Down()
 	res = f.verify(t, rec)
-	if len(res.Drift) == 0 || !strings.HasPrefix(res.Drift[0], "the storage of west did not list its fences: ") {
-		t.Errorf("west down: drift %q", res.Drift)
+	if len(res.Unverified) == 0 || !strings.HasPrefix(res.Unverified[0], "the storage of west did not list its fences: ") ||
+		slices.ContainsFunc(res.Drift, func(d string) bool { return strings.Contains(d, "west did not list") }) {
+		t.Errorf("west down: not verified %q, drift %q", res.Unverified, res.Drift)
 	}
 	if !slices.Contains(res.Checked, "east lists 1 fenced CIDR(s)") {
 		t.Errorf("west down: checked %q, want east's fences checked still", res.Checked)

@@ -673,6 +673,16 @@ func TestRecordOutlivesHistories(t *testing.T) {
 	if _, err := rc.PromoteVolume(t.Context(), &replication.PromoteVolumeRequest{ReplicationSource: db, Force: true}); err != nil {
 		t.Fatal(err)
 	}
+	// West's storage cannot be reached: nothing of it is verified, which
+	// is no drift; status says so and exits 3.
+	west.Down()
+	code, out, errs = c.run("status", shop, "--verify")
+	if code != 3 || strings.Contains(out, "DRIFT") || !strings.Contains(out, "NOT VERIFIED: the storage of west did not list its fences") {
+		t.Fatalf("verify with west's storage down: exit %d, want 3, not verified and no drift\n%s%s", code, out, errs)
+	}
+	if err := west.Up(); err != nil {
+		t.Fatal(err)
+	}
 
 	// The failover's history goes, as retention would take it.
 	d, err := srv.Client.DescribeWorkflowExecution(t.Context(), workflows.ActionID("shop"), "")

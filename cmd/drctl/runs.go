@@ -802,6 +802,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		st.Verify = v
 	}
 	drift := st.Verify != nil && len(st.Verify.Drift) > 0
+	// A storage that did not answer is no drift: it is not verified, and
+	// status says so and exits 3 (unreachable), unless drift was found.
+	unverified := st.Verify != nil && len(st.Verify.Unverified) > 0
 	if a.json() {
 		if st.Protection != nil {
 			st.Protection = protectionAt(st.Protection, time.Now())
@@ -812,6 +815,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		}
 		if drift {
 			return silent(exitFailed)
+		}
+		if unverified {
+			return silent(exitUnreachable)
 		}
 		return nil
 	}
@@ -829,11 +835,17 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	}
 	if v := st.Verify; v != nil {
 		fmt.Fprintf(a.stdout, "\nverified against storage: %s\n", strings.Join(v.Checked, "; "))
-		if !drift {
+		switch {
+		case !drift && !unverified:
 			fmt.Fprintf(a.stdout, "  no drift: storage agrees with the record\n")
+		case !drift:
+			fmt.Fprintf(a.stdout, "  no drift in what storage answered; the rest could not be verified\n")
 		}
 		for _, d := range v.Drift {
 			fmt.Fprintf(a.stdout, "  DRIFT: %s\n", d)
+		}
+		for _, u := range v.Unverified {
+			fmt.Fprintf(a.stdout, "  NOT VERIFIED: %s\n", u)
 		}
 	}
 	if x := st.Action; x != nil {
@@ -857,6 +869,9 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	}
 	if drift {
 		return silent(exitFailed)
+	}
+	if unverified {
+		return silent(exitUnreachable)
 	}
 	return nil
 }
