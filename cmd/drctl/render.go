@@ -379,7 +379,7 @@ func stepTable(p *workflows.Progress, id string, width int) stepsText {
 	if workflows.IsSiteAction(p.Action) {
 		of = "site " + strings.TrimPrefix(p.Plan, "site-")
 	}
-	t.head = append(t.head, fmt.Sprintf("%s of %s: %s — %d/%d steps done", p.Action, of, p.State, counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps)))
+	t.head = append(t.head, fmt.Sprintf("%s of %s: %s — %d/%d steps done", p.Action, of, actionState(p.State, p), counts[workflows.StateDone]+counts[workflows.StateSkipped], len(p.Steps)))
 	if p.By != "" || p.Trust != "" {
 		t.head = append(t.head, fmt.Sprintf("  started by %s; %s", orUnknown(p.By), orUnknown(p.Trust)))
 	}

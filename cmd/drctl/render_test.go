@@ -39,7 +39,9 @@ func TestStepTableOfAPausedAction(t *testing.T) {
 	out := b.String()
 	t.Logf("\n%s", out)
 	for _, want := range []string{
-		`reprotect of plan "shop": running — 1/3 steps done`,
+		// The headline says paused, as the dashboard does: the run goes
+		// on in Temporal, the action waits for the operator.
+		`reprotect of plan "shop": paused — 1/3 steps done`,
 		"STATE", "TRIES", "TOOK", "NOTE",
 		"done     stop web on east", "1.5s", "stopped web",
 		"paused   demote db on east",

@@ -395,6 +395,23 @@ func (a *app) summary(r *result) {
 }
 
 // find the steps of an action in a state.
+// actionState is what every view says an action is at the moment (drctl
+// watch's and status's step tables, the dashboard): state (the run's, or
+// its progress's), but paused while a step waits for the operator's
+// decision, and waiting for approval while one waits at a gate.
+func actionState(state string, p *workflows.Progress) string {
+	if p == nil || state != workflows.StateRunning {
+		return state
+	}
+	if len(stepsIn(p, workflows.StatePaused)) > 0 {
+		return workflows.StatePaused
+	}
+	if len(stepsIn(p, workflows.StateWaiting)) > 0 {
+		return workflows.StateWaiting
+	}
+	return state
+}
+
 func stepsIn(p *workflows.Progress, state string) []*workflows.Step {
 	var out []*workflows.Step
 	for _, s := range p.Steps {

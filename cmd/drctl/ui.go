@@ -367,13 +367,8 @@ func (v *stepsView) shown() {
 	}
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
 		v.Next = append(v.Next, fmt.Sprintf("waiting for approval: drctl approve %s", arg))
-		if len(paused) == 0 {
-			v.Shown = workflows.StateWaiting
-		}
 	}
-	if len(paused) > 0 {
-		v.Shown = workflows.StatePaused
-	}
+	v.Shown = actionState(v.Status, p)
 }
 
 func (d *dashboard) stepsOf(ctx context.Context, id string) (*stepsView, error) {
