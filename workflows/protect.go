@@ -489,7 +489,7 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 			}
 		}
 		s.Polls++
-		s.report(ctx, p.Metadata.Name)
+		s.report(ctx, p)
 		noteProtection(ctx, p.Metadata.Name, s, true)
 		if s.OutOfRPO && !wasOut {
 			log.Warn("plan out of RPO", "plan", p.Metadata.Name, "target", p.Policy.RPOTarget.D(), "why", s.firstWhy())
@@ -769,7 +769,7 @@ func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.
 		// round's start: a primary down for minutes has been silent for
 		// minutes.
 		s.Unreachable = fmt.Sprintf("the storage of %s has not answered a poll for %v", s.Primary, now.Sub(s.UnreachableSince).Round(time.Second))
-		s.report(ctx, p.Metadata.Name)
+		s.report(ctx, p)
 	}
 }
 
@@ -878,8 +878,24 @@ func (s *ProtectState) record(next map[string]GroupHealth) {
 // unprotected plan has no replica: no lag, nothing out of RPO (which is
 // only about a replica that exists), and MetricUnprotected counts the
 // seconds since the failover; a protected one sets it to 0.
-func (s *ProtectState) report(ctx workflow.Context, plan string) {
+func (s *ProtectState) report(ctx workflow.Context, p *plans.Plan) {
+	plan := p.Metadata.Name
 	m := workflow.GetMetricsHandler(ctx)
+	// The primary-unreachable series of every other site of the plan is
+	// 0: after the primary moved, the old one's series would otherwise
+	// keep its last value (a demotion's refusals, a slow poll) for the
+	// metrics' ttl.
+	down := 0.0
+	if s.Unreachable != "" && s.Unprotected == nil {
+		down = 1
+	}
+	for _, site := range p.Sites {
+		v := 0.0
+		if site.Name == s.Primary {
+			v = down
+		}
+		m.WithTags(map[string]string{"plan": plan, "site": site.Name}).Gauge(MetricPrimaryUnreachable).Update(v)
+	}
 	if u := s.Unprotected; u != nil {
 		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(0)
 		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricUnprotected).Update(max(workflow.Now(ctx).Sub(u.Since), 0).Seconds())
@@ -899,11 +915,6 @@ func (s *ProtectState) report(ctx workflow.Context, plan string) {
 		out = 1
 	}
 	m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(out)
-	down := 0.0
-	if s.Unreachable != "" {
-		down = 1
-	}
-	m.WithTags(map[string]string{"plan": plan, "site": s.Primary}).Gauge(MetricPrimaryUnreachable).Update(down)
 }
 
 func groupNames(p *plans.Plan) []string {

@@ -99,14 +99,14 @@ func deadPrimary(t *testing.T, srv *devserver.Server, kill func(f *fixture)) {
 			rises++ // past the target and still growing
 		}
 		if rises >= 2 && last.OutOfRPO && last.Unreachable != "" &&
-			m.get(workflows.MetricOutOfRPO, "shop") == 1 && m.get(workflows.MetricPrimaryUnreachable, "shop") == 1 {
+			m.get(workflows.MetricOutOfRPO, "shop") == 1 && m.getSite(workflows.MetricPrimaryUnreachable, "shop", "east") == 1 && m.getSite(workflows.MetricPrimaryUnreachable, "shop", "west") == 0 {
 			t.Logf("%v after the loss: lag %v (last sync known %v ago), unreachable: %s", time.Since(killed).Round(time.Millisecond),
 				h.Lag.Round(time.Millisecond), time.Since(h.LastSync).Round(time.Millisecond), last.Unreachable)
 			return
 		}
 	}
 	t.Fatalf("15 s after the primary died: lags seen %v (target %v), out of RPO %v, unreachable %q, metrics out_of_rpo %v unreachable %v",
-		lags, target, last.OutOfRPO, last.Unreachable, m.get(workflows.MetricOutOfRPO, "shop"), m.get(workflows.MetricPrimaryUnreachable, "shop"))
+		lags, target, last.OutOfRPO, last.Unreachable, m.get(workflows.MetricOutOfRPO, "shop"), m.getSite(workflows.MetricPrimaryUnreachable, "shop", "east"))
 }
 
 // gauges is a metrics handler that keeps the last value of each gauge by
@@ -132,6 +132,11 @@ func (g *gauges) get(name, plan string) float64 {
 	return r.vals[name+"|"+plan]
 }
 
+// getSite is the value of a gauge tagged with a plan and a site.
+func (g *gauges) getSite(name, plan, site string) float64 {
+	return g.get(name, plan+"|"+site)
+}
+
 func (g *gauges) WithTags(tags map[string]string) client.MetricsHandler {
 	merged := map[string]string{}
 	for k, v := range g.tags {
@@ -150,7 +155,11 @@ func (g *gauges) Gauge(name string) client.MetricsGauge {
 		r := g.top()
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		r.vals[fmt.Sprintf("%s|%s", name, g.tags["plan"])] = v
+		key := fmt.Sprintf("%s|%s", name, g.tags["plan"])
+		if site, ok := g.tags["site"]; ok {
+			key += "|" + site
+		}
+		r.vals[key] = v
 	})
 }
 

@@ -2,8 +2,13 @@ package workflows
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/plans"
 )
@@ -56,5 +61,55 @@ func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
 	h = health(GroupHealth{LastSync: now.Add(-time.Minute), Lag: time.Minute}, GroupHealth{Why: "stale"}, now, p, "east")
 	if h.OutOfRPO || h.Why != "" {
 		t.Errorf("within the target: %+v", h)
+	}
+}
+
+// siteGauges keeps the last value of drover_primary_unreachable by site.
+type siteGauges struct {
+	mu   sync.Mutex
+	vals map[string]float64
+	site string
+}
+
+func (g *siteGauges) WithTags(tags map[string]string) client.MetricsHandler {
+	return &siteGauges{vals: g.vals, site: tags["site"]}
+}
+func (g *siteGauges) Counter(string) client.MetricsCounter {
+	return client.MetricsNopHandler.Counter("")
+}
+func (g *siteGauges) Timer(string) client.MetricsTimer { return client.MetricsNopHandler.Timer("") }
+func (g *siteGauges) Gauge(name string) client.MetricsGauge {
+	return gaugeUpdate(func(v float64) {
+		if name == MetricPrimaryUnreachable {
+			g.vals[g.site] = v
+		}
+	})
+}
+
+type gaugeUpdate func(float64)
+
+func (f gaugeUpdate) Update(v float64) { f(v) }
+
+// TestUnreachableSeriesFollowsThePrimary: once the primary moves (a
+// failback), the old primary's drover_primary_unreachable series goes to
+// 0 at the next report, where it kept its last value (1, from the
+// demotion's refusals) for the metrics' ttl.
+func TestUnreachableSeriesFollowsThePrimary(t *testing.T) {
+	p := &plans.Plan{Metadata: plans.Metadata{Name: "shop"}, Sites: []plans.Site{{Name: "east"}, {Name: "west"}}}
+	g := &siteGauges{vals: map[string]float64{}}
+	var ts testsuite.WorkflowTestSuite
+	ts.SetMetricsHandler(g)
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		(&ProtectState{Primary: "west", Unreachable: "a poll went unanswered"}).report(ctx, p)
+		(&ProtectState{Primary: "east"}).report(ctx, p)
+		return nil
+	}, workflow.RegisterOptions{Name: "reports"})
+	env.ExecuteWorkflow("reports")
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if g.vals["west"] != 0 || g.vals["east"] != 0 {
+		t.Fatalf("after the primary moved from an unreachable west to east: %v, want both 0", g.vals)
 	}
 }
