@@ -82,8 +82,12 @@ type GroupHealth struct {
 	// NoSync: the primary's storage answered NOT_FOUND, which a driver
 	// gives a primary copy no sync of which has completed (the spec's
 	// simulator, ceph-csi's "no snapshot details"): it answered.
-	NoSync  bool      `json:"noSync,omitempty"`
-	Checked time.Time `json:"checked"`
+	NoSync bool `json:"noSync,omitempty"`
+	// NotPrimary: the primary's storage answered FAILED_PRECONDITION, that
+	// its copy is not primary (a demotion under way, a record that is
+	// wrong): it answered.
+	NotPrimary bool      `json:"notPrimary,omitempty"`
+	Checked    time.Time `json:"checked"`
 }
 
 // ProtectState is what Protect knows; failover and failback read it.
@@ -726,7 +730,8 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 			switch {
 			case owner[i] != g || h.Error != "":
 			case e.Error != "":
-				h.Error, h.Recovering, h.NoSync = e.Error, activities.Recovering(e.Error), e.Type == activities.ErrNotFound
+				h.Error, h.Recovering = e.Error, activities.Recovering(e.Error)
+				h.NoSync, h.NotPrimary = e.Type == activities.ErrNotFound, e.Type == activities.ErrFailedPrecondition
 			case h.LastSync.IsZero() || e.Info.LastSyncTime.Before(h.LastSync):
 				h.LastSync, h.Lag, h.Status, h.Message = e.Info.LastSyncTime, e.Info.Lag, e.Info.Status, e.Info.StatusMessage
 			}
@@ -781,7 +786,7 @@ func (s *ProtectState) reachable(now time.Time) {
 	//workflowcheck:ignore
 	for _, g := range slices.Sorted(maps.Keys(s.Groups)) {
 		h := s.Groups[g]
-		if h.Error == "" || h.Recovering || h.NoSync {
+		if h.Error == "" || h.Recovering || h.NoSync || h.NotPrimary {
 			// Answered: a recovering answer, or no sync yet, is the
 			// storage's own.
 			why = ""
@@ -840,6 +845,8 @@ func rpoWhy(h GroupHealth, primary, replica string) string {
 	case h.Recovering:
 		return fmt.Sprintf("%s (the primary) answers, but says the status %s (the replica) reports of it is missing: %s's mirror daemon is down or restarting; the lag counts from the last sync known",
 			primary, replica, replica)
+	case h.NotPrimary:
+		return fmt.Sprintf("the storage of %s answers that its copy is not primary: a demotion under way, or a record that is wrong (drctl status PLAN --verify); the lag counts from the last sync known", primary)
 	case h.NoSync:
 		return fmt.Sprintf("%s (the primary) answers that no sync of it has completed to %s (the replica) since it became primary; the lag counts from the last sync known", primary, replica)
 	case h.Error != "":

@@ -54,6 +54,15 @@ func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
 	if s.Unreachable != "" {
 		t.Errorf("a primary that answered NOT_FOUND is called unreachable: %q", s.Unreachable)
 	}
+	h = health(GroupHealth{Error: "FailedPrecondition: image is not in primary state", NotPrimary: true}, GroupHealth{LastSync: old}, now, p, "west")
+	if !h.OutOfRPO || !strings.Contains(h.Why, "the storage of west answers that its copy is not primary") {
+		t.Errorf("the primary answers FAILED_PRECONDITION: %+v", h)
+	}
+	s = &ProtectState{Primary: "west", Groups: map[string]GroupHealth{"db": h}}
+	s.reachable(now)
+	if s.Unreachable != "" {
+		t.Errorf("a primary that answered its copy is not primary is called unreachable: %q", s.Unreachable)
+	}
 	h = health(GroupHealth{}, GroupHealth{}, now, p, "east")
 	if !h.OutOfRPO || !strings.Contains(h.Why, "no sync has reached west yet") {
 		t.Errorf("no sync yet: %+v", h)
