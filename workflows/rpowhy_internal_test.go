@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +74,6 @@ func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
 
 // siteGauges keeps the last value of drover_primary_unreachable by site.
 type siteGauges struct {
-	mu   sync.Mutex
 	vals map[string]float64
 	site string
 }
