@@ -5,9 +5,10 @@
 # installs Ceph from Debian's packages when it is missing, brings up the
 # clusters and one ceph-csi controller per site (up.sh), runs the e2e tests
 # TestRealCephPowerLoss (a half-dead replica, then the primary site lost to
-# a power cut and restarted) and TestRealCeph (the whole cycle with a
-# frozen site, then the point-in-time story) against them, and stops every
-# daemon it started (down.sh), also on failure and Ctrl-C.
+# a power cut and restarted), TestRealCephHungDriver (ceph-csi with a Ceph
+# user its clusters lack) and TestRealCeph (the whole cycle with a frozen
+# site, then the point-in-time story), each on clusters of its own, and
+# stops every daemon it started (down.sh), also on failure and Ctrl-C.
 #
 # ceph-csi comes from the environment, as no package holds it:
 #   CEPH_CSI       a cephcsi binary, or
@@ -67,15 +68,27 @@ if [ -z "$bin" ]; then
 fi
 [ -x "$bin" ] || { echo "e2e-ceph: $bin is not an executable" >&2; exit 1; }
 
-state=$(mktemp -d /tmp/drover-ceph-XXXXXX)
+# Each test runs on clusters of its own, brought up for it and stopped
+# after it: what one test leaves (a power loss's images, a split brain)
+# is not the next one's. DROVER_CEPH_RUN picks the tests (a regular
+# expression of go test -run, matched here against each name; make
+# bench-ceph: the bench), DROVER_CEPH_LOG the log, .run/NAME.log.
+tests=(TestRealCephPowerLoss TestRealCephHungDriver TestRealCeph TestRealCephBench)
+run="${DROVER_CEPH_RUN:-^TestRealCeph(PowerLoss|HungDriver)?\$}"
+log=.run/${DROVER_CEPH_LOG:-e2e-ceph}.log
+mkdir -p .run
+: >"$log"
+state=
 cleanup() {
 	status=$?
 	trap - EXIT INT TERM
-	scripts/ceph/down.sh "$state" || true
-	if [ $status -ne 0 ]; then
-		echo "e2e-ceph: failed; the clusters' logs are in $state"
-	else
-		rm -rf "$state"
+	if [ -n "$state" ]; then
+		scripts/ceph/down.sh "$state" || true
+		if [ $status -ne 0 ]; then
+			echo "e2e-ceph: failed; the clusters' logs are in $state"
+		else
+			rm -rf "$state"
+		fi
 	fi
 	exit $status
 }
@@ -83,12 +96,23 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-DROVER_CEPHCSI=$bin scripts/ceph/up.sh "$state"
-lap "clusters up"
-mkdir -p .run
 set -o pipefail
-# DROVER_CEPH_RUN picks the test (make bench-ceph: the bench), its log
-# .run/DROVER_CEPH_LOG.log.
-DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "${DROVER_CEPH_RUN:-^TestRealCeph(PowerLoss)?\$}" ./e2e 2>&1 | tee ".run/${DROVER_CEPH_LOG:-e2e-ceph}.log" |
-	grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |ceph: |ceph-bench: '
+ran=0
+for name in "${tests[@]}"; do
+	[[ $name =~ $run ]] || continue
+	ran=$((ran + 1))
+	state=$(mktemp -d /tmp/drover-ceph-XXXXXX)
+	DROVER_CEPHCSI=$bin scripts/ceph/up.sh "$state"
+	lap "clusters up for $name"
+	DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "^$name\$" ./e2e 2>&1 | tee -a "$log" |
+		grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |ceph: |ceph-bench: '
+	scripts/ceph/down.sh "$state" >/dev/null
+	rm -rf "$state"
+	state=
+	lap "$name done"
+done
+if [ "$ran" -eq 0 ]; then
+	echo "e2e-ceph: no test matches $run" >&2
+	exit 2
+fi
 lap "done"
