@@ -41,6 +41,18 @@
 // follow A (forced only if its copy diverged), A's replication disabled
 // before B's.
 //
+// # A driver that hangs
+//
+// Config.Progress hears, while a call goes unanswered, which call of
+// which check waits and how long its deadline has left. A check whose
+// call the driver sat on for most of its deadline fails saying the driver
+// hangs, and the checks after it are listed as not run: a driver that
+// hangs one call (ceph-csi with a Ceph user its cluster refuses) hangs
+// them all. Neither such a driver nor one that left the last call of an
+// interrupted run hanging is asked to clean up, since its clean-up calls
+// would hang too: the clean-up says what may be left. Config.Abandon ends
+// a clean-up under way (a second Ctrl-C).
+//
 // # Recorded driver deviations
 //
 // Where a driver answers otherwise than the spec and the answer is a
