@@ -35,7 +35,11 @@
 //     status, marks the plan out of RPO past the target, records each
 //     site's clients, and continues as new to keep its history small; a
 //     round the primary does not answer is watched (the lag grows from
-//     the last sync known, the primary is reported unreachable);
+//     the last sync known, the primary is reported unreachable); an
+//     answer that is no sync (NOT_FOUND, FAILED_PRECONDITION, a recorded
+//     deviation read as recovering) is the primary answering; each group
+//     out of RPO says which side stopped (GroupHealth.Why: the primary,
+//     or the replica that takes no syncs while the primary answers);
 //     ReadProtect gives a failover the recorded clients and last sync.
 //     When a failover records its new primary (with the site it lost),
 //     the record signals Protect (a retarget naming the lost site), so
