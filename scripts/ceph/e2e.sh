@@ -98,21 +98,32 @@ trap 'exit 143' TERM
 
 set -o pipefail
 ran=0
+failed=()
 for name in "${tests[@]}"; do
 	[[ $name =~ $run ]] || continue
 	ran=$((ran + 1))
 	state=$(mktemp -d /tmp/drover-ceph-XXXXXX)
 	DROVER_CEPHCSI=$bin scripts/ceph/up.sh "$state"
 	lap "clusters up for $name"
-	DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "^$name\$" ./e2e 2>&1 | tee -a "$log" |
-		grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |ceph: |ceph-bench: '
-	scripts/ceph/down.sh "$state" >/dev/null
-	rm -rf "$state"
+	# A failed test does not stop the others; its clusters' logs stay.
+	if DROVER_CEPH_ENV=$state/env go test -count=1 -timeout "${DROVER_CEPH_TIMEOUT:-45m}" -v -run "^$name\$" ./e2e 2>&1 | tee -a "$log" |
+		grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|^ +--- |ceph: |ceph-bench: '; then
+		scripts/ceph/down.sh "$state" >/dev/null
+		rm -rf "$state"
+	else
+		failed+=("$name")
+		scripts/ceph/down.sh "$state" >/dev/null
+		echo "e2e-ceph: $name failed; its clusters' logs are in $state"
+	fi
 	state=
 	lap "$name done"
 done
 if [ "$ran" -eq 0 ]; then
 	echo "e2e-ceph: no test matches $run" >&2
 	exit 2
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "e2e-ceph: failed: ${failed[*]} (log: $log)"
+	exit 1
 fi
 lap "done"
