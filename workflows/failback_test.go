@@ -5,9 +5,13 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/drover-dr/drover/csiaddons/replication"
 
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/sim"
@@ -173,4 +177,54 @@ func TestFailbackRollsBack(t *testing.T) {
 	if r := sim.Check(f.east.Snapshot(), f.west.Snapshot()); !r.OK() {
 		t.Fatalf("invariants: %s", r)
 	}
+}
+
+// TestFailbackWaitsOutADegradedReplica: the failback's check of the
+// replication it moves asks again, within the step's time limit, while
+// the storage reports it DEGRADED (as right after the peer came back from
+// an outage, seen in the chaos run): the failback goes on once it is
+// healthy, and the step says what the storage answered meanwhile, where
+// it used to stop at the first answer.
+func TestFailbackWaitsOutADegradedReplica(t *testing.T) {
+	f := newFixture(t)
+	f.plan.Policy.OnFailure = "abort" // a check that gives up ends the test at once
+	var mu sync.Mutex
+	degraded, armed := 0, false
+	f.setOnRPC(func(site, method string, req any, handle func() (any, error)) (any, error) {
+		resp, err := handle()
+		mu.Lock()
+		defer mu.Unlock()
+		if site == "west" && method == "Probe" {
+			armed = true // the preflights come after the role check, before the replication's
+		}
+		if !armed || site != "east" || method != "GetVolumeReplicationInfo" || err != nil {
+			return resp, err
+		}
+		if degraded < 3 {
+			degraded++
+			r := proto.Clone(resp.(*replication.GetVolumeReplicationInfoResponse)).(*replication.GetVolumeReplicationInfoResponse)
+			r.Status, r.StatusMessage = replication.GetVolumeReplicationInfoResponse_DEGRADED, "peer site unreachable: connection refused"
+			return r, nil
+		}
+		return resp, err
+	})
+	var fb workflows.FailbackResult
+	_, err := f.run(t, workflows.Failback, workflows.FailbackInput{Plan: f.plan, From: "east", To: "west"}, &fb)
+	mustOK(t, err)
+	allDone(t, fb.Progress)
+	waited := ""
+	for _, s := range fb.Steps {
+		if strings.HasPrefix(s.Name, "check replication of") && strings.Contains(s.Output, "in which the storage answered") {
+			waited = s.Name + ": " + s.Output
+		}
+	}
+	if !strings.Contains(waited, "DEGRADED: peer site unreachable") {
+		var names []string
+		for _, s := range fb.Steps {
+			names = append(names, s.Name+": "+s.Output)
+		}
+		t.Fatalf("no check of the replication says it waited out the storage's DEGRADED answers (%d rewritten):\n%s", degraded, strings.Join(names, "\n"))
+	}
+	t.Log(waited)
+	roles(t, f.west, sim.RolePrimary)
 }

@@ -115,7 +115,7 @@ func (op GroupOp) do(ctx workflow.Context, p *plans.Plan, group string) (string,
 	case OpWaitSync:
 		return waitSync(ctx, p, op.Site, group, op.After)
 	case OpCheck:
-		return fresh(ctx, p, op.Site, group)
+		return freshWithin(ctx, p, op.Site, group)
 	case OpFinalPromote:
 		return promoteAfterFinalSync(ctx, p, op.Site, group, nil)
 	}

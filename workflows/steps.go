@@ -8,6 +8,7 @@ package workflows
 // sequence only.
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -372,6 +373,45 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 		worst = max(worst, lag)
 	}
 	return fmt.Sprintf("healthy, lag %v", worst.Round(time.Millisecond)), nil
+}
+
+// freshWithin is fresh asked again under the plan's back-off, within its
+// time limit, while the storage answers that replication is not healthy
+// yet (DEGRADED while a peer that was down comes back, no sync since,
+// a lag past the target): a storage that recovers is waited out, with a
+// note of what it answered, not taken as final. What is still so at the
+// time limit fails as fresh does.
+func freshWithin(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
+	rt := p.Policy.Retry
+	wait, most, coef := rt.InitialInterval.D(), rt.MaximumInterval.D(), rt.BackoffCoefficient
+	if wait <= 0 {
+		wait = time.Second
+	}
+	if most <= 0 {
+		most = time.Minute
+	}
+	if coef < 1 {
+		coef = 2
+	}
+	start := workflow.Now(ctx)
+	deadline := start.Add(rt.TimeLimit.D())
+	waited := ""
+	for {
+		out, err := fresh(ctx, p, site, group)
+		var ae *temporal.ApplicationError
+		if err == nil || !errors.As(err, &ae) || ae.Type() != ErrPreflight || workflow.Now(ctx).Add(wait).After(deadline) {
+			if err == nil && waited != "" {
+				out += fmt.Sprintf(", after %v in which the storage answered %s", workflow.Now(ctx).Sub(start).Round(time.Second), waited)
+			}
+			return out, err
+		}
+		waited = ae.Message()
+		retrying(ctx, err, fmt.Sprintf("not healthy yet (%s): asking again in %v, within the step's %v limit", waited, wait, rt.TimeLimit.D()))
+		if err := workflow.Sleep(ctx, wait); err != nil {
+			return "", err
+		}
+		wait = min(time.Duration(float64(wait)*coef), most)
+	}
 }
 
 // finalSyncPoll bounds the pause between two non-forced promotions while
