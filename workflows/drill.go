@@ -68,7 +68,10 @@ func Drill(ctx workflow.Context, in DrillInput) (*DrillResult, error) {
 	check := func(ref stepRef, fn func(ctx workflow.Context) (string, error)) bool {
 		s := r.add(ref, false)
 		s.State, s.Start, s.Attempts = StateRunning, workflow.Now(ctx), 1
-		out, err := fn(ctx)
+		// The check's calls note their attempts on its step, as an
+		// action's do: a check that waits on a storage that does not
+		// answer says which call waits and what it last answered.
+		out, err := fn(workflow.WithValue(ctx, stepKey{}, s))
 		s.Output, s.End = out, workflow.Now(ctx)
 		if err != nil {
 			s.State, s.LastError = StateFailed, ErrorText(err)

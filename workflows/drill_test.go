@@ -109,6 +109,13 @@ func TestDrillAgainstADownSiteFailsFast(t *testing.T) {
 			t.Fatalf("failure %d is %q, want it to name %q and its error", i, f, want[i])
 		}
 	}
+	// Each check shows its own attempts while it retries, as an action's
+	// step does: what it waits on, not only its end.
+	for _, s := range res.Steps {
+		if s.Name == "storage ready on east" && (s.Retries == 0 || s.Note == "") {
+			t.Errorf("the check of the down site's storage kept no attempts of its own: retries %d, note %q", s.Retries, s.Note)
+		}
+	}
 	t.Logf("drill against a down site: %v of workflow time, %d checks failed", res.End.Sub(res.Start), res.Failed)
 }
 
