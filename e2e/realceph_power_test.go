@@ -187,21 +187,9 @@ func (l *answerLog) String() string {
 // of west's answers lasted after the restart is logged.
 func TestRealCephPowerLoss(t *testing.T) {
 	r := startCephRig(t, "drover-pl-")
-	e, h, ctx, dir, app, secrets, vols, images := r.e, r.h, r.ctx, r.dir, r.app, r.secrets, r.vols, r.images
+	e, h, ctx, dir, secrets, vols, images := r.e, r.h, r.ctx, r.dir, r.secrets, r.vols, r.images
 
-	runHook(t, e.appCmd(app, "east", e.site("east", "CONF"), "write", "east", filepath.Join(dir, "east.acks"), "0", images["db"], images["web"]),
-		filepath.Join(dir, "east"))
-	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "5s")
-	started := time.Now()
-	var first time.Time
-	simtest.Eventually(t, 3*time.Minute, "protection to record a sync of both volumes", func() bool {
-		ps, err := workflows.ReadProtect(ctx, h.c, "e2e")
-		if err == nil && ps != nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero() {
-			first = ps.LastSync()
-			return true
-		}
-		return false
-	})
+	started, first := r.protectFromEast(t)
 	// A second round of syncs: the loss comes mid-schedule, as it would.
 	simtest.Eventually(t, 3*time.Minute, "protection to record a second sync", func() bool {
 		ps, err := workflows.ReadProtect(ctx, h.c, "e2e")

@@ -403,14 +403,7 @@ func TestRealCeph(t *testing.T) {
 	e, h, ctx, dir, app, secrets, vols, images := r.e, r.h, r.ctx, r.dir, r.app, r.secrets, r.vols, r.images
 
 	// The application runs on east; protection starts.
-	runHook(t, e.appCmd(app, "east", e.site("east", "CONF"), "write", "east", filepath.Join(dir, "east.acks"), "0", images["db"], images["web"]),
-		filepath.Join(dir, "east"))
-	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "5s")
-	started := time.Now()
-	simtest.Eventually(t, 3*time.Minute, "protection to record a sync of both volumes", func() bool {
-		ps, err := workflows.ReadProtect(ctx, h.c, "e2e")
-		return err == nil && ps != nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero()
-	})
+	started, _ := r.protectFromEast(t)
 	t.Logf("ceph: first sync of both volumes %s after protection started", time.Since(started).Round(time.Second))
 
 	// Protection for protectFor: the lag within the 2-minute RPO target
@@ -610,6 +603,27 @@ func TestRealCeph(t *testing.T) {
 	t.Logf("ceph: images byte-identical on both sites: %d bytes compared", r.identicalAfterStop(t))
 
 	cephPointStory(t, ctx, h, e, dir, app, images, secrets)
+}
+
+// protectFromEast starts the application's writer on east and protection
+// from east, and waits for protection to record a sync of both volumes:
+// when protection started, and that sync.
+func (r *cephRig) protectFromEast(t *testing.T) (started, first time.Time) {
+	t.Helper()
+	e, h := r.e, r.h
+	runHook(t, e.appCmd(r.app, "east", e.site("east", "CONF"), "write", "east", filepath.Join(r.dir, "east.acks"), "0", r.images["db"], r.images["web"]),
+		filepath.Join(r.dir, "east"))
+	h.must("protect", "start", h.plan, "--primary", "east", "--interval", "5s")
+	started = time.Now()
+	simtest.Eventually(t, 3*time.Minute, "protection to record a sync of both volumes", func() bool {
+		ps, err := workflows.ReadProtect(r.ctx, h.c, "e2e")
+		if err == nil && ps != nil && len(ps.Groups) == 2 && !ps.LastSync().IsZero() {
+			first = ps.LastSync()
+			return true
+		}
+		return false
+	})
+	return started, first
 }
 
 // identicalAfterStop stops east's writer, waits for a sync from east
