@@ -142,16 +142,8 @@ func holdsPrimary(ctx workflow.Context, r *run, p *plans.Plan, site, demoted, ac
 	// within its time limit, as any call is: a storage that answers
 	// late is no reason to give up an action.
 	rt := p.Policy.Retry
-	interval, most, coef, limit := rt.InitialInterval.D(), rt.MaximumInterval.D(), rt.BackoffCoefficient, rt.TimeLimit.D()
-	if interval <= 0 {
-		interval = time.Second
-	}
-	if most <= 0 {
-		most = time.Minute
-	}
-	if coef < 1 {
-		coef = 2
-	}
+	interval, most, coef := retryPace(rt)
+	limit := rt.TimeLimit.D()
 	if limit <= 0 {
 		limit = 10 * time.Minute
 	}

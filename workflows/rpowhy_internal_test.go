@@ -35,32 +35,33 @@ func TestOutOfRPONamesTheSideThatStopped(t *testing.T) {
 	if !h.OutOfRPO || !strings.Contains(h.Why, "the storage of east (the primary) did not answer") || strings.Contains(h.Why, "replica") {
 		t.Errorf("the primary did not answer: %+v", h)
 	}
-	h = health(GroupHealth{Error: "x", Recovering: true}, GroupHealth{LastSync: old}, now, p, "east")
-	if !h.OutOfRPO || !strings.Contains(h.Why, "east (the primary) answers") || !strings.Contains(h.Why, "west's mirror daemon is down or restarting") {
-		t.Errorf("the primary answers that the replica's status is missing: %+v", h)
-	}
-	s := &ProtectState{Primary: "east", Groups: map[string]GroupHealth{"db": h}}
-	s.reachable(now)
-	if s.Unreachable != "" {
-		t.Errorf("a primary that answered it is recovering is called unreachable: %q", s.Unreachable)
-	}
-	h = health(GroupHealth{Error: "NotFound: no sync to the peer has completed yet", NoSync: true}, GroupHealth{}, now, p, "east")
-	if !h.OutOfRPO || !strings.Contains(h.Why, "east (the primary) answers that no sync of it has completed to west") {
-		t.Errorf("the primary answers NOT_FOUND: %+v", h)
-	}
-	s = &ProtectState{Primary: "east", Groups: map[string]GroupHealth{"db": h}}
-	s.reachable(now)
-	if s.Unreachable != "" {
-		t.Errorf("a primary that answered NOT_FOUND is called unreachable: %q", s.Unreachable)
-	}
-	h = health(GroupHealth{Error: "FailedPrecondition: image is not in primary state", NotPrimary: true}, GroupHealth{LastSync: old}, now, p, "west")
-	if !h.OutOfRPO || !strings.Contains(h.Why, "the storage of west answers that its copy is not primary") {
-		t.Errorf("the primary answers FAILED_PRECONDITION: %+v", h)
-	}
-	s = &ProtectState{Primary: "west", Groups: map[string]GroupHealth{"db": h}}
-	s.reachable(now)
-	if s.Unreachable != "" {
-		t.Errorf("a primary that answered its copy is not primary is called unreachable: %q", s.Unreachable)
+	// Answers that are the storage's own: the group is out of RPO with
+	// their reason, and the primary is not called unreachable.
+	for _, c := range []struct {
+		what, primary string
+		h             GroupHealth
+		why           []string
+	}{
+		{"the primary answers that the replica's status is missing", "east", GroupHealth{Error: "x", Recovering: true, LastSync: old},
+			[]string{"east (the primary) answers", "west's mirror daemon is down or restarting"}},
+		{"the primary answers NOT_FOUND", "east", GroupHealth{Error: "NotFound: no sync to the peer has completed yet", NoSync: true},
+			[]string{"east (the primary) answers that no sync of it has completed to west"}},
+		{"the primary answers FAILED_PRECONDITION", "west", GroupHealth{Error: "FailedPrecondition: image is not in primary state", NotPrimary: true, LastSync: old},
+			[]string{"the storage of west answers that its copy is not primary"}},
+	} {
+		prev := GroupHealth{LastSync: c.h.LastSync}
+		c.h.LastSync = time.Time{}
+		h := health(c.h, prev, now, p, c.primary)
+		for _, w := range c.why {
+			if !h.OutOfRPO || !strings.Contains(h.Why, w) {
+				t.Errorf("%s: %+v, want out of RPO saying %q", c.what, h, w)
+			}
+		}
+		s := &ProtectState{Primary: c.primary, Groups: map[string]GroupHealth{"db": h}}
+		s.reachable(now)
+		if s.Unreachable != "" {
+			t.Errorf("%s: the primary is called unreachable: %q", c.what, s.Unreachable)
+		}
 	}
 	h = health(GroupHealth{}, GroupHealth{}, now, p, "east")
 	if !h.OutOfRPO || !strings.Contains(h.Why, "no sync has reached west yet") {

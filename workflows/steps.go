@@ -375,6 +375,23 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 	return fmt.Sprintf("healthy, lag %v", worst.Round(time.Millisecond)), nil
 }
 
+// retryPace is the plan's back-off for a step that asks the storage again
+// in a loop of its own: the first pause, the longest, and the growth
+// between two (1 s, 1 min and 2 where the plan gives none).
+func retryPace(rt plans.Retry) (first, most time.Duration, coef float64) {
+	first, most, coef = rt.InitialInterval.D(), rt.MaximumInterval.D(), rt.BackoffCoefficient
+	if first <= 0 {
+		first = time.Second
+	}
+	if most <= 0 {
+		most = time.Minute
+	}
+	if coef < 1 {
+		coef = 2
+	}
+	return first, most, coef
+}
+
 // freshWithin is fresh asked again under the plan's back-off, within its
 // time limit, while the storage answers that replication is not healthy
 // yet (DEGRADED while a peer that was down comes back, no sync since,
@@ -383,16 +400,7 @@ func fresh(ctx workflow.Context, p *plans.Plan, site, group string) (string, err
 // time limit fails as fresh does.
 func freshWithin(ctx workflow.Context, p *plans.Plan, site, group string) (string, error) {
 	rt := p.Policy.Retry
-	wait, most, coef := rt.InitialInterval.D(), rt.MaximumInterval.D(), rt.BackoffCoefficient
-	if wait <= 0 {
-		wait = time.Second
-	}
-	if most <= 0 {
-		most = time.Minute
-	}
-	if coef < 1 {
-		coef = 2
-	}
+	wait, most, coef := retryPace(rt)
 	start := workflow.Now(ctx)
 	deadline := start.Add(rt.TimeLimit.D())
 	waited := ""
