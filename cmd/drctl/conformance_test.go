@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -394,10 +395,11 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
 			t.Fatalf("no report: %v\n%s", err, out.String())
 		}
-		hung, after := false, 0
+		hung, after, enable := false, 0, "not in the report"
 		for _, r := range rep.Results {
 			switch {
 			case r.ID == "replication/volume/enable":
+				enable = fmt.Sprintf("%s: %s (%s)", r.Status, r.Detail, r.Duration)
 				hung = r.Status == conformance.Fail && strings.Contains(r.Detail, "the driver hangs")
 			case hung && r.Status == conformance.Skip:
 				if strings.Contains(r.Detail, "not run: the driver left endpoint EnableVolumeReplication unanswered") {
@@ -408,7 +410,7 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 			}
 		}
 		if !hung || after == 0 || len(rep.Cleanup) == 0 || !strings.Contains(rep.Cleanup[0], "not tried: the driver left") {
-			t.Fatalf("the hang is not told as such (enable failed %v, %d checks after it not run, clean-up %q):\n%s", hung, after, rep.Cleanup, out.String())
+			t.Fatalf("the hang is not told as such (enable %s; %d checks after it not run, clean-up %q):\n%s\n%s", enable, after, rep.Cleanup, errb.String(), out.String())
 		}
 	})
 
