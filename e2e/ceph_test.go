@@ -43,7 +43,7 @@ const cephMirrorRestart = 20 * time.Second
 // invariants hold at the end.
 func TestCephCSICycle(t *testing.T) {
 	h := startWith(t, 2, 2, cephPlan, func(o *stack.Options) {
-		o.Driver, o.ScheduleMinute, o.MirrorRestart = sim.DriverCephCSI, cephMinute, cephMirrorRestart
+		o.Driver, o.ScheduleMinute, o.MirrorRestart, o.ScheduleRace = sim.DriverCephCSI, cephMinute, cephMirrorRestart, true
 	})
 	if raw, err := os.ReadFile(h.plan); err != nil || strings.Contains(string(raw), "schedulingInterval: 1s") || !strings.Contains(string(raw), "schedulingInterval: 1m") {
 		t.Fatal("the plan does not ask for a schedule ceph-csi takes")
@@ -144,8 +144,20 @@ func TestCephCSICycle(t *testing.T) {
 		t.Errorf("status --verify on ceph-csi does not say its fences were not checked:\n%s", out)
 	}
 
+	// West's demotions take 1.5 s of a 1 s schedule: a tick falls in each,
+	// and the copies are primary again just after, as on real Ceph. The
+	// failback reads the roles back and demotes them again.
+	h.faults("west", sim.FaultRule{Method: "DemoteVolume", Latency: 1500 * time.Millisecond, Count: 2})
 	before := lostOn(h.check(), "west")
 	h.must("failback", h.plan, "--to", "east", "--yes", "--wait")
+	if pr, err := h.progress(); err != nil {
+		t.Fatal(err)
+	} else if i := slices.IndexFunc(pr.Steps, func(s *workflows.Step) bool { return s.Name == "check the demotion held on west" }); i < 0 ||
+		!strings.Contains(pr.Steps[i].Output, "demoted again") {
+		t.Fatalf("the failback's read-back does not say it demoted west's copies again: %+v", pr.Steps)
+	} else {
+		t.Logf("the failback's read-back: %s", pr.Steps[i].Output)
+	}
 	h.waitWrites("east", "acknowledged", acked, 20)
 	h.stopWriters()
 	r := h.check()

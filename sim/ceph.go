@@ -222,3 +222,44 @@ func copyParams(params map[string]string) map[string]string {
 	}
 	return out
 }
+
+// tickWithin tells whether a schedule of period every, with a tick at
+// phase, comes round within (from, to].
+func tickWithin(phase time.Time, every time.Duration, from, to time.Time) bool {
+	if every <= 0 || phase.IsZero() || !to.After(from) {
+		return false
+	}
+	n := func(t time.Time) int64 {
+		d := t.Sub(phase)
+		k := int64(d / every)
+		if d < 0 && d%every != 0 {
+			k--
+		}
+		return k
+	}
+	return n(to) > n(from)
+}
+
+// scheduledSnapshotAfterDemotion is Config.ScheduleRace: the primary
+// snapshot the schedule took across the demotion that ended at demoted
+// lands just after it, and the copy is primary again in the same epoch
+// (no promotion: its data is the demoted data), with a snapshot to ship.
+// A copy promoted, resynced or demoted again meanwhile is left alone.
+func (s *Site) scheduledSnapshotAfterDemotion(u *unit, demoted time.Time) {
+	time.Sleep(min(s.cfg.SyncInterval/2, 500*time.Millisecond))
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	last := u.st.RoleChanges[len(u.st.RoleChanges)-1]
+	if u.st.Role != RoleSecondary || u.st.Resyncing || !last.Time.Equal(demoted) {
+		return
+	}
+	u.st.Role = RolePrimary
+	u.st.Demoted = false
+	u.st.SnapPending = true
+	u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: time.Now(), Role: RolePrimary, Epoch: u.st.Epoch, Seq: u.st.Seq, Scheduled: true})
+	u.nextSync = time.Time{}
+	if err := s.store.saveUnit(&u.st); err != nil {
+		s.log.Error("persist unit", "unit", u.st.Key(), "err", err)
+	}
+	s.log.Warn("a scheduled mirror snapshot taken across the demotion made the copy primary again", "unit", u.st.Key())
+}

@@ -498,3 +498,63 @@ func TestCephCSIPeerRestart(t *testing.T) {
 		return err == nil
 	})
 }
+
+// With Config.ScheduleRace, a demotion that the schedule's tick falls in
+// leaves the copy primary again just after it returned, as Ceph 16.2.15
+// did (sim/config.go); a demotion no tick falls in stays. A second
+// demotion holds, and the copy then follows its peer's promotion without
+// force.
+func TestCephCSIScheduleRace(t *testing.T) {
+	race := func(c *sim.Config) {
+		c.Driver, c.ScheduleMinute, c.ScheduleRace = sim.DriverCephCSI, time.Second, true
+	}
+	a, b := startPair(t, pairOpts{TweakA: race, TweakB: race})
+	src := group("vg-1")
+	enable(t, a, src)
+	mustOK(t, promote(t, a, src, false, map[string]string{"schedulingInterval": "1m"}))
+	// No tick within a demotion made at once: it holds.
+	mustOK(t, demote(t, a, src, false))
+	time.Sleep(time.Second)
+	_, err := resync(t, a, src, false)
+	if status.Code(err) == codes.InvalidArgument {
+		t.Fatalf("a demotion no tick fell in did not hold: %v", err)
+	}
+	mustOK(t, promote(t, a, src, true, map[string]string{"schedulingInterval": "1m"}))
+	// A demotion that takes 1.5 s of a 1 s schedule spans a tick (a
+	// latency for one call: the next demotion takes none).
+	mustOK(t, a.SetFaults([]sim.FaultRule{{Method: "DemoteVolume", Latency: 1500 * time.Millisecond, Count: 1}}))
+	mustOK(t, demote(t, a, src, false))
+	eventually(t, 5*time.Second, "the copy to be primary again", func() bool {
+		_, err := resync(t, a, src, false)
+		return status.Code(err) == codes.InvalidArgument
+	})
+	wantMessage(t, func() error { _, err := resync(t, a, src, false); return err }(), codes.InvalidArgument, "image is in primary state")
+	rc := a.Snapshot().Unit("vg/vg-1").RoleChanges
+	if last := rc[len(rc)-1]; last.Role != sim.RolePrimary || !last.Scheduled {
+		t.Fatalf("the last role change is %+v, want a scheduled snapshot's", last)
+	}
+	// Served again, the latency would span a tick again, and B could not
+	// be promoted without force.
+	mustOK(t, demote(t, a, src, false))
+	eventually(t, 10*time.Second, "B to take the final snapshot and be promoted", func() bool {
+		return promote(t, b, src, false, map[string]string{"schedulingInterval": "1m"}) == nil
+	})
+	eventually(t, 10*time.Second, "A to follow B", func() bool {
+		ready, err := resync(t, a, src, false)
+		return err == nil && !ready
+	})
+	// A copy primary again would be so 0.5 s after its demotion.
+	time.Sleep(time.Second)
+	flips := 0
+	for _, c := range a.Snapshot().Unit("vg/vg-1").RoleChanges {
+		if c.Scheduled {
+			flips++
+		}
+	}
+	if flips != 1 {
+		t.Fatalf("the copy was primary again %d times, want once: the one-call latency served again", flips)
+	}
+	if rep := check(t, a, b); len(rep.Lost) != 0 || len(rep.Violations) != 0 {
+		t.Fatalf("lost %v, violations %v", rep.Lost, rep.Violations)
+	}
+}

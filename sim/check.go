@@ -209,7 +209,7 @@ func checkUnit(r *Report, key string, cs []copyOf, fences map[string]map[string]
 	var proms []promotion
 	for _, c := range cs {
 		for _, rc := range c.u.RoleChanges {
-			if rc.Role == RolePrimary {
+			if rc.Role == RolePrimary && !rc.Scheduled {
 				proms = append(proms, promotion{site: c.site, time: rc.Time, epoch: rc.Epoch})
 			}
 		}

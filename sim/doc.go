@@ -104,6 +104,9 @@
 // site or its link away and back, Site.PowerLoss takes it away as a power
 // cut does (after Up it is a restarted site, whose peer's ceph-csi
 // primaries answer without its mirror status for Config.MirrorRestart);
+// Config.ScheduleRace makes a ceph-csi copy whose demotion spans a tick of
+// its snapshot schedule primary again just after (as Ceph does), and a
+// latency rule with a count delays only that many calls;
 // SetReady makes Probe answer not ready
 // while the site serves. State lives in a directory (site.json and one
 // file per unit) written atomically, so a killed site restarts with

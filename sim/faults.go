@@ -17,7 +17,8 @@ import (
 // FaultRule injects latency and errors into one RPC (or "*" for all of
 // them). Latency is served while the call holds its volume, so concurrent
 // calls on the same volume see ABORTED, as on a real driver. An error fires
-// for the next Count calls, or with Probability on each call.
+// for the next Count calls, or with Probability on each call; a latency
+// without a code delays every call, or with Count only the next Count.
 //
 // Discard, instead of an error, answers success without applying the call
 // (for the next Count calls, or with Probability): storage that
@@ -136,6 +137,9 @@ func (r FaultRule) validate() error {
 			return fmt.Errorf("code %s needs count>0 or probability>0", r.Code)
 		}
 	}
+	if r.Count < 0 {
+		return fmt.Errorf("count %d is negative", r.Count)
+	}
 	if r.Probability < 0 || r.Probability > 1 {
 		return fmt.Errorf("probability %v is not within [0,1]", r.Probability)
 	}
@@ -214,6 +218,12 @@ func (f *faults) injectOn(ctx context.Context, method, subject string, detached 
 		}
 		latency += r.Latency
 		detached = detached || r.Detached
+		if r.Code == "" && !r.Discard && r.Count > 0 {
+			// A latency alone, for the next Count calls.
+			if r.Count--; r.Count == 0 {
+				r.Count = -1 // spent
+			}
+		}
 		if r.Code == "" || r.Discard || r.Lost || fire != nil {
 			continue
 		}
@@ -238,7 +248,7 @@ func (f *faults) injectOn(ctx context.Context, method, subject string, detached 
 	// Spent count rules are dropped.
 	kept := f.rules[:0]
 	for _, r := range f.rules {
-		if r.Code != "" && r.Count == 0 && r.Probability == 0 {
+		if r.Code != "" && r.Count == 0 && r.Probability == 0 || r.Count < 0 {
 			continue
 		}
 		kept = append(kept, r)

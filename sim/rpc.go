@@ -579,6 +579,7 @@ func (s *Site) promote(u *unit, force, forked bool) error {
 }
 
 func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
+	began := time.Now()
 	err := r.s.withUnit(ctx, "DemoteVolume", req.GetSecrets(), req.GetVolumeId(), req.GetReplicationSource(), func(u *unit) error {
 		u.mu.Lock()
 		enabled, role := u.st.Enabled, u.st.Role
@@ -619,6 +620,9 @@ func (r *replicationServer) DemoteVolume(ctx context.Context, req *replication.D
 		u.st.RoleChanges = append(u.st.RoleChanges, RoleChange{Time: time.Now(), Role: RoleSecondary, Epoch: u.st.Epoch, Seq: u.st.Seq, Force: req.GetForce()})
 		u.status, u.statusMsg = replication.GetVolumeReplicationInfoResponse_UNKNOWN, ""
 		u.nextSync = time.Time{}
+		if r.s.profile.mirror && r.s.cfg.ScheduleRace && tickWithin(u.nextSnap, u.st.Schedule, began, time.Now()) {
+			go r.s.scheduledSnapshotAfterDemotion(u, u.st.RoleChanges[len(u.st.RoleChanges)-1].Time)
+		}
 		return r.s.commit(u)
 	})
 	if err != nil {

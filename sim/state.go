@@ -74,6 +74,9 @@ type RoleChange struct {
 	Epoch uint64    `json:"epoch"`
 	Seq   uint64    `json:"seq"`
 	Force bool      `json:"force"`
+	// Scheduled: primary again through a scheduled snapshot taken across
+	// a demotion (Config.ScheduleRace), not through a promotion.
+	Scheduled bool `json:"scheduled,omitempty"`
 }
 
 // SyncInfo is what GetVolumeReplicationInfo reports: the point in time of

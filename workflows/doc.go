@@ -21,9 +21,14 @@
 //
 //   - Failback (failback.go): planned move with no data loss: preflight
 //     both sites and require fresh healthy replication, stop, demote
-//     without force, promote without force once the final sync landed,
-//     unfence, start, resync the old primary until the new one shipped
-//     it a sync; a promotion that fails for good rolls everything back.
+//     without force, read the roles back once the demotion settled (a
+//     copy primary again, as Ceph's snapshot schedule makes one taken
+//     across the demotion, is demoted again: redemote.go), promote
+//     without force once the final sync landed, unfence, start, resync
+//     the old primary until the new one shipped it a sync (a copy found
+//     primary again there is demoted again once the new primary's
+//     storage says so and nothing of the plan runs); a promotion that
+//     fails for good rolls everything back.
 //
 //   - Drill (drill.go): every check of a failover or failback without a
 //     state change (storage ready, secrets accepted, fencing possible,

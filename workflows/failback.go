@@ -40,7 +40,10 @@ const ErrRolledBack = "FailbackRolledBack"
 //     start on them), and require healthy replication no older than the
 //     plan's RPO target on From;
 //  2. stop From's workloads;
-//  3. demote From's groups without force (the final sync ships);
+//  3. demote From's groups without force (the final sync ships), and
+//     read their roles back once it settled: a copy primary again (a
+//     storage-side snapshot schedule taken across the demotion) is
+//     demoted again before anything is promoted (demotionHeld);
 //  4. promote To's groups without force: the storage refuses
 //     (FAILED_PRECONDITION) until the final sync has landed, so the
 //     promotion is retried until it does, within the plan's time limit;
@@ -107,6 +110,9 @@ func failback(ctx workflow.Context, r *run, in FailbackInput, res *FailbackResul
 		return err
 	}
 	if err := forGroups(ctx, r, p, GroupOp{Kind: OpDemote, Site: from}); err != nil {
+		return err
+	}
+	if err := demotionHeld(ctx, r, p, from); err != nil {
 		return err
 	}
 	if err := r.gate(ctx, "beforePromote"); err != nil {

@@ -85,7 +85,9 @@ type GroupOp struct {
 	// diverged, discarding its writes (reprotect only).
 	Discard bool `json:"discard,omitempty"`
 	// Primary: OpResync is also done once this site's primary copy has
-	// shipped a sync begun after After (or after the step began).
+	// shipped a sync begun after After (or after the step began). Every
+	// action that sets it demoted Site's copies before: one the storage
+	// finds primary again is demoted again (demoteAgain).
 	Primary string `json:"primary,omitempty"`
 	// Of tells the steps of an operation apart from the same kind's on
 	// the same groups and site in one run (their ids end with it).
@@ -233,8 +235,14 @@ func (r *run) inChild(ctx workflow.Context, p *plans.Plan, op GroupOp, groups []
 	kind := strings.NewReplacer(" ", "-", ":", "").Replace(op.verb())
 	id := fmt.Sprintf("%s/%s-%s-%d", workflow.GetInfo(ctx).WorkflowExecution.ID, kind, op.Site, r.children)
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TypedSearchAttributes: childAttributes(ctx, "", "")})
+	sub := r.subPlan(p, groups)
+	if op.Kind == OpResync && op.Primary != "" {
+		// A copy found primary again is demoted again only once the
+		// site's workloads are confirmed stopped (demoteAgain).
+		sub.Workloads = workloadsOn(p, op.Site)
+	}
 	var res GroupBatchResult
-	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: r.subPlan(p, groups), Op: op}).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteChildWorkflow(ctx, GroupBatch, GroupBatchInput{Plan: sub, Op: op}).Get(ctx, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

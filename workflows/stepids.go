@@ -20,6 +20,7 @@ type StepKind string
 const (
 	KindPreflight     StepKind = "preflight"
 	KindCheckRoles    StepKind = "check-roles"
+	KindCheckDemoted  StepKind = "check-demoted"  // a failback's read-back of the roles its demotion left
 	KindStopLost      StepKind = "stop-workloads" // a failover's best-effort stop of every workload of the lost site
 	KindStop          StepKind = "stop"
 	KindFence         StepKind = "fence"
@@ -70,6 +71,10 @@ func preflightStep(site string) stepRef {
 
 func checkRolesStep(site string) stepRef {
 	return newRef(KindCheckRoles, "check roles on "+site, site)
+}
+
+func checkDemotedStep(site string) stepRef {
+	return newRef(KindCheckDemoted, "check the demotion held on "+site, site)
 }
 
 func stopLostStep(site string) stepRef {

@@ -294,12 +294,25 @@ func resync(ctx workflow.Context, p *plans.Plan, op GroupOp, group string) (stri
 	}
 	polls, shipped := 0, 0
 	var last time.Time
+	var again []string
 	for i, in := range ins {
 		ri := activities.ResyncInput{Call: in, After: after}
 		if prims != nil {
 			ri.Primary = &prims[i]
 		}
 		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady, ri)
+		for tries := 0; err != nil && prims != nil && tries < redemoteTries && refusedAsPrimary(err); tries++ {
+			// The copy may be primary again since the action demoted it.
+			note, ok, derr := demoteAgain(ctx, p, op, group, i)
+			if derr != nil {
+				return "", derr
+			}
+			if !ok {
+				break
+			}
+			again = append(again, note)
+			out, err = call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady, ri)
+		}
 		if typ, _, _ := activities.FailureOf(err); typ == activities.ErrFailedPrecondition && !force {
 			return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s on %s cannot resync without force, and a failback never forces: "+
 				"the copy may have diverged (split-brain) and forcing would discard its writes; find out which copy holds the writes to keep, "+
@@ -324,6 +337,9 @@ func resync(ctx workflow.Context, p *plans.Plan, op GroupOp, group string) (stri
 	}
 	if force {
 		note += fmt.Sprintf("; forced resync: %s's copies were replaced by %s's, and whatever %s wrote after the failover is discarded", site, op.Primary, site)
+	}
+	if len(again) > 0 {
+		note = strings.Join(again, "; ") + "; " + note
 	}
 	return note, nil
 }

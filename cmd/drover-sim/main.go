@@ -80,6 +80,7 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.Primary, "primary", false, "this site holds the primary copies on first start")
 	fs.DurationVar(&cfg.SyncInterval, "interval", time.Second, "replication interval")
 	fs.DurationVar(&cfg.ScheduleMinute, "schedule-minute", time.Minute, "how long one minute of a schedulingInterval lasts here (a test-speed knob: 1s runs a \"1m\" schedule every second)")
+	fs.BoolVar(&cfg.ScheduleRace, "schedule-race", false, "ceph-csi profile: a demotion under way when the copy's mirror-snapshot schedule comes round makes the copy primary again just after it returns, as Ceph does")
 	fs.DurationVar(&cfg.MirrorRestart, "mirror-restart", 0, "ceph-csi profile: how long after the peer restarts from a power loss its mirror daemon takes to report this site's primary copies (default 10 × --interval)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for probabilistic faults (0: from the clock)")
 	fs.Var(&volumes, "volume", "an ungrouped volume to create on first start (repeatable)")

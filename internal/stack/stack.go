@@ -127,6 +127,10 @@ type Options struct {
 	// does after their peer restarts from a power loss (the simulator's
 	// default when zero).
 	MirrorRestart time.Duration
+	// ScheduleRace is drover-sim's scheduleRace (ceph-csi profile): a
+	// demotion that its copy's snapshot schedule comes round in leaves the
+	// copy primary again just after it, as Ceph does.
+	ScheduleRace bool
 	// SQL runs the Temporal server built from its Go module on a
 	// throwaway PostgreSQL cluster, set up as in production (schemas,
 	// namespace, search attributes), instead of the dev server. Bin then
@@ -542,7 +546,7 @@ func (s *Stack) writeSiteConfig(site SiteLayout) (string, error) {
 	}
 	cfg := sim.Config{Name: site.Name, GRPCAddr: site.GRPC, DataAddr: site.Data, ControlAddr: site.Control, PeerAddr: peer, PeerToken: s.peerToken,
 		StateDir: s.StateDir(site.Name), Primary: site.Name == s.Layout.Sites[0].Name, SyncInterval: time.Second, Groups: s.Groups, Driver: s.Driver,
-		ScheduleMinute: s.ScheduleMinute, MirrorRestart: s.MirrorRestart, Secrets: s.Secrets}
+		ScheduleMinute: s.ScheduleMinute, MirrorRestart: s.MirrorRestart, ScheduleRace: s.ScheduleRace, Secrets: s.Secrets}
 	if len(cfg.Groups) == 0 {
 		cfg.Groups = []sim.GroupSpec{{ID: "vg-db", Volumes: []string{"db-data", "db-wal"}}, {ID: "vg-web", Volumes: []string{"web-assets"}}}
 	}
