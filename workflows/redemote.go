@@ -17,6 +17,15 @@ import (
 // safely.
 const ErrPrimaryAgain = "PrimaryAgain"
 
+// demotionHeldVersion marks the failbacks that read the roles back after
+// their demotion; demoteAgainVersion the resyncs that demote again a copy
+// found primary again. A failback or resync recorded before runs as it
+// did.
+const (
+	demotionHeldVersion = "demotion-held"
+	demoteAgainVersion  = "demote-again"
+)
+
 // redemoteTries bounds how often one copy is demoted again in one step.
 const redemoteTries = 3
 
@@ -176,6 +185,9 @@ func demoteSettle(p *plans.Plan) time.Duration {
 // cannot be asked is noted, not waited for: the promotion that follows is
 // refused by the storage until the final sync of a demotion has landed.
 func demotionHeld(ctx workflow.Context, r *run, p *plans.Plan, site string) error {
+	if workflow.GetVersion(ctx, demotionHeldVersion, workflow.DefaultVersion, 1) < 1 {
+		return nil
+	}
 	return r.step(ctx, checkDemotedStep(site), false, func(ctx workflow.Context) (string, error) {
 		var groups []plans.VolumeGroup
 		var calls []activities.ReplicationInput

@@ -301,7 +301,8 @@ func resync(ctx workflow.Context, p *plans.Plan, op GroupOp, group string) (stri
 			ri.Primary = &prims[i]
 		}
 		out, err := call[activities.ResyncOutcome](ctx, activities.PollOptions(p, site, activities.RPCResyncVolume, 0), st.ResyncUntilReady, ri)
-		for tries := 0; err != nil && prims != nil && tries < redemoteTries && refusedAsPrimary(err); tries++ {
+		for tries := 0; err != nil && prims != nil && tries < redemoteTries && refusedAsPrimary(err) &&
+			workflow.GetVersion(ctx, demoteAgainVersion, workflow.DefaultVersion, 1) >= 1; tries++ {
 			// The copy may be primary again since the action demoted it.
 			note, ok, derr := demoteAgain(ctx, p, op, group, i)
 			if derr != nil {
