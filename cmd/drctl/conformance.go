@@ -24,6 +24,7 @@ type conformanceFlags struct {
 	secretEnv, secretFile  string
 	params                 []string
 	volume, group, cidr    string
+	extraCIDRs             []string
 	timeout, syncTimeout   time.Duration
 	observe, clockSkew     time.Duration
 	linkDown, linkUp       string
@@ -60,7 +61,11 @@ it). The commands run with sh -c and get DROVER_CONF_SITE_A,
 DROVER_CONF_SITE_B, DROVER_CONF_KIND (volume or group),
 DROVER_CONF_SOURCE (its ID) and, for --write-cmd, DROVER_CONF_SITE.
 The fence checks fence and unfence one documentation address
-(--cidr, default 192.0.2.1/32) and leave it unfenced. A run cut short
+(--cidr, default 192.0.2.1/32), then two blocks of other lengths in one
+call beside it (--extra-cidr, default 198.51.100.0/28 and
+198.51.100.64/26); every fence found before the run must still be listed
+after each call, and the run ends with the fences as it found them (a
+fence the driver lifted is fenced again, and said so). A run cut short
 (Ctrl-C, a failed step) puts the scratch resources back before it exits.
 
 Exit codes: 0 every check passed (or skipped), 1 a check failed, 2 bad
@@ -90,6 +95,7 @@ without making any.`,
 	fl.StringVar(&f.volume, "volume", "", "scratch volume for the replication checks")
 	fl.StringVar(&f.group, "group", "", "scratch volume group for the replication checks")
 	fl.StringVar(&f.cidr, "cidr", conformance.DefaultCIDR, "CIDR to fence and unfence (a documentation range no client holds); empty skips the fence checks")
+	fl.StringArrayVar(&f.extraCIDRs, "extra-cidr", conformance.DefaultExtraCIDRs, "CIDR fenced and unfenced together with the other --extra-cidr ones, beside --cidr (repeatable; documentation ranges no client holds; \"\" for none)")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline of each check of single calls")
 	fl.DurationVar(&f.syncTimeout, "sync-timeout", 3*time.Minute, "deadline of each check that waits for the storage (first sync, resync)")
 	fl.DurationVar(&f.observe, "observe", 20*time.Second, "how long a check that must see nothing happen watches (no sync reaching a diverged copy resynced without force)")
@@ -181,9 +187,15 @@ func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
 // or from the endpoint flags; secrets are resolved here, as the worker
 // resolves them at call time.
 func conformanceConfig(f conformanceFlags) (conformance.Config, error) {
-	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout,
+	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, ExtraCIDRs: f.extraCIDRs, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout,
 		Observe: f.observe, ClockSkew: f.clockSkew, DryRun: f.dryRun,
 		Hooks: conformance.Hooks{LinkDown: f.linkDown, LinkUp: f.linkUp, Write: f.writeCmd}}
+	cfg.ExtraCIDRs = []string{} // --extra-cidr "" alone: none
+	for _, c := range f.extraCIDRs {
+		if c != "" {
+			cfg.ExtraCIDRs = append(cfg.ExtraCIDRs, c)
+		}
+	}
 	if f.timeout <= 0 || f.syncTimeout <= 0 || f.observe <= 0 || f.clockSkew <= 0 {
 		return cfg, badInput("--timeout, --sync-timeout, --observe and --clock-skew must be positive")
 	}

@@ -217,7 +217,7 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 				"replication/volume/resync-primary-refused", "replication/volume/unknown-id/ResyncVolume"}},
 		{sim.DriverSpec, "ignoreforce:PromoteVolume", nil,
 			[]string{"replication/group/promote-force", "replication/volume/promote-force"}},
-		{sim.DriverSpec, "keepfence", nil, []string{"fence/unfence"}},
+		{sim.DriverSpec, "keepfence", nil, []string{"fence/unfence", "fence/unfence-several"}},
 		{sim.DriverSpec, "wrongcode:FenceClusterNetwork:INTERNAL", nil,
 			[]string{"fence/empty-cidrs-refused", "fence/invalid-cidr-refused"}},
 		{sim.DriverCephCSI, "nonidempotent:DemoteVolume", cephParams,

@@ -25,8 +25,12 @@
 //     GetReplicationDestinationInfo when advertised, and disable twice
 //     (NOT_FOUND counts as done).
 //   - fence: fence twice, list, get clients, unfence twice on a
-//     documentation CIDR (default 192.0.2.1/32, TEST-NET-1), and the
-//     refusal of an invalid CIDR and of an empty list.
+//     documentation CIDR (default 192.0.2.1/32, TEST-NET-1), fence and
+//     unfence beside it two blocks of other lengths in one call each
+//     (DefaultExtraCIDRs, TEST-NET-2), and the refusal of an invalid CIDR
+//     and of an empty list. Every fence found before the run must still
+//     be listed after each call; the clean-up fences again any the driver
+//     lifted and unfences any it fenced otherwise than asked, and says so.
 //
 // Each check names the spec section it enforces and runs under a deadline
 // of its own. Every planned check is in the report: when a step the later
@@ -34,7 +38,7 @@
 // need what no CSI-Addons call can do (cut the replication link, write to a
 // copy) run only with a hook command for it, and otherwise skip saying so. The scratch resources are put back as they were found: the
 // replication checks end with both sources disabled and A's copies primary,
-// the fence checks with the CIDR unfenced; when a run is cut short (a
+// the fence checks with the fences as found; when a run is cut short (a
 // failed step, Ctrl-C) a clean-up with its own deadline does the same, in
 // an order that leaves no split brain and no orphan copy: B demoted, A
 // primary (forced only if B's demotion never reaches it), B resynced to

@@ -28,6 +28,11 @@ import (
 // (RFC 5737), which no real client holds.
 const DefaultCIDR = "192.0.2.1/32"
 
+// DefaultExtraCIDRs are fenced together in one call beside CIDR, blocks of
+// other lengths from TEST-NET-2: a driver must fence each, whole, and keep
+// the fences already there.
+var DefaultExtraCIDRs = []string{"198.51.100.0/28", "198.51.100.64/26"}
+
 // Site is one endpoint under test: where each service is reached (one
 // address for all three, usually), and the secrets and parameters sent
 // with its calls.
@@ -53,6 +58,9 @@ type Config struct {
 	Volume, Group string
 	// CIDR is fenced and unfenced; empty skips the fence checks.
 	CIDR string
+	// ExtraCIDRs are fenced and unfenced together, beside CIDR
+	// (DefaultExtraCIDRs when nil; none when empty).
+	ExtraCIDRs []string
 	// CallTimeout bounds each check of single calls; SyncTimeout each
 	// check that waits for the storage (first sync, promotion after the
 	// final sync, resync until ready).
@@ -159,6 +167,11 @@ func (c *Config) Validate() error {
 	}
 	if c.B == nil && (c.Volume != "" || c.Group != "") {
 		errs = append(errs, "replication checks need a peer endpoint (--peer or --peer-endpoint)")
+	}
+	for _, x := range c.ExtraCIDRs {
+		if _, err := netip.ParsePrefix(x); err != nil {
+			errs = append(errs, fmt.Sprintf("--extra-cidr %q is not a CIDR block", x))
+		}
 	}
 	if c.CIDR != "" {
 		if _, err := netip.ParsePrefix(c.CIDR); err != nil {
