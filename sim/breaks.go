@@ -34,6 +34,9 @@ import (
 //	                       as if force were false
 //	keepfence              UnfenceClusterNetwork answers success and leaves
 //	                       the fence in place
+//	noop:RPC               PromoteVolume, DemoteVolume or
+//	                       DisableVolumeReplication answers success and
+//	                       changes nothing
 type Break struct {
 	Kind   string
 	Method string
@@ -46,7 +49,14 @@ const (
 	BreakWrongCode     = "wrongcode"
 	BreakIgnoreForce   = "ignoreforce"
 	BreakKeepFence     = "keepfence"
+	BreakNoop          = "noop"
 )
+
+var noopRPCs = map[string]proto.Message{
+	"PromoteVolume":            &replication.PromoteVolumeResponse{},
+	"DemoteVolume":             &replication.DemoteVolumeResponse{},
+	"DisableVolumeReplication": &replication.DisableVolumeReplicationResponse{},
+}
 
 // transient codes are not rewritten by wrongcode: they are no row of a
 // spec's error table but the driver asking to be called again.
@@ -77,7 +87,7 @@ func ParseBreak(s string) (Break, error) {
 		}
 		b.Method = "UnfenceClusterNetwork"
 		return b, nil
-	case BreakNonIdempotent, BreakIgnoreForce:
+	case BreakNonIdempotent, BreakIgnoreForce, BreakNoop:
 		if len(parts) != 2 {
 			return bad("want %s:RPC", b.Kind)
 		}
@@ -91,11 +101,14 @@ func ParseBreak(s string) (Break, error) {
 		}
 		b.Code = c
 	default:
-		return bad("unknown kind %q (want nonidempotent, wrongcode, ignoreforce or keepfence)", b.Kind)
+		return bad("unknown kind %q (want nonidempotent, wrongcode, ignoreforce, keepfence or noop)", b.Kind)
 	}
 	b.Method = parts[1]
 	if !knownMethod(b.Method) {
 		return bad("unknown RPC %q", b.Method)
+	}
+	if _, ok := noopRPCs[b.Method]; b.Kind == BreakNoop && !ok {
+		return bad("noop applies to PromoteVolume, DemoteVolume and DisableVolumeReplication, not %s", b.Method)
 	}
 	if b.Kind == BreakIgnoreForce && !slices.Contains(forceRPCs, b.Method) {
 		return bad("%s has no force flag (want one of %s)", b.Method, strings.Join(forceRPCs, ", "))
@@ -139,6 +152,9 @@ func (b *breaks) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	method := path.Base(info.FullMethod)
 	if b.find(BreakKeepFence, method) != nil {
 		return &fence.UnfenceClusterNetworkResponse{}, nil
+	}
+	if b.find(BreakNoop, method) != nil {
+		return proto.Clone(noopRPCs[method]), nil
 	}
 	if b.find(BreakIgnoreForce, method) != nil {
 		req = withoutForce(req)

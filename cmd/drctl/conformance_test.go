@@ -218,6 +218,8 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		{sim.DriverSpec, "ignoreforce:PromoteVolume", nil,
 			[]string{"replication/group/promote-force", "replication/volume/promote-force"}},
 		{sim.DriverSpec, "keepfence", nil, []string{"fence/unfence", "fence/unfence-several"}},
+		{sim.DriverSpec, "noop:DemoteVolume", nil, []string{"replication/group/demote", "replication/group/unknown-id/DemoteVolume",
+			"replication/volume/demote", "replication/volume/unknown-id/DemoteVolume"}},
 		{sim.DriverSpec, "wrongcode:FenceClusterNetwork:INTERNAL", nil,
 			[]string{"fence/empty-cidrs-refused", "fence/invalid-cidr-refused"}},
 		{sim.DriverCephCSI, "nonidempotent:DemoteVolume", cephParams,

@@ -88,7 +88,7 @@ func run(args []string) int {
 	fs.Var(&faults, "fault", "inject METHOD[:CODE][,count=N][,p=P][,latency=D][,subject=ID][,discard][,lost] (repeatable)")
 	fs.Var(&unimpl, "unimplemented", "answer this RPC with UNIMPLEMENTED (repeatable)")
 	fs.StringVar(&cfg.Driver, "driver", sim.DriverSpec, "driver profile: spec (the CSI-Addons specs strictly) or ceph-csi (ceph-csi's RBD driver's answers)")
-	fs.Var(&breaks, "break", "break one rule on purpose, to prove a conformance check: nonidempotent:RPC, wrongcode:RPC:CODE, ignoreforce:RPC or keepfence (repeatable)")
+	fs.Var(&breaks, "break", "break one rule on purpose, to prove a conformance check: nonidempotent:RPC, wrongcode:RPC:CODE, ignoreforce:RPC, keepfence or noop:RPC (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

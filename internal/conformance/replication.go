@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/drover-dr/drover/activities"
@@ -92,6 +93,36 @@ func (p repl) resync(ctx context.Context, s *Site, force bool) (bool, error) {
 		VolumeId: p.volumeID, ReplicationSource: p.src, Force: force, Parameters: s.Replication.Parameters, Secrets: s.Secrets,
 	}, resp)
 	return resp.GetReady(), err
+}
+
+// holds reads the role of s's copy back after call answered OK: a copy
+// promoted must answer replication info (or NOT_FOUND: no sync since), a
+// copy demoted must refuse it as a secondary (FAILED_PRECONDITION, or a
+// recorded deviation meaning it). A driver that answers OK and leaves
+// the role as it was fails the check that made the call, with the
+// storage's own answer.
+func (p repl) holds(ctx context.Context, s *Site, primary bool, call string) error {
+	if p.r.cfg.DryRun {
+		return nil
+	}
+	_, err := p.info(ctx, s)
+	code := p.r.means(activities.RPCGetVolumeReplicationInfo, err)
+	answer := "OK"
+	if err != nil {
+		st := status.Convert(err)
+		answer = fmt.Sprintf("%s %q", st.Code(), st.Message())
+	}
+	switch {
+	case primary && (code == codes.OK || code == codes.NotFound):
+		return nil
+	case !primary && code == codes.FailedPrecondition:
+		return nil
+	case primary && code == codes.FailedPrecondition:
+		return fmt.Errorf("%s answered OK, but %s's copy still refuses replication info as a secondary's (GetVolumeReplicationInfo: %s)", call, s.Name, answer)
+	case !primary && (code == codes.OK || code == codes.NotFound):
+		return fmt.Errorf("%s answered OK, but %s's copy still answers replication info as a primary's (GetVolumeReplicationInfo: %s)", call, s.Name, answer)
+	}
+	return fmt.Errorf("%s answered OK, and %s's copy could not be read back: GetVolumeReplicationInfo: %s", call, s.Name, answer)
 }
 
 func (p repl) info(ctx context.Context, s *Site) (*replication.GetVolumeReplicationInfoResponse, error) {
@@ -521,8 +552,11 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	})
 
 	// Planned move A -> B.
-	f.need("demote", specDemote, call, func(ctx context.Context) (string, error) {
-		return "", ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false))
+	f.need("demote", specDemote+" (read back: the copy refuses replication info as a secondary)", call, func(ctx context.Context) (string, error) {
+		if err := ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false)); err != nil {
+			return "", err
+		}
+		return "", p.holds(ctx, a, false, "DemoteVolume on "+a.Name)
 	})
 	f.step("demote-idempotent", specIdempotent, call, func(ctx context.Context) (string, error) {
 		return "", ok("second DemoteVolume on "+a.Name, p.demote(ctx, a, false))
@@ -539,6 +573,9 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		})
 		if err != nil {
 			return "", ok("PromoteVolume on "+b.Name, err)
+		}
+		if err := p.holds(ctx, b, true, "PromoteVolume on "+b.Name); err != nil {
+			return "", err
 		}
 		return fmt.Sprintf("after %d call(s), %s", tries, time.Since(start).Round(time.Millisecond)), nil
 	})
@@ -557,7 +594,10 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		// A forced promotion that failed, timed out or was cut short may
 		// still have happened: from here on B's copy may have diverged.
 		st.diverged = true
-		return "", ok("PromoteVolume force on "+a.Name, p.promote(ctx, a, true))
+		if err := ok("PromoteVolume force on "+a.Name, p.promote(ctx, a, true)); err != nil {
+			return "", err
+		}
+		return "", p.holds(ctx, a, true, "PromoteVolume force on "+a.Name)
 	})
 	wrote := false
 	f.step("diverge-write", specDiverged+" (B's copy written while both are primary)", call, func(ctx context.Context) (string, error) {
@@ -570,8 +610,11 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		wrote = true
 		return "wrote to " + b.Name + "'s copy while it was primary", nil
 	})
-	f.need("demote-force", specDemote+" (force)", call, func(ctx context.Context) (string, error) {
-		return "", ok("DemoteVolume force on "+b.Name, p.demote(ctx, b, true))
+	f.need("demote-force", specDemote+" (force; read back)", call, func(ctx context.Context) (string, error) {
+		if err := ok("DemoteVolume force on "+b.Name, p.demote(ctx, b, true)); err != nil {
+			return "", err
+		}
+		return "", p.holds(ctx, b, false, "DemoteVolume force on "+b.Name)
 	})
 	f.step("resync-unforced-keeps-diverged", specDiverged, call+r.cfg.Observe, func(ctx context.Context) (string, error) {
 		return r.keepsDiverged(ctx, p, wrote)
@@ -730,7 +773,14 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 		return
 	}
 
-	note("demote "+b.Name+" (force)", result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.demote(ctx, b, true) })))
+	// Each change is read back: the clean-up reports what the storage
+	// says, not what the call answered.
+	note("demote "+b.Name+" (force)", result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error {
+		if err := p.demote(ctx, b, true); err != nil {
+			return err
+		}
+		return p.holds(ctx, b, false, "DemoteVolume force on "+b.Name)
+	})))
 
 	tries := 0
 	var refused error
@@ -749,10 +799,18 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 		err = refused
 	}
 	if err == nil {
+		err = bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.holds(ctx, a, true, "PromoteVolume on "+a.Name) })
+	}
+	if err == nil {
 		note("promote "+a.Name, fmt.Sprintf("done without force (%d call(s))", tries))
 	} else {
 		why := result(err)
-		err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error { return p.promote(ctx, a, true) })
+		err = bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
+			if err := p.promote(ctx, a, true); err != nil {
+				return err
+			}
+			return p.holds(ctx, a, true, "PromoteVolume force on "+a.Name)
+		})
 		note("promote "+a.Name, fmt.Sprintf("refused without force (%s); with force: %s", why, result(err)))
 		if err == nil {
 			st.diverged = true
