@@ -164,8 +164,8 @@ func demoteSettle(p *plans.Plan) time.Duration {
 		if _, ok := s.Storage.Parameters["schedulingInterval"]; ok {
 			return scheduleSettle
 		}
-		for _, cp := range s.Storage.CallParameters {
-			if _, ok := cp["schedulingInterval"]; ok {
+		for _, rpc := range []string{activities.RPCPromoteVolume, activities.RPCEnableVolumeReplication, activities.RPCDemoteVolume, activities.RPCResyncVolume} {
+			if _, ok := s.Storage.CallParameters[rpc]["schedulingInterval"]; ok {
 				return scheduleSettle
 			}
 		}
