@@ -25,6 +25,7 @@ type conformanceFlags struct {
 	params                 []string
 	volume, group, cidr    string
 	extraCIDRs             []string
+	requireHooks           bool
 	timeout, syncTimeout   time.Duration
 	observe, clockSkew     time.Duration
 	linkDown, linkUp       string
@@ -53,7 +54,8 @@ mirroring it appears once replication is enabled, and goes when it is
 disabled). They enable, demote, promote (with and without force), resync
 and disable it, and leave it disabled with the first endpoint's copy
 primary. Checks that need what no CSI-Addons call can do run only with a
-command for it, and skip saying so otherwise: --link-down-cmd and
+command for it, and skip saying so otherwise (the report lists them as not
+checked; --require-hooks fails them instead): --link-down-cmd and
 --link-up-cmd cut and restore the replication link (an unforced promotion
 while the peer is unreachable must be refused), --write-cmd writes to the
 peer's copy while it is primary (a resync without force must not discard
@@ -103,6 +105,7 @@ without making any.`,
 	fl.StringVar(&f.linkDown, "link-down-cmd", "", "command (sh -c) that cuts the replication link between the two endpoints")
 	fl.StringVar(&f.linkUp, "link-up-cmd", "", "command (sh -c) that restores it")
 	fl.StringVar(&f.writeCmd, "write-cmd", "", "command (sh -c) that writes to the scratch source's copy on $DROVER_CONF_SITE")
+	fl.BoolVar(&f.requireHooks, "require-hooks", false, "fail each check that needs a hook not given (--link-down-cmd, --link-up-cmd, --write-cmd), where it is otherwise skipped and listed as not checked")
 	fl.StringVar(&f.junit, "junit", "", "also write the results as JUnit XML to this file")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "list the calls the checks would make, make none")
 	return cmd
@@ -187,7 +190,7 @@ func (a *app) conformance(ctx context.Context, f conformanceFlags) error {
 // or from the endpoint flags; secrets are resolved here, as the worker
 // resolves them at call time.
 func conformanceConfig(f conformanceFlags) (conformance.Config, error) {
-	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, ExtraCIDRs: f.extraCIDRs, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout,
+	cfg := conformance.Config{Volume: f.volume, Group: f.group, CIDR: f.cidr, ExtraCIDRs: f.extraCIDRs, RequireHooks: f.requireHooks, CallTimeout: f.timeout, SyncTimeout: f.syncTimeout,
 		Observe: f.observe, ClockSkew: f.clockSkew, DryRun: f.dryRun,
 		Hooks: conformance.Hooks{LinkDown: f.linkDown, LinkUp: f.linkUp, Write: f.writeCmd}}
 	cfg.ExtraCIDRs = []string{} // --extra-cidr "" alone: none

@@ -176,9 +176,29 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		}
 		// Left as found: replication off on both sites, east primary, no fence.
 		assertLeftAsFound(t, p)
-		// And a second run passes as well.
-		if r2 := runConformance(t, bins, p); r2.code != 0 {
+		if len(r.report.Unchecked) != 0 {
+			t.Errorf("a run with every hook left rules unchecked: %q", r.report.Unchecked)
+		}
+		// And a second run, without hooks, passes as well, and lists
+		// what it did not check; with --require-hooks those fail.
+		hooked := []string{"replication/group/diverge-write", "replication/group/promote-unforced-peer-unreachable-refused",
+			"replication/volume/diverge-write", "replication/volume/promote-unforced-peer-unreachable-refused"}
+		r2 := runConformance(t, bins, p)
+		if r2.code != 0 {
 			t.Fatalf("second run: exit %d, failed %v", r2.code, r2.with(conformance.Fail))
+		}
+		var unchecked []string
+		for _, u := range r2.report.Unchecked {
+			id, _, _ := strings.Cut(u, ": ")
+			unchecked = append(unchecked, id)
+		}
+		sort.Strings(unchecked)
+		if !slices.Equal(unchecked, hooked) {
+			t.Fatalf("a run without hooks lists as not checked %q, want %v", r2.report.Unchecked, hooked)
+		}
+		r3 := runConformance(t, bins, p, "--require-hooks")
+		if got := r3.with(conformance.Fail); r3.code != 1 || !slices.Equal(got, hooked) {
+			t.Fatalf("--require-hooks without hooks: exit %d, failed %v; want 1 and %v", r3.code, got, hooked)
 		}
 	})
 

@@ -29,6 +29,9 @@ func (r *Report) WriteTable(w io.Writer, dryRun bool) error {
 	for _, c := range r.Cleanup {
 		fmt.Fprintf(w, "clean-up: %s\n", c)
 	}
+	if len(r.Unchecked) > 0 && !dryRun {
+		fmt.Fprintf(w, "\nnot checked, for want of a hook (these rules are unproven for this driver; --require-hooks fails such a run):\n  %s\n", strings.Join(r.Unchecked, "\n  "))
+	}
 	if dryRun {
 		n := 0
 		for _, c := range r.Results {

@@ -491,7 +491,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	f.step("promote-unforced-peer-unreachable-refused", specUnreachable, call, func(ctx context.Context) (string, error) {
 		h := r.cfg.Hooks
 		if h.LinkDown == "" {
-			return "", skipError("needs the peer unreachable, which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd (e.g. stop and resume the mirroring daemons)")
+			return "", hookSkip("needs the peer unreachable, which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd (e.g. stop and resume the mirroring daemons)")
 		}
 		env := r.hookEnv(kind, id)
 		if err := r.hook(ctx, "link-down", h.LinkDown, env...); err != nil {
@@ -602,7 +602,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	wrote := false
 	f.step("diverge-write", specDiverged+" (B's copy written while both are primary)", call, func(ctx context.Context) (string, error) {
 		if r.cfg.Hooks.Write == "" {
-			return "", skipError("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, which no CSI-Addons call can make")
+			return "", hookSkip("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, which no CSI-Addons call can make")
 		}
 		if err := r.hook(ctx, "write", r.cfg.Hooks.Write, append(r.hookEnv(kind, id), "DROVER_CONF_SITE="+b.Name)...); err != nil {
 			return "", err

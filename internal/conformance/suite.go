@@ -61,6 +61,9 @@ type Config struct {
 	// ExtraCIDRs are fenced and unfenced together, beside CIDR
 	// (DefaultExtraCIDRs when nil; none when empty).
 	ExtraCIDRs []string
+	// RequireHooks fails each check that needs a hook the run was not
+	// given, where it is otherwise skipped (and listed as unchecked).
+	RequireHooks bool
 	// CallTimeout bounds each check of single calls; SyncTimeout each
 	// check that waits for the storage (first sync, promotion after the
 	// final sync, resync until ready).
@@ -136,6 +139,9 @@ type Report struct {
 	Results []Result `json:"results"`
 	// Cleanup says what the clean-up of an interrupted or failed run did.
 	Cleanup []string `json:"cleanup,omitempty"`
+	// Unchecked lists the checks that did not run for want of a hook
+	// (Config.Hooks), with why: rules the run says nothing about.
+	Unchecked []string `json:"unchecked,omitempty"`
 }
 
 // Counts returns how many checks passed, failed and were skipped.
@@ -327,9 +333,16 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 	}
 	res.Duration = time.Since(start)
 	var sk skipError
+	var hs hookSkip
 	switch {
 	case r.cfg.DryRun:
 		res.Status, res.Detail = Planned, ""
+	case errors.As(err, &hs) && r.cfg.RequireHooks:
+		res.Status, res.Detail = Fail, "not checked: "+string(hs)+" (--require-hooks fails a run that leaves a rule unchecked)"
+		r.report.Unchecked = append(r.report.Unchecked, id+": "+string(hs))
+	case errors.As(err, &hs):
+		res.Status, res.Detail = Skip, string(hs)
+		r.report.Unchecked = append(r.report.Unchecked, id+": "+string(hs))
 	case errors.As(err, &sk):
 		res.Status, res.Detail = Skip, string(sk)
 	case err != nil && ctx.Err() != nil:
@@ -354,6 +367,13 @@ func (r *runner) check(ctx context.Context, id, spec string, timeout time.Durati
 type skipError string
 
 func (s skipError) Error() string { return string(s) }
+
+// hookSkip is the skip of a check that needs what no CSI-Addons call can
+// do and was given no hook for it: listed in Report.Unchecked, and a
+// failure under Config.RequireHooks.
+type hookSkip string
+
+func (s hookSkip) Error() string { return string(s) }
 
 // invoke makes one call, or records it in a dry run (filling resp with a
 // plausible answer so the flow goes on).
