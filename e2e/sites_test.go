@@ -602,11 +602,14 @@ func (r *rig) afterHeal(t *testing.T, plan string, apps *apps, vols []string) {
 	if !errors.Is(err, sim.ErrFenced) {
 		t.Fatalf("a write from east's client on west's storage: %v, want refused by the fence", err)
 	}
+	// East learns of the fence from west once the link is back: the
+	// invariants are checked after it did (checked before, the check
+	// found no fence east knew of, and failed on its own writes).
+	apps.wait(t, "east", "refused by the fence east learned at the heal", fenced, 5)
 	rep, zw := r.check()
 	if n := lostOn(rep, "west"); n != 0 {
 		t.Fatalf("writes west acknowledged were lost: %v", rep.Lost)
 	}
-	apps.wait(t, "east", "refused by the fence east learned at the heal", fenced, 5)
 	r.say("INVARIANTS after the heal: a write from east's client on west's storage refused by the fence; east's own writes refused since the heal; "+
 		"%d writes east's storage accepted while cut off after west's promotion (the partition's split brain, before east could learn of the fence), %d writes east acknowledged after its last sync lost, as the RPO allows; no other violation (%d units, %d writes, %d promotions)",
 		zw, lostOn(rep, "east"), rep.Units, rep.Writes, rep.Promotions)
