@@ -74,11 +74,7 @@ func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups 
 	if len(calls) == 0 {
 		return "no volume groups", nil
 	}
-	o := activities.CallOptions(p, to, activities.RPCGetVolumeReplicationInfo)
-	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-	in := activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}
-	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
-	res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, in, o.TaskQueue == "")
+	res, err := surveyOnce(ctx, p, to, calls)
 	if err != nil {
 		// Only an answer can contradict the failover: a check that got
 		// none (a worker lost mid-call, the site's storage slow in a
@@ -111,16 +107,44 @@ func notPrimaryYet(ctx workflow.Context, p *plans.Plan, from, to string, groups 
 // TLS, a timeout) is no answer.
 func countRoles(res activities.SurveyResult) (primary, notPrimary, failed int) {
 	for _, e := range res.Entries {
-		switch {
-		case e.Error == "" || e.Type == activities.ErrNotFound:
+		switch roleIn(e) {
+		case rolePrimary:
 			primary++
-		case e.Type == activities.ErrFailedPrecondition:
+		case roleSecondary:
 			notPrimary++
 		default:
 			failed++
 		}
 	}
 	return primary, notPrimary, failed
+}
+
+// The roles a survey's answer tells (roleIn).
+const (
+	rolePrimary   = "primary"
+	roleSecondary = "secondary"
+)
+
+// roleIn reads one survey answer as countRoles does: rolePrimary,
+// roleSecondary, or "" for no answer either way.
+func roleIn(e activities.SurveyEntry) string {
+	switch {
+	case e.Error == "" || e.Type == activities.ErrNotFound:
+		return rolePrimary
+	case e.Type == activities.ErrFailedPrecondition:
+		return roleSecondary
+	}
+	return ""
+}
+
+// surveyOnce asks site's storage the replication info of calls in one
+// SurveyReplication with a single attempt (local first), as the role
+// checks do: a check that got no answer decides for itself.
+func surveyOnce(ctx workflow.Context, p *plans.Plan, site string, calls []activities.ReplicationInput) (activities.SurveyResult, error) {
+	o := activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo)
+	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
+	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
+	return retried[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}, o.TaskQueue == "")
 }
 
 // ErrRolesUnknown ends a reprotect or failback whose check of the roles
@@ -258,10 +282,7 @@ func primaryThere(ctx workflow.Context, p *plans.Plan, site, demoted, action str
 	if len(calls) == 0 {
 		return "no volume groups", false, nil
 	}
-	o := activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo)
-	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
-	res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}, o.TaskQueue == "")
+	res, err := surveyOnce(ctx, p, site, calls)
 	if err != nil {
 		return "", activities.Retryable(err), temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"could not ask %s's storage which copies are primary: %s. Nothing was done: a %s demotes %s only once %s's storage says it holds the primary copies; start it again when it answers",

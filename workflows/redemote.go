@@ -38,29 +38,17 @@ func refusedAsPrimary(err error) bool {
 	return typ == activities.ErrFailedPrecondition || typ == activities.ErrInvalidArgument
 }
 
-// roleOf asks site's storage once for the role of one copy: "primary" (it
-// answers replication info, or NOT_FOUND: no sync since it became
-// primary), "secondary" (FAILED_PRECONDITION: a driver answers only for a
-// primary copy) or "" with the storage's answer when neither.
+// roleOf asks site's storage once for the role of one copy (roleIn), with
+// the storage's answer.
 func roleOf(ctx workflow.Context, p *plans.Plan, site string, in activities.ReplicationInput) (role, answer string) {
-	o := activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo)
-	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-	o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
-	res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: []activities.ReplicationInput{in}}, o.TaskQueue == "")
+	res, err := surveyOnce(ctx, p, site, []activities.ReplicationInput{in})
 	if err != nil {
 		return "", ErrorText(err)
 	}
 	if len(res.Entries) != 1 {
 		return "", fmt.Sprintf("%d answers to one question", len(res.Entries))
 	}
-	switch e := res.Entries[0]; {
-	case e.Error == "" || e.Type == activities.ErrNotFound:
-		return "primary", e.Error
-	case e.Type == activities.ErrFailedPrecondition:
-		return "secondary", e.Error
-	default:
-		return "", e.Error
-	}
+	return roleIn(res.Entries[0]), res.Entries[0].Error
 }
 
 // demoteAgain is the answer to a copy that the action demoted and that
@@ -90,14 +78,14 @@ func demoteAgain(ctx workflow.Context, p *plans.Plan, op GroupOp, group string, 
 		return "", false, err
 	}
 	src := infos[at].Source
-	if role, _ := roleOf(ctx, p, site, infos[at]); role != "primary" {
+	if role, _ := roleOf(ctx, p, site, infos[at]); role != rolePrimary {
 		return "", false, nil
 	}
 	theirs, err := activities.ReplicationInputs(p, primary, group, activities.RPCGetVolumeReplicationInfo, false)
 	if err != nil || at >= len(theirs) {
 		return "", false, err
 	}
-	if role, answer := roleOf(ctx, p, primary, theirs[at]); role != "primary" {
+	if role, answer := roleOf(ctx, p, primary, theirs[at]); role != rolePrimary {
 		if role == "" {
 			role = "could not be asked: " + answer
 		}
@@ -204,16 +192,13 @@ func demotionHeld(ctx workflow.Context, r *run, p *plans.Plan, site string) erro
 		if len(calls) == 0 {
 			return "no volume groups", nil
 		}
-		o := activities.CallOptions(p, site, activities.RPCGetVolumeReplicationInfo)
-		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-		o.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
 		var again []string
 		asked := len(calls)
 		for round := 0; ; round++ {
 			if err := workflow.Sleep(ctx, demoteSettle(p)); err != nil {
 				return "", err
 			}
-			res, err := retried[activities.SurveyResult](ctx, o, st.SurveyReplication, activities.SurveyInput{Calls: calls, Parallelism: p.Policy.Parallelism}, o.TaskQueue == "")
+			res, err := surveyOnce(ctx, p, site, calls)
 			if err != nil {
 				return fmt.Sprintf("could not ask %s's storage for the roles of %d copies, going on (the promotion waits for the final sync): %s", site, len(calls), ErrorText(err)), nil
 			}
@@ -222,10 +207,10 @@ func demotionHeld(ctx workflow.Context, r *run, p *plans.Plan, site string) erro
 			var pa []int
 			unknown := 0
 			for i, e := range res.Entries {
-				switch {
-				case e.Error == "" || e.Type == activities.ErrNotFound:
+				switch roleIn(e) {
+				case rolePrimary:
 					pg, pc, pa = append(pg, groups[i]), append(pc, calls[i]), append(pa, at[i])
-				case e.Type != activities.ErrFailedPrecondition:
+				case "":
 					unknown++
 				}
 			}
