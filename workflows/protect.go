@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -115,6 +116,10 @@ type ProtectState struct {
 	UnreachableSince time.Time `json:"unreachableSince,omitzero"`
 	// RPOTarget is the plan's target the groups are judged against.
 	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
+	// Looked is when protection last judged the groups (health): a
+	// finished poll round, or a tick of its watch while a round hangs.
+	// Every view shows the lag as of this instant (Summary).
+	Looked time.Time `json:"looked,omitzero"`
 	// Unpromoted names the groups whose copies on the primary the storage
 	// would not promote, with its words: a driver that schedules its syncs
 	// at promotion (ceph-csi) ships them no more, so their lag grows.
@@ -185,6 +190,34 @@ func (s *ProtectState) LastSync() time.Time {
 		}
 	}
 	return oldest
+}
+
+// Summary is the plan-wide reading of protection's last look, and the
+// one every view shows: status's record and protection lines and its
+// JSON, the dashboard, the plan's record; the metrics carry the same
+// figures per group. The lag is the largest of the groups' and the last
+// sync the oldest, as health judged them from the storage's answers at
+// Looked (a reader never ages them by its own clock: the watch does,
+// every tick while the primary does not answer), out of RPO as the
+// groups are, and the primary unreachable as the round found it. An
+// unprotected plan has no lag and is never out of RPO; its last sync is
+// the last that reached the lost site. Checked is Looked, or at when
+// protection has not looked yet.
+func (s *ProtectState) Summary(running bool, at time.Time) *ProtectionEntry {
+	e := &ProtectionEntry{Primary: s.Primary, Running: running, Enabled: s.Enabled, OutOfRPO: s.OutOfRPO, LastSync: s.LastSync(),
+		Checked: s.Looked, Unreachable: s.Unreachable, RPOTarget: s.RPOTarget}
+	if e.Checked.IsZero() {
+		e.Checked = at
+	}
+	// A maximum over every group: the order of the map does not matter.
+	//workflowcheck:ignore
+	for _, g := range s.Groups {
+		e.Lag = max(e.Lag, g.Lag)
+	}
+	if u := s.Unprotected; u != nil {
+		e.Unprotected, e.LastSync, e.Lag, e.OutOfRPO, e.Unreachable = u, u.LastSync, 0, false, ""
+	}
+	return e
 }
 
 // StopProtect asks Protect to end; Disable also turns replication off.
@@ -738,7 +771,7 @@ func pollReplication(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		}
 		next[g] = health(h, s.Groups[g], now, p, s.Primary)
 	}
-	s.record(next)
+	s.record(next, now)
 	s.reachable(now)
 }
 
@@ -766,7 +799,7 @@ func (s *ProtectState) watch(ctx workflow.Context, p *plans.Plan, interval time.
 			}
 			next[g] = health(h, s.Groups[g], now, p, s.Primary)
 		}
-		s.record(next)
+		s.record(next, now)
 		if s.Unreachable == "" || s.UnreachableSince.IsZero() {
 			s.UnreachableSince = start
 		}
@@ -870,9 +903,9 @@ func (s *ProtectState) firstWhy() string {
 	return ""
 }
 
-// record makes a complete round the state.
-func (s *ProtectState) record(next map[string]GroupHealth) {
-	s.Groups = next
+// record makes a complete round the state, judged at now.
+func (s *ProtectState) record(next map[string]GroupHealth, now time.Time) {
+	s.Groups, s.Looked = next, now
 	s.OutOfRPO = false
 	// An OR over every group: the order of the map does not matter.
 	//workflowcheck:ignore
@@ -904,6 +937,13 @@ func (s *ProtectState) report(ctx workflow.Context, p *plans.Plan) {
 		m.WithTags(map[string]string{"plan": plan, "site": site.Name}).Gauge(MetricPrimaryUnreachable).Update(v)
 	}
 	if u := s.Unprotected; u != nil {
+		// No replica, no lag: NaN drops each group's lag series (the
+		// worker's /metrics forgets a gauge set to NaN), which would
+		// otherwise show the last lag before the failover for the
+		// metrics' ttl.
+		for _, g := range groupNames(p) {
+			m.WithTags(map[string]string{"plan": plan, "group": g}).Gauge(MetricReplicationLag).Update(math.NaN())
+		}
 		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricOutOfRPO).Update(0)
 		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricUnprotected).Update(max(workflow.Now(ctx).Sub(u.Since), 0).Seconds())
 		return

@@ -80,6 +80,12 @@ type ProtectionEntry struct {
 	LastSync time.Time     `json:"lastSync,omitzero"`
 	Lag      time.Duration `json:"lag"`
 	Checked  time.Time     `json:"checked,omitzero"`
+	// Unreachable says why the primary's storage did not answer
+	// protection's last look (ProtectState.Unreachable); empty while it
+	// answers.
+	Unreachable string `json:"unreachable,omitempty"`
+	// RPOTarget is the target the lag was judged against.
+	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
 	// Unprotected: a failover left the plan on Primary with no replica
 	// (ProtectState.Unprotected); LastSync is then the last sync that
 	// reached the lost site, and nothing is out of RPO.
@@ -824,27 +830,31 @@ func (r *run) notePrimary(ctx workflow.Context, site, lost string) error {
 	})
 }
 
+// noteReachVersion marks a protection that tells the record when its
+// primary stops or starts answering.
+const noteReachVersion = "note-reachability"
+
 // protectNoteEvery is how many polls may pass without protection's
 // summary going to the record when nothing but the lag changed.
 const protectNoteEvery = 10
 
 // noteProtection sends protection's summary to the plan's record when it
-// changed (primary, replication on or off, out of RPO, running or not),
+// changed (primary, replication on or off, out of RPO, reachable or not,
+// running or not),
 // and otherwise every protectNoteEvery polls for the lag: the record keeps
 // what protection knew, without a signal per poll. Best effort: a failure
 // is logged, and the next poll tries again.
 func noteProtection(ctx workflow.Context, plan string, s *ProtectState, running bool) {
-	e := &ProtectionEntry{Primary: s.Primary, Running: running, Enabled: s.Enabled, OutOfRPO: s.OutOfRPO, LastSync: s.LastSync(), Checked: workflow.Now(ctx)}
-	// A maximum over every group: the order of the map does not matter.
-	//workflowcheck:ignore
-	for _, g := range s.Groups {
-		e.Lag = max(e.Lag, g.Lag)
+	e := s.Summary(running, workflow.Now(ctx))
+	n := s.noted
+	same := n != nil && n.Primary == e.Primary && n.Running == e.Running && n.Enabled == e.Enabled && n.OutOfRPO == e.OutOfRPO &&
+		(n.Unprotected == nil) == (e.Unprotected == nil) && s.Polls%protectNoteEvery != 0
+	// A primary that stops or starts answering is a change too; a
+	// protection recorded before took only the others.
+	if same && (n.Unreachable == "") != (e.Unreachable == "") && workflow.GetVersion(ctx, noteReachVersion, workflow.DefaultVersion, 1) >= 1 {
+		same = false
 	}
-	if u := s.Unprotected; u != nil {
-		e.Unprotected, e.LastSync, e.Lag, e.OutOfRPO = u, u.LastSync, 0, false
-	}
-	if n := s.noted; n != nil && n.Primary == e.Primary && n.Running == e.Running && n.Enabled == e.Enabled && n.OutOfRPO == e.OutOfRPO &&
-		(n.Unprotected == nil) == (e.Unprotected == nil) && s.Polls%protectNoteEvery != 0 {
+	if same {
 		return
 	}
 	if err := note(ctx, plan, RecordChange{Protection: e}); err != nil {

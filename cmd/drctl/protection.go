@@ -12,48 +12,17 @@ import (
 	"github.com/drover-dr/drover/workflows"
 )
 
-// groupLag is a group's replication lag at now: now minus the last sync
-// known, whether or not the primary answers, so that it grows by the
-// wall clock while a site is down. Protect's Lag is the same difference
-// taken at its own last look (a poll, or a tick of its watch while a
-// poll round hangs, which leaves Checked at the last finished round): it
-// is used only while no sync is known.
-func groupLag(h workflows.GroupHealth, now time.Time) time.Duration {
-	if h.LastSync.IsZero() {
-		return h.Lag
+// newestLook is what status shows of a plan's protection in its record
+// line and its JSON: the record's copy, or protection's own summary
+// (workflows.ProtectState.Summary) when protection answered with a
+// newer look. The record takes the lag only every few polls; protection
+// judges it every poll, and every view shows that judgment as it is,
+// never aged by its own clock.
+func newestLook(rec *workflows.ProtectionEntry, ps *workflows.ProtectState, running bool) *workflows.ProtectionEntry {
+	if ps == nil || ps.Looked.IsZero() || (rec != nil && !ps.Looked.After(rec.Checked)) {
+		return rec
 	}
-	return max(now.Sub(h.LastSync), 0)
-}
-
-// unreachableText says why the primary is taken as unreachable. Protect's
-// watch words it "has not answered a poll for" the time since
-// UnreachableSince at its last tick: the time is counted here from
-// UnreachableSince to now, so that it grows by the wall clock.
-func unreachableText(ps *workflows.ProtectState, now time.Time) string {
-	why := oneLine(ps.Unreachable)
-	if strings.Contains(why, "has not answered a poll for") && !ps.UnreachableSince.IsZero() {
-		why = fmt.Sprintf("the storage of %s has not answered a poll for %v", ps.Primary, now.Sub(ps.UnreachableSince).Round(time.Second))
-	}
-	return why
-}
-
-// protectionAt is a copy of a protection's state as the text status
-// tells it at now, for status -o json: each group's lag is now minus its
-// last sync (groupLag) and out of RPO past the target, and the reason
-// the primary is unreachable counts from UnreachableSince.
-func protectionAt(ps *workflows.ProtectState, now time.Time) *workflows.ProtectState {
-	c := *ps
-	c.Groups = make(map[string]workflows.GroupHealth, len(ps.Groups))
-	for g, h := range ps.Groups {
-		h.Lag = groupLag(h, now)
-		h.OutOfRPO = h.OutOfRPO || (ps.RPOTarget > 0 && h.Lag > ps.RPOTarget)
-		c.OutOfRPO = c.OutOfRPO || h.OutOfRPO
-		c.Groups[g] = h
-	}
-	if c.Unreachable != "" {
-		c.Unreachable = unreachableText(ps, now)
-	}
-	return &c
+	return ps.Summary(running, ps.Looked)
 }
 
 // unprotectedText names the state of a plan a failover left without a
@@ -84,11 +53,11 @@ func runningReprotect(x *execution) string {
 	return ""
 }
 
-// renderProtection writes what a plan's protection knows at now. The lag
-// grows from the last sync known (groupLag), whether or not the primary
-// answers, and a group past the plan's RPO target is out of RPO by it;
-// an unreachable primary gets a line of its own, and a group the storage
-// reports unhealthy shows why.
+// renderProtection writes what a plan's protection knows: each group's
+// lag and RPO state as protection judged them at its last look (the same
+// figures as the metrics, the dashboard and the record line), an
+// unreachable primary on a line of its own, and why a group the storage
+// reports unhealthy is so.
 func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now time.Time, reprotecting string) error {
 	if u := ps.Unprotected; u != nil {
 		// No replica: nothing to lag, nothing out of RPO.
@@ -99,19 +68,15 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 		renderRefusedRetargets(w, ps)
 		return nil
 	}
-	lag := func(h workflows.GroupHealth) time.Duration { return groupLag(h, now) }
-	past := func(h workflows.GroupHealth) bool {
-		return h.OutOfRPO || (ps.RPOTarget > 0 && lag(h) > ps.RPOTarget)
-	}
-	out := ps.OutOfRPO
-	for _, h := range ps.Groups {
-		out = out || past(h)
-	}
 	rpo := "within the RPO target"
-	if out {
+	if ps.OutOfRPO {
 		rpo = "OUT OF RPO"
 	}
-	fmt.Fprintf(w, "  primary %s, replication enabled %v, %d polls, %s%s\n", ps.Primary, ps.Enabled, ps.Polls, rpo, byText(ps.By))
+	asOf := ""
+	if !ps.Looked.IsZero() {
+		asOf = " as of " + ps.Looked.Local().Format(time.TimeOnly)
+	}
+	fmt.Fprintf(w, "  primary %s, replication enabled %v, %d polls, %s%s%s\n", ps.Primary, ps.Enabled, ps.Polls, rpo, asOf, byText(ps.By))
 	if ps.Trust != "" {
 		fmt.Fprintf(w, "  %s\n", ps.Trust)
 	}
@@ -119,9 +84,9 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 	if ps.Unreachable != "" {
 		since := ""
 		if !ps.UnreachableSince.IsZero() {
-			since = fmt.Sprintf(" since %s (%v)", ps.UnreachableSince.Local().Format(time.TimeOnly), now.Sub(ps.UnreachableSince).Round(time.Second))
+			since = " since " + ps.UnreachableSince.Local().Format(time.TimeOnly)
 		}
-		fmt.Fprintf(w, "  PRIMARY %s UNREACHABLE%s: %s; the lag counts from the last sync known\n", ps.Primary, since, unreachableText(ps, now))
+		fmt.Fprintf(w, "  PRIMARY %s UNREACHABLE%s: %s; the lag counts from the last sync known\n", ps.Primary, since, oneLine(ps.Unreachable))
 	}
 	names := make([]string, 0, len(ps.Groups))
 	for g := range ps.Groups {
@@ -142,17 +107,12 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 				note = "the storage gives no reason"
 			}
 		}
-		if past(h) {
-			why := h.Why
-			if why == "" && h.Error == "" && !h.LastSync.IsZero() {
-				// Past the target by the wall clock since the last poll.
-				why = fmt.Sprintf("%s (the primary) answered, but no sync has arrived since %s", ps.Primary, last)
-			}
-			parts := slices.DeleteFunc([]string{why, note}, func(x string) bool { return x == "" })
+		if h.OutOfRPO {
+			parts := slices.DeleteFunc([]string{h.Why, note}, func(x string) bool { return x == "" })
 			note = strings.TrimSpace("out of RPO: " + strings.Join(parts, "; "))
 			note = strings.TrimSuffix(note, ":")
 		}
-		tw.row("  "+g, last, lag(h).Round(time.Millisecond).String(), h.Status, oneLine(note))
+		tw.row("  "+g, last, lagText(h.Lag), h.Status, oneLine(note))
 	}
 	return tw.flush()
 }
@@ -172,6 +132,9 @@ func renderRefusedRetargets(w io.Writer, ps *workflows.ProtectState) {
 		fmt.Fprintf(w, "    %s %s%s: %s\n", x.At.Local().Format(time.DateTime), x.What, from, oneLine(x.Reason))
 	}
 }
+
+// lagText is how every view writes a lag: to the millisecond.
+func lagText(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 // oneLine puts a message on one line.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

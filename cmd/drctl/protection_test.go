@@ -11,61 +11,49 @@ import (
 
 // TestRenderProtectionDeadPrimary: a protection whose primary stopped
 // answering 25 s ago (its last sync), against a 10 s target, as Protect's
-// watch leaves it while a poll round hangs: Lag aged to 24 s at its last
-// tick a second ago, Checked at the last finished round 20 s ago, and a
-// reason counting only the hung round (5 s). It reads as out of RPO with
-// a 25 s lag (not 24 + 20), says the primary has not answered for 25 s
-// and since when, and a group in ERROR shows the storage's reason.
+// watch leaves it at a tick a second ago: the lag aged to 24 s and judged
+// out of RPO, the reason counting from the first poll left unanswered.
+// Status shows that look as it is (24 s, not now minus the last sync),
+// says since when the primary has not answered, shows a group in ERROR
+// with the storage's reason, and ten seconds later shows the same look:
+// it is protection's, as of its time, and the metrics carry the same.
 func TestRenderProtectionDeadPrimary(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 7, RPOTarget: 10 * time.Second,
-		Unreachable:      "the storage of east has not answered a poll for 5s",
+	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 7, RPOTarget: 10 * time.Second, OutOfRPO: true,
+		Looked:           now.Add(-time.Second),
+		Unreachable:      "the storage of east has not answered a poll for 24s",
 		UnreachableSince: now.Add(-25 * time.Second),
 		Groups: map[string]workflows.GroupHealth{
-			"db":   {LastSync: now.Add(-25 * time.Second), Checked: now.Add(-20 * time.Second), Lag: 24 * time.Second},
+			"db":   {LastSync: now.Add(-25 * time.Second), Checked: now.Add(-20 * time.Second), Lag: 24 * time.Second, OutOfRPO: true, Error: "not answered yet", Why: "the storage of east (the primary) did not answer"},
 			"logs": {LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second), Lag: time.Second, Status: "ERROR", Message: "image split-brain detected"},
 		}}
-	var b strings.Builder
-	if err := renderProtection(&b, "shop", ps, now, ""); err != nil {
-		t.Fatal(err)
+	render := func(at time.Time) string {
+		var b strings.Builder
+		if err := renderProtection(&b, "shop", ps, at, ""); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
 	}
-	out := b.String()
+	out := render(now)
 	t.Log("\n" + out)
-	for _, want := range []string{"OUT OF RPO", "PRIMARY east UNREACHABLE since", "(25s)", "the storage of east has not answered a poll for 25s"} {
+	for _, want := range []string{"OUT OF RPO as of", "PRIMARY east UNREACHABLE since", "the storage of east has not answered a poll for 24s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q", want)
 		}
 	}
-	if strings.Contains(out, "for 5s") {
-		t.Error("the time without an answer counts from the hung round, not from UnreachableSince")
-	}
-	// status -o json tells the same.
-	js := protectionAt(ps, now)
-	if js.Groups["db"].Lag != 25*time.Second || !js.Groups["db"].OutOfRPO || !js.OutOfRPO ||
-		js.Unreachable != "the storage of east has not answered a poll for 25s" {
-		t.Errorf("status -o json's protection: %+v", js)
-	}
-	if ps.Groups["db"].Lag != 24*time.Second {
-		t.Error("protectionAt changed the state it was given")
-	}
-	// Ten seconds later, the lag has grown by ten seconds.
-	b.Reset()
-	if err := renderProtection(&b, "shop", ps, now.Add(10*time.Second), ""); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(b.String(), "  db     ") || !strings.Contains(b.String(), " 35s ") || !strings.Contains(b.String(), "for 35s") {
-		t.Errorf("ten seconds later:\n%s", b.String())
+	if later := render(now.Add(10 * time.Second)); later != out {
+		t.Errorf("ten seconds later status aged protection's look by its own clock:\n%s", later)
 	}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		switch {
 		case len(f) > 2 && f[0] == "db":
-			if f[2] != "25s" || !strings.Contains(line, "out of RPO") {
-				t.Errorf("db: %q; want a 25s lag, out of RPO", line)
+			if f[2] != "24s" || !strings.Contains(line, "out of RPO: the storage of east (the primary) did not answer") {
+				t.Errorf("db: %q; want protection's 24s lag, out of RPO and why", line)
 			}
 		case len(f) > 2 && f[0] == "logs":
-			if !strings.Contains(line, "ERROR") || !strings.Contains(line, "split-brain") {
-				t.Errorf("logs: %q; want ERROR and why", line)
+			if f[2] != "1s" || !strings.Contains(line, "ERROR") || !strings.Contains(line, "split-brain") {
+				t.Errorf("logs: %q; want a 1s lag, ERROR and why", line)
 			}
 		}
 	}
@@ -73,15 +61,16 @@ func TestRenderProtectionDeadPrimary(t *testing.T) {
 
 // TestRenderProtectionBlamesTheReplica: a plan out of RPO because its
 // replica takes no syncs while the primary answers says so in its row,
-// with no word of the primary being unreachable; a group past its target
-// by the wall clock since the last poll says the primary answered.
+// with no word of the primary being unreachable; a group protection
+// judged within the target is not out of RPO, however old its last sync
+// is by the reader's clock.
 func TestRenderProtectionBlamesTheReplica(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	why := "east (the primary) answers, but west (the replica) has taken no sync since 2026-12-07T11:57:00Z: replication to west stopped"
-	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 30, RPOTarget: 2 * time.Minute, OutOfRPO: true,
+	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 30, RPOTarget: 2 * time.Minute, OutOfRPO: true, Looked: now,
 		Groups: map[string]workflows.GroupHealth{
 			"db":  {LastSync: now.Add(-3 * time.Minute), Checked: now, Lag: 3 * time.Minute, OutOfRPO: true, Why: why},
-			"web": {LastSync: now.Add(-150 * time.Second), Checked: now.Add(-40 * time.Second), Lag: 110 * time.Second},
+			"web": {LastSync: now.Add(-150 * time.Second), Checked: now, Lag: 110 * time.Second},
 		}}
 	var b strings.Builder
 	if err := renderProtection(&b, "shop", ps, now, ""); err != nil {
@@ -91,31 +80,44 @@ func TestRenderProtectionBlamesTheReplica(t *testing.T) {
 	if !strings.Contains(out, "out of RPO: "+why) || strings.Contains(out, "UNREACHABLE") {
 		t.Errorf("the replica's stop is not told as such:\n%s", out)
 	}
-	if !strings.Contains(out, "out of RPO: east (the primary) answered, but no sync has arrived since") {
-		t.Errorf("a group past its target since the last poll does not say the primary answered:\n%s", out)
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "web" && (f[2] != "1m50s" || strings.Contains(line, "out of RPO")) {
+			t.Errorf("web: %q; want protection's 1m50s, within the target", line)
+		}
 	}
 }
 
-// TestRecordLineAgesTheLag: the record keeps protection's lag as of its
-// last change (528 ms, within the target); while protection runs,
-// status shows now minus the last sync recorded (41 s), out of a 30 s
-// target, as the protection's own lines do.
-func TestRecordLineAgesTheLag(t *testing.T) {
+// TestRecordLineShowsTheNewestLook: the record keeps protection's lag as
+// of its last report (528 ms, 40 s ago); status's record line shows it
+// as it is, as of its time, never aged by drctl's clock. Once protection
+// answers with a newer look, the record line (and its JSON) is that
+// look, word for word what the protection lines say.
+func TestRecordLineShowsTheNewestLook(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	r := &workflows.PlanRecord{Plan: "shop", Primary: "east", Protection: &workflows.ProtectionEntry{
 		Primary: "east", Running: true, Enabled: true, LastSync: now.Add(-41 * time.Second), Lag: 528 * time.Millisecond, Checked: now.Add(-40 * time.Second)}}
 	var b strings.Builder
-	renderRecord(&b, r, 30*time.Second, now, "")
+	renderRecord(&b, r, now, "")
 	out := b.String()
 	t.Log("\n" + out)
-	if !strings.Contains(out, "lag 41s, OUT OF RPO (last sync ") {
-		t.Errorf("the record's protection line does not age the lag:\n%s", out)
+	if !strings.Contains(out, "lag 528ms, within the RPO target (as of ") {
+		t.Errorf("the record's protection line is not the record's look:\n%s", out)
 	}
-	r.Protection.Running = false
+	ps := &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 9, RPOTarget: 10 * time.Second, Looked: now.Add(-time.Second), OutOfRPO: true,
+		Groups: map[string]workflows.GroupHealth{
+			"db":  {LastSync: now.Add(-13 * time.Second), Checked: now.Add(-time.Second), Lag: 12230 * time.Millisecond, OutOfRPO: true},
+			"web": {LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second), Lag: 814 * time.Millisecond},
+		}}
+	r.Protection = newestLook(r.Protection, ps, true)
 	b.Reset()
-	renderRecord(&b, r, 30*time.Second, now, "")
-	if !strings.Contains(b.String(), "lag 528ms, within the RPO target (as of ") {
-		t.Errorf("a stopped protection's line is not the record's:\n%s", b.String())
+	renderRecord(&b, r, now.Add(time.Minute), "")
+	if !strings.Contains(b.String(), "lag 12.23s, OUT OF RPO (as of ") || r.Protection.Lag != 12230*time.Millisecond || !r.Protection.OutOfRPO {
+		t.Errorf("the record line is not protection's newer look:\n%s", b.String())
+	}
+	// An older look than the record's is not taken.
+	old := &workflows.ProtectState{Primary: "east", Looked: now.Add(-2 * time.Minute), Groups: map[string]workflows.GroupHealth{"db": {Lag: time.Hour}}}
+	if got := newestLook(r.Protection, old, true); got != r.Protection {
+		t.Errorf("an older look replaced the record's: %+v", got)
 	}
 }
 
@@ -132,7 +134,7 @@ func TestRecordLineAfterAReprotect(t *testing.T) {
 		LastAction: &workflows.ActionEntry{Action: "reprotect", WorkflowID: "drover-action-shop", From: "east", To: "west",
 			Outcome: workflows.StateCompleted, Start: now.Add(-2 * time.Minute), End: now.Add(-5 * time.Second)}}
 	var b strings.Builder
-	renderRecord(&b, r, 30*time.Second, now, "")
+	renderRecord(&b, r, now, "")
 	out := b.String()
 	if strings.Contains(out, "UNPROTECTED") || strings.Contains(out, "next: drctl reprotect") || !strings.Contains(out, "reprotected at ") ||
 		!strings.Contains(out, "protection has not reported since") {
@@ -141,7 +143,7 @@ func TestRecordLineAfterAReprotect(t *testing.T) {
 	// Protection reported after the reprotect: its report stands.
 	r.Protection = &workflows.ProtectionEntry{Primary: "west", Running: true, Enabled: true, LastSync: now.Add(-2 * time.Second), Checked: now.Add(-time.Second)}
 	b.Reset()
-	renderRecord(&b, r, 30*time.Second, now, "")
+	renderRecord(&b, r, now, "")
 	if out := b.String(); strings.Contains(out, "not reported since") || !strings.Contains(out, "replication enabled true") {
 		t.Errorf("protection's report after the reprotect is not shown:\n%s", out)
 	}
@@ -149,7 +151,7 @@ func TestRecordLineAfterAReprotect(t *testing.T) {
 	// whose own record change has yet to come) is shown as it is.
 	r.Protection = &workflows.ProtectionEntry{Primary: "west", Running: true, Unprotected: u, Checked: now.Add(-time.Second)}
 	b.Reset()
-	renderRecord(&b, r, 30*time.Second, now, "")
+	renderRecord(&b, r, now, "")
 	if out := b.String(); !strings.Contains(out, "UNPROTECTED") {
 		t.Errorf("an unprotection reported after the reprotect is hidden:\n%s", out)
 	}
@@ -165,7 +167,7 @@ func TestRecordShowsWhatItRefused(t *testing.T) {
 		Refused:      []workflows.RefusedEntry{{What: "plan version signed at 2026-11-23T10:00:00Z", Reason: "a newer version of the plan was accepted", From: "not-drover", At: now}},
 		RefusedCount: 1}
 	var b strings.Builder
-	renderRecord(&b, r, 30*time.Second, now, "")
+	renderRecord(&b, r, now, "")
 	out := b.String()
 	for _, want := range []string{"plan version: signed ", "by key 10bef59f99336889", "REFUSED: 1 attempt(s)", "from workflow not-drover: a newer version of the plan was accepted"} {
 		if !strings.Contains(out, want) {
@@ -211,7 +213,7 @@ func TestRenderUnprotected(t *testing.T) {
 		if err := renderProtection(&b, "shop", ps, now.Add(at), ""); err != nil {
 			t.Fatal(err)
 		}
-		renderRecord(&b, r, ps.RPOTarget, now.Add(at), "")
+		renderRecord(&b, r, now.Add(at), "")
 		out := b.String()
 		since := (2*time.Minute + at).String()
 		for _, want := range []string{

@@ -822,10 +822,12 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	// A storage that did not answer is no drift: it is not verified, and
 	// status says so and exits 3 (unreachable), unless drift was found.
 	unverified := st.Verify != nil && len(st.Verify.Unverified) > 0
+	if st.Record != nil && st.ProtectRun != nil {
+		// The record line shows protection's newest look, as the
+		// protection lines, the dashboard and the metrics do.
+		st.Record.Protection = newestLook(st.Record.Protection, st.Protection, st.ProtectRun.Status == "running")
+	}
 	if a.json() {
-		if st.Protection != nil {
-			st.Protection = protectionAt(st.Protection, time.Now())
-		}
 		writeJSON(a.stdout, st)
 		if len(unreadable) > 0 {
 			return &exitError{exitFailed, errors.New(strings.Join(unreadable, "\n"))}
@@ -844,11 +846,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		reprotecting = runningReprotect(&st.Action.execution)
 	}
 	if r := st.Record; r != nil {
-		var target time.Duration
-		if st.Protection != nil {
-			target = st.Protection.RPOTarget
-		}
-		renderRecord(a.stdout, r, target, time.Now(), reprotecting)
+		renderRecord(a.stdout, r, time.Now(), reprotecting)
 	}
 	if v := st.Verify; v != nil {
 		fmt.Fprintf(a.stdout, "\nverified against storage: %s\n", strings.Join(v.Checked, "; "))
@@ -893,12 +891,10 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	return nil
 }
 
-// renderRecord writes what the plan's record holds. The record keeps
-// protection's lag as of its last change; while protection runs, the lag
-// shown is now minus the last sync recorded, judged against the plan's
-// RPO target when it is known (0: not known), as the protection's own
-// lines count it.
-func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, now time.Time, reprotecting string) {
+// renderRecord writes what the plan's record holds; its protection
+// line is protection's look as of the time it gives (newestLook), never
+// aged by drctl's clock.
+func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotecting string) {
 	primary := r.Primary
 	if primary == "" {
 		primary = "not known yet"
@@ -943,17 +939,19 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, target time.Duration, no
 			fmt.Fprintf(w, "  protection: %s from %s, %s\n", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now, reprotecting))
 			return
 		}
-		lag, asOf := pr.Lag, fmt.Sprintf("as of %s", pr.Checked.Local().Format(time.DateTime))
-		if pr.Running && !pr.LastSync.IsZero() {
-			lag = max(now.Sub(pr.LastSync), 0)
-			asOf = fmt.Sprintf("last sync %s", pr.LastSync.Local().Format(time.DateTime))
-		}
 		rpo := "within the RPO target"
-		if pr.OutOfRPO || (pr.Running && target > 0 && lag > target) {
+		if pr.OutOfRPO {
 			rpo = "OUT OF RPO"
 		}
-		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %v, %s (%s)\n", state, pr.Primary, pr.Enabled,
-			lag.Round(time.Millisecond), rpo, asOf)
+		last := ""
+		if !pr.LastSync.IsZero() {
+			last = ", last sync " + pr.LastSync.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %s, %s (as of %s%s)\n", state, pr.Primary, pr.Enabled,
+			lagText(pr.Lag), rpo, pr.Checked.Local().Format(time.DateTime), last)
+		if pr.Unreachable != "" {
+			fmt.Fprintf(w, "  PRIMARY %s UNREACHABLE: %s\n", pr.Primary, oneLine(pr.Unreachable))
+		}
 	}
 	if v := r.Version; v != nil {
 		fmt.Fprintf(w, "  plan version: signed %s by key %s, accepted %s (%s %s)\n", v.SignedAt.Local().Format(time.DateTime), v.KeyID,

@@ -37,7 +37,7 @@ var uiHTML string
 
 var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 	"stamp": stamp, "dur": dur, "tries": tries, "note": stepNote, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
-	"esc": url.PathEscape,
+	"esc": url.PathEscape, "lag": lagText,
 }).Parse(uiHTML))
 
 // lagPoint is one look at a group's lag.
@@ -202,7 +202,7 @@ func (d *dashboard) protections(ctx context.Context) ([]planView, error) {
 		pv.Primary, pv.RPO = ps.Primary, ps.RPOTarget
 		now := time.Now()
 		if ps.Unreachable != "" {
-			pv.Note = "primary unreachable: " + unreachableText(ps, now)
+			pv.Note = "primary unreachable: " + oneLine(ps.Unreachable)
 		}
 		if u := ps.Unprotected; u != nil {
 			reprotecting := ""
@@ -218,14 +218,16 @@ func (d *dashboard) protections(ctx context.Context) ([]planView, error) {
 			h := ps.Groups[g]
 			k := x.Plan + "/" + g
 			pts := d.lag[k]
-			if n := len(pts); n == 0 || now.Sub(pts[n-1].At) >= d.every/2 {
-				pts = append(pts, lagPoint{At: now, Lag: groupLag(h, now)})
+			// One point per look of protection's (the lag as it judged
+			// it, as every view shows it).
+			if n := len(pts); !ps.Looked.IsZero() && (n == 0 || ps.Looked.After(pts[n-1].At)) {
+				pts = append(pts, lagPoint{At: ps.Looked, Lag: h.Lag})
 			}
 			if len(pts) > lagHistory {
 				pts = pts[len(pts)-lagHistory:]
 			}
 			d.lag[k] = pts
-			pv.Groups = append(pv.Groups, groupView{Name: g, Lag: groupLag(h, now), OutOfRPO: h.OutOfRPO || (ps.RPOTarget > 0 && groupLag(h, now) > ps.RPOTarget), LastSync: h.LastSync, Chart: lagChart(pts, ps.RPOTarget)})
+			pv.Groups = append(pv.Groups, groupView{Name: g, Lag: h.Lag, OutOfRPO: h.OutOfRPO, LastSync: h.LastSync, Chart: lagChart(pts, ps.RPOTarget)})
 		}
 		d.mu.Unlock()
 		out = append(out, pv)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -23,7 +24,7 @@ import (
 // (replication lag, out of RPO, primary unreachable, unprotected, the
 // points in time's age and the age allowed), which /metrics
 // shows only while they are fresh: one not set again within ttl is
-// dropped. Through tally a gauge keeps its last value until the worker
+// dropped, and one set to NaN at once. Through tally a gauge keeps its last value until the worker
 // exits, so after protect stop a plan went on reporting what it last
 // saw (DroverProtectionSilent could never fire, a stale 1 kept
 // DroverOutOfRPO firing), and where a Protect workflow moved to another
@@ -94,6 +95,12 @@ func (f *freshGauges) set(name string, tags map[string]string, v float64) {
 	key := name + "\x00" + strings.Join(names, "\x00") + "\x00\x00" + strings.Join(labels, "\x00")
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if math.IsNaN(v) {
+		// A gauge with nothing to tell (the lag of a plan with no
+		// replica) is dropped at once.
+		delete(f.vals, key)
+		return
+	}
 	f.vals[key] = &freshValue{name: name, names: names, labels: labels, v: v, at: f.now()}
 }
 

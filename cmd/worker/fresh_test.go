@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -84,6 +85,21 @@ drover_out_of_rpo{namespace="default",plan="site-east",workflow_type="Protect"} 
 	plan.Gauge(workflows.MetricOutOfRPO).Update(1)
 	if n, err := testutil.GatherAndCount(reg, workflows.MetricOutOfRPO); err != nil || n != 1 {
 		t.Fatalf("%d gauge(s) (%v) once set again, want 1", n, err)
+	}
+
+	// A lag set to NaN (a plan a failover left with no replica) is gone
+	// at once, not a ttl later; the plan's other gauges stay.
+	lag := plan.WithTags(map[string]string{"group": "db"}).Gauge(workflows.MetricReplicationLag)
+	lag.Update(0.058)
+	if n, err := testutil.GatherAndCount(reg, workflows.MetricReplicationLag); err != nil || n != 1 {
+		t.Fatalf("%d lag gauge(s) (%v), want 1", n, err)
+	}
+	lag.Update(math.NaN())
+	if n, err := testutil.GatherAndCount(reg, workflows.MetricReplicationLag); err != nil || n != 0 {
+		t.Fatalf("%d lag gauge(s) (%v) once set to NaN, want none", n, err)
+	}
+	if n, err := testutil.GatherAndCount(reg, workflows.MetricOutOfRPO); err != nil || n != 1 {
+		t.Fatalf("%d out-of-RPO gauge(s) (%v) after the lag's NaN, want 1", n, err)
 	}
 }
 
