@@ -466,6 +466,8 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		s.Unpromoted = promoteForSyncs(ctx, r, p, in.Primary, s.Unpromoted)
 	}
 
+	// The sites whose clients are being asked (clientPolls).
+	clientsBusy := map[string]bool{}
 	for polls := 0; ; polls++ {
 		if stop != nil {
 			break
@@ -492,11 +494,17 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		// the primary is reported unreachable while its storage does not
 		// answer.
 		s.RPOTarget = p.Policy.RPOTarget.D()
+		beside := workflow.GetVersion(ctx, clientsBesideVersion, workflow.DefaultVersion, 1) >= 1
+		if beside {
+			clientPolls(ctx, p, s, clientsBusy)
+		}
 		if s.Unprotected == nil {
 			workflow.Go(round, func(ctx workflow.Context) { s.watch(ctx, p, interval, &ended) })
 			pollReplication(round, p, s)
 		}
-		pollClients(round, p, s)
+		if !beside {
+			pollClients(round, p, s)
+		}
 		ended = true
 		cancel()
 		cancelRound = nil
@@ -981,21 +989,51 @@ func pollClients(ctx workflow.Context, p *plans.Plan, s *ProtectState) {
 		if s.Unprotected != nil && site.Name == s.Unprotected.Lost {
 			continue
 		}
-		e, err := activities.EndpointFor(p, site.Name, activities.RPCGetFenceClients)
-		if err != nil {
+		pollSiteClients(ctx, p, s, site.Name)
+	}
+}
+
+// pollSiteClients refreshes the clients site's storage reports; a site
+// that does not answer keeps its last answer.
+func pollSiteClients(ctx workflow.Context, p *plans.Plan, s *ProtectState, site string) {
+	e, err := activities.EndpointFor(p, site, activities.RPCGetFenceClients)
+	if err != nil {
+		return
+	}
+	o := activities.CallOptions(p, site, activities.RPCGetFenceClients)
+	o.ScheduleToCloseTimeout = o.StartToCloseTimeout
+	got, err := rpcCall[activities.FenceClients](ctx, o, st.GetFenceClients, activities.FenceListInput{Endpoint: e})
+	if err != nil || ctx.Err() != nil {
+		return // keep the last answer: a lost site does not answer
+	}
+	var cidrs []string
+	for _, c := range got.Clients {
+		cidrs = append(cidrs, c.CIDRs...)
+	}
+	sort.Strings(cidrs)
+	s.Clients[site] = cidrs
+}
+
+// clientsBesideVersion marks a protection that asks each site for its
+// clients beside the replication polls, not in their round: a site that
+// hangs (a partitioned standby) held the round open, and the round's
+// watch then took the primary, which had answered, for unreachable.
+const clientsBesideVersion = "clients-beside-polls"
+
+// clientPolls asks each site the plan still has for its clients, each on
+// its own, without waiting: a site whose last ask has not ended yet is
+// not asked again (busy), so a site that hangs holds one call at a time
+// and nothing else.
+func clientPolls(ctx workflow.Context, p *plans.Plan, s *ProtectState, busy map[string]bool) {
+	for _, site := range p.Sites {
+		name := site.Name
+		if busy[name] || (s.Unprotected != nil && name == s.Unprotected.Lost) {
 			continue
 		}
-		o := activities.CallOptions(p, site.Name, activities.RPCGetFenceClients)
-		o.ScheduleToCloseTimeout = o.StartToCloseTimeout
-		got, err := rpcCall[activities.FenceClients](ctx, o, st.GetFenceClients, activities.FenceListInput{Endpoint: e})
-		if err != nil || ctx.Err() != nil {
-			continue // keep the last answer: a lost site does not answer
-		}
-		var cidrs []string
-		for _, c := range got.Clients {
-			cidrs = append(cidrs, c.CIDRs...)
-		}
-		sort.Strings(cidrs)
-		s.Clients[site.Name] = cidrs
+		busy[name] = true
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			pollSiteClients(ctx, p, s, name)
+			busy[name] = false
+		})
 	}
 }

@@ -47,31 +47,7 @@ func deadPrimary(t *testing.T, srv *devserver.Server, kill func(f *fixture)) {
 	f := newFixture(t)
 	const target = 2 * time.Second
 	f.plan.Policy.RPOTarget = plans.Duration(target)
-	m := &gauges{vals: map[string]float64{}}
-	c, err := client.NewClientFromExisting(srv.Client, client.Options{MetricsHandler: m, DataConverter: codec.Converter(),
-		Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	mustOK(t, err)
-	w := worker.New(c, workflows.TaskQueue, worker.Options{})
-	workflows.Register(w)
-	w.RegisterActivity(&workflows.RecordSender{Client: c})
-	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
-	w.RegisterActivity(f.storage)
-	w.RegisterActivity(f.workloads)
-	mustOK(t, w.Start())
-	defer w.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 300*time.Millisecond, workflows.Origin{})
-	mustOK(t, err)
-	defer func() {
-		_ = srv.Client.TerminateWorkflow(context.Background(), prot.GetID(), "", "test over")
-	}()
-
-	read := func() *workflows.ProtectState {
-		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
-		mustOK(t, err)
-		return ps
-	}
+	m, read := watchedProtect(t, srv, f)
 	deadline := time.Now().Add(time.Minute)
 	for ps := read(); ps.Polls < 2 || ps.OutOfRPO || ps.LastSync().IsZero(); ps = read() {
 		if time.Now().After(deadline) {
@@ -107,6 +83,72 @@ func deadPrimary(t *testing.T, srv *devserver.Server, kill func(f *fixture)) {
 	}
 	t.Fatalf("15 s after the primary died: lags seen %v (target %v), out of RPO %v, unreachable %q, metrics out_of_rpo %v unreachable %v",
 		lags, target, last.OutOfRPO, last.Unreachable, m.get(workflows.MetricOutOfRPO, "shop"), m.getSite(workflows.MetricPrimaryUnreachable, "shop", "east"))
+}
+
+// watchedProtect starts a worker of its own on srv, whose gauges m keeps,
+// and the protection of f's plan from east, polled every 300 ms; read
+// reads its state. Both end with the test.
+func watchedProtect(t *testing.T, srv *devserver.Server, f *fixture) (m *gauges, read func() *workflows.ProtectState) {
+	m = &gauges{vals: map[string]float64{}}
+	c, err := client.NewClientFromExisting(srv.Client, client.Options{MetricsHandler: m, DataConverter: codec.Converter(),
+		Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	mustOK(t, err)
+	w := worker.New(c, workflows.TaskQueue, worker.Options{})
+	workflows.Register(w)
+	w.RegisterActivity(&workflows.RecordSender{Client: c})
+	w.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
+	w.RegisterActivity(f.storage)
+	w.RegisterActivity(f.workloads)
+	mustOK(t, w.Start())
+	t.Cleanup(w.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	prot, err := workflows.StartProtect(ctx, srv.Client, f.plan, "east", 300*time.Millisecond, workflows.Origin{})
+	mustOK(t, err)
+	t.Cleanup(func() {
+		_ = srv.Client.TerminateWorkflow(context.Background(), prot.GetID(), "", "test over")
+	})
+	return m, func() *workflows.ProtectState {
+		ps, err := workflows.ReadProtect(ctx, srv.Client, "shop")
+		mustOK(t, err)
+		return ps
+	}
+}
+
+// TestProtectBlamesOnlyTheSiteThatHangs: the standby (west) stops
+// answering GetFenceClients (a partitioned standby) while the primary
+// (east) answers every poll. Protection goes on polling the primary at
+// its interval and never says it is unreachable, nor the plan out of RPO:
+// asking west for its clients does not hold up the rounds, whose watch
+// took east for silent while west hung.
+func TestProtectBlamesOnlyTheSiteThatHangs(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	f.plan.Policy.RPOTarget = plans.Duration(2 * time.Second)
+	m, read := watchedProtect(t, srv, f)
+	deadline := time.Now().Add(time.Minute)
+	ps := read()
+	for ; ps.Polls < 2 || ps.OutOfRPO || ps.LastSync().IsZero(); ps = read() {
+		if time.Now().After(deadline) {
+			t.Fatalf("protection never saw the plan fresh: %+v", ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "GetFenceClients", Latency: time.Hour}}))
+	hung, polls := time.Now(), ps.Polls
+	for time.Since(hung) < 6*time.Second {
+		time.Sleep(200 * time.Millisecond)
+		ps = read()
+		if ps.Unreachable != "" || ps.OutOfRPO || m.getSite(workflows.MetricPrimaryUnreachable, "shop", "east") != 0 {
+			t.Fatalf("%v after west hung: east taken for unreachable (%q) or the plan out of RPO (%v: %s); drover_primary_unreachable{east} %v",
+				time.Since(hung).Round(time.Millisecond), ps.Unreachable, ps.OutOfRPO, ps.Groups["db"].Why, m.getSite(workflows.MetricPrimaryUnreachable, "shop", "east"))
+		}
+	}
+	// At 300 ms, some 20 polls in 6 s; a round held by west's hang would
+	// make none.
+	if ps.Polls-polls < 5 {
+		t.Errorf("%d polls of east in the 6 s west hung, want rounds at the interval", ps.Polls-polls)
+	}
 }
 
 // gauges is a metrics handler that keeps the last value of each gauge by
