@@ -244,6 +244,12 @@ func sitesCycle(t *testing.T, outside bool) {
 		t.Fatalf("after a refused failover west's cluster says active %q, want east (nothing changed)", a)
 	}
 	r.say("drctl failover at west without --take-over-namespace: refused (exit 1), namespace still active at east")
+	// A view at west cannot read what lives at east: it says so, exit 3.
+	out, code = r.drctl(west, "status", plan)
+	if code != 3 || !strings.Contains(out, "is active on Temporal cluster east") || strings.Contains(out, "protection: running") {
+		t.Fatalf("status at west with the namespace active on unreachable east: exit %d, want 3 naming the cluster, no stale protection:\n%s", code, out)
+	}
+	r.say("drctl status at west: the active cluster east does not answer (exit 3)")
 
 	foStart := time.Now()
 	out = r.mustDrctl(west, "failover", plan, "--to", "west", "--yes", "--wait", "--take-over-namespace")

@@ -566,8 +566,10 @@ func TestFailoverSkipsFenceWithOverride(t *testing.T) {
 
 	var res workflows.FailoverResult
 	mustOK(t, env.GetWorkflowResult(&res))
-	if res.State != workflows.StateCompleted {
-		t.Fatalf("the failover is %s", res.State)
+	// Run to its end with its fence skipped: incomplete, and says so.
+	if res.State != workflows.StateIncomplete || len(workflows.Undone(&res.Progress)) != 2 ||
+		!strings.Contains(workflows.Undone(&res.Progress)[0], "east's clients may not be fenced off the storage") {
+		t.Fatalf("the failover is %s, undone %q; want incomplete, the fence's two steps undone", res.State, workflows.Undone(&res.Progress))
 	}
 	for _, s := range res.Steps {
 		want := workflows.StateDone
@@ -661,5 +663,69 @@ func TestFailoverApprovalGate(t *testing.T) {
 	i := slices.IndexFunc(res.Steps, func(s *workflows.Step) bool { return s.Name == "approve beforePromote" })
 	if i < 0 || res.Steps[i].State != workflows.StateDone || res.Steps[i].By != "ops" {
 		t.Fatalf("the gate's step in %+v, want it done and approved by ops", res.Progress)
+	}
+}
+
+// TestFailoverSkippedPromotionIsIncomplete: west's storage refuses to
+// promote db for good; the operator skips that promotion. The failover
+// goes on, but does not start web (which uses every group) on west's
+// copies, which west's storage says are secondary: its start pauses,
+// naming db, while pg (which uses only logs, promoted) starts. Skipped
+// too, the failover ends incomplete, not completed, and says what each
+// skip left undone. Retried with --override instead, web starts on them,
+// and the failover is still incomplete: db's promotion was skipped.
+func TestFailoverSkippedPromotionIsIncomplete(t *testing.T) {
+	for _, override := range []bool{false, true} {
+		t.Run(fmt.Sprintf("override=%v", override), func(t *testing.T) {
+			f := newFixture(t)
+			f.plan.Workloads[1].VolumeGroups = []string{"logs"} // pg
+			f.east.Down()
+			mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Subject: "vg-1", Code: "INVALID_ARGUMENT", Count: 1000, Message: "image is locked by another client"}}))
+			env, _ := f.env(t)
+			var promote, start *workflows.Step
+			env.RegisterDelayedCallback(func() {
+				promote = pausedStep(t, env)
+				if promote != nil {
+					send(t, env, workflows.UpdateResolve, workflows.Decision{Step: promote.ID, Action: workflows.DecisionSkip, By: "operator"}, nil, nil)
+				}
+			}, time.Hour)
+			env.RegisterDelayedCallback(func() {
+				start = pausedStep(t, env)
+				if start == nil {
+					return
+				}
+				d := workflows.Decision{Step: start.ID, Action: workflows.DecisionSkip, By: "operator"}
+				if override {
+					d.Action, d.Override = workflows.DecisionRetry, true
+				}
+				send(t, env, workflows.UpdateResolve, d, nil, nil)
+			}, 2*time.Hour)
+			env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
+			mustOK(t, env.GetWorkflowError())
+			if promote == nil || promote.ID != "promote/west/db" {
+				t.Fatalf("paused after an hour: %+v, want db's promotion on west", promote)
+			}
+			if start == nil || start.ID != "start/west/web" || !strings.Contains(start.LastError, "db (secondary)") || strings.Contains(start.LastError, "logs") {
+				t.Fatalf("paused after two hours: %+v, want web's start, refused for db's secondary copies", start)
+			}
+			var res workflows.FailoverResult
+			mustOK(t, env.GetWorkflowResult(&res))
+			if res.State != workflows.StateIncomplete {
+				t.Fatalf("the failover is %s, want %s", res.State, workflows.StateIncomplete)
+			}
+			undone := workflows.Undone(&res.Progress)
+			want := []string{"promote db on west skipped: the copies of db on west were not promoted: they may still be secondary, and no workload starts on them without --override"}
+			if !override {
+				want = append(want, "start web on west skipped: web was not started on west")
+			}
+			if !slices.Equal(undone, want) {
+				t.Errorf("undone: %q, want %q", undone, want)
+			}
+			hooks, err := os.ReadFile(f.hooks)
+			mustOK(t, err)
+			if !strings.Contains(string(hooks), "pg start west") || strings.Contains(string(hooks), "web start west") != override {
+				t.Errorf("hooks run:\n%s\nwant pg started on west, web only with the override", hooks)
+			}
+		})
 	}
 }

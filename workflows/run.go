@@ -37,6 +37,12 @@ const (
 	// StatePartial ends a site action that left plans behind: it ran to
 	// its end, but not every plan moved (SiteFailoverResult.LeftBehind).
 	StatePartial = "partial"
+	// StateIncomplete ends an action that ran to its end with steps the
+	// operator skipped: what each left undone is its Undone.
+	StateIncomplete = "incomplete"
+	// ErrNotPromoted refuses to start a workload on copies its site's
+	// storage does not say are primary, after a promotion was skipped.
+	ErrNotPromoted = "NotPromoted"
 )
 
 // Step is one line of an action's timeline.
@@ -72,6 +78,9 @@ type Step struct {
 	// skip or abort), DecidedAt when it came.
 	Decided   string    `json:"decided,omitempty"`
 	DecidedAt time.Time `json:"decidedAt,omitzero"`
+	// Undone says, on a skipped step, what the skip left undone and what
+	// that means (SkipMeans): the action then ends incomplete.
+	Undone string `json:"undone,omitempty"`
 }
 
 // Progress is what the progress query answers and what the result holds.
@@ -132,6 +141,9 @@ type run struct {
 	recording bool
 	aside     *aside // the sender of changes to the record
 	cancelled bool   // the action was cancelled: it records its end regardless
+	// overridden are the steps the operator retried with --override (a
+	// start on copies a skipped promotion left as they were).
+	overridden map[string]bool
 }
 
 // begin checks that the worker trusts the plan (before anything else),
@@ -156,7 +168,7 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 }
 
 func newRun(ctx workflow.Context, action string, p *plans.Plan) (*run, error) {
-	r := &run{plan: p, decisions: map[string]Decision{}, approved: map[string]bool{}, approver: map[string]string{},
+	r := &run{plan: p, decisions: map[string]Decision{}, approved: map[string]bool{}, approver: map[string]string{}, overridden: map[string]bool{},
 		progress: &Progress{Action: action, Plan: p.Metadata.Name, State: StateRunning, Start: workflow.Now(ctx)}}
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (*Progress, error) { return r.progress, nil }); err != nil {
 		return nil, err
@@ -278,8 +290,11 @@ func (r *run) step(ctx workflow.Context, ref stepRef, guard bool, fn func(ctx wo
 			s.State, s.End = StateAborted, workflow.Now(ctx)
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("aborted by the operator at step %q: %s", s.Name, s.LastError), ErrAborted, nil)
 		case d.Action == DecisionSkip:
-			s.State, s.End = StateSkipped, workflow.Now(ctx)
+			s.State, s.End, s.Undone = StateSkipped, workflow.Now(ctx), SkipMeans(s)
 			return nil
+		}
+		if d.Override {
+			r.overridden[s.ID] = true
 		}
 		s.State = StateRunning // retry
 	}
@@ -324,6 +339,9 @@ func (r *run) gate(ctx workflow.Context, gate string) error {
 func (r *run) finish(ctx workflow.Context, err error) {
 	r.progress.End = workflow.Now(ctx)
 	r.progress.State = StateCompleted
+	if len(Undone(r.progress)) > 0 {
+		r.progress.State = StateIncomplete
+	}
 	if err != nil {
 		r.progress.State = StateAborted
 	}

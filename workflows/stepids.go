@@ -137,3 +137,60 @@ func batchStep(op GroupOp, batch []string) stepRef {
 	return newRef(op.stepKind(), fmt.Sprintf("%s %s … %s on %s (%d groups)", op.verb(), batch[0], batch[len(batch)-1], op.Site, len(batch)),
 		op.subjects(batch[0]+".."+batch[len(batch)-1])...)
 }
+
+// SkipMeans says what skipping s leaves undone, in the words every view
+// shows (the confirmation of drctl resolve --skip, the step's Undone,
+// the action's outcome).
+func SkipMeans(s *Step) string {
+	parts := strings.Split(s.ID, "/")
+	site, what := "", ""
+	if len(parts) > 1 {
+		site = parts[1]
+	}
+	if len(parts) > 2 {
+		what = parts[2]
+	}
+	switch strings.TrimPrefix(string(s.Kind()), "rollback-") {
+	case string(OpPromote), string(OpFinalPromote):
+		return fmt.Sprintf("the copies of %s on %s were not promoted: they may still be secondary, and no workload starts on them without --override", what, site)
+	case string(OpDemote):
+		return fmt.Sprintf("the copies of %s on %s were not demoted: they may still be primary", what, site)
+	case string(OpResync):
+		return fmt.Sprintf("the copies of %s on %s were not resynced: they may not follow the primary, and %s is not protected", what, site, what)
+	case string(OpEnable):
+		return fmt.Sprintf("replication of %s from %s was not enabled: %s is not protected", what, site, what)
+	case string(OpDisable):
+		return fmt.Sprintf("replication of %s on %s was not disabled", what, site)
+	case string(OpWaitSync), string(OpCheck):
+		return fmt.Sprintf("%s on %s was not seen in sync: the copies may not hold the newest writes", what, site)
+	case string(KindFence), string(KindVerifyFence):
+		return fmt.Sprintf("%s's clients may not be fenced off the storage: they may still write to copies the action promotes", site)
+	case string(KindUnfence):
+		return fmt.Sprintf("%s's clients may still be fenced off the storage", site)
+	case string(KindPausePoints):
+		return "protection's points were not paused: a point may be cut while the copies change roles"
+	case string(KindStart):
+		return fmt.Sprintf("%s was not started on %s", what, site)
+	case string(KindStopLost):
+		return fmt.Sprintf("the workloads of %s may still run there", site)
+	case string(KindStop):
+		return fmt.Sprintf("%s may still run on %s", what, site)
+	}
+	return s.Name + " was not done"
+}
+
+// Undone lists what the skipped steps of p left undone, one line each,
+// in the order of the steps: an action with any ends incomplete.
+func Undone(p *Progress) []string {
+	var out []string
+	for _, s := range p.Steps {
+		if s.State == StateSkipped {
+			u := s.Undone
+			if u == "" {
+				u = SkipMeans(s)
+			}
+			out = append(out, fmt.Sprintf("%s skipped: %s", s.Name, u))
+		}
+	}
+	return out
+}

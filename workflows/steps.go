@@ -110,6 +110,12 @@ func startAll(ctx workflow.Context, r *run, p *plans.Plan, site, action string) 
 		if err != nil {
 			return "", err
 		}
+		if r.skipped(OpPromote, site) && !r.overridden[startStep(site, name).id] &&
+			workflow.GetVersion(ctx, startAfterSkipVersion, workflow.DefaultVersion, 1) >= 1 {
+			if err := onPrimaries(ctx, p, site, name); err != nil {
+				return "", err
+			}
+		}
 		o := activities.WorkloadOptions(p, site, in.Workload)
 		// The first attempt is local (a start that answers at once, a Nomad
 		// job registered, costs no turn through the server); one that takes
@@ -470,4 +476,70 @@ func promoteAfterFinalSync(ctx workflow.Context, p *plans.Plan, site, group stri
 		}
 		wait = min(2*wait, finalSyncPoll)
 	}
+}
+
+// startAfterSkipVersion marks an action that, after a promotion was
+// skipped, starts a workload only on copies its storage says are primary.
+const startAfterSkipVersion = "start-after-skip"
+
+// skipped: a step of kind op on site was skipped in this run.
+func (r *run) skipped(op OpKind, site string) bool {
+	return slices.ContainsFunc(r.progress.Steps, func(s *Step) bool {
+		return s.State == StateSkipped && s.Kind() == StepKind(op) && strings.HasPrefix(s.ID, string(op)+"/"+site+"/")
+	})
+}
+
+// onPrimaries asks site's storage for the copies of the groups workload
+// uses (every group when it names none) and refuses, for the operator to
+// decide, when one is not primary or does not answer: after a skipped
+// promotion, the workload would otherwise start on copies that may be
+// secondary (read-only, or behind).
+func onPrimaries(ctx workflow.Context, p *plans.Plan, site, workload string) error {
+	var uses []string
+	for _, w := range p.Workloads {
+		if w.Name == workload {
+			uses = w.VolumeGroups
+		}
+	}
+	var calls []activities.ReplicationInput
+	var owner []string
+	for i := range p.VolumeGroups {
+		g := &p.VolumeGroups[i]
+		if len(uses) > 0 && !slices.Contains(uses, g.Name) {
+			continue
+		}
+		ins, err := activities.GroupInputs(p, site, g, activities.RPCGetVolumeReplicationInfo, false)
+		if err != nil {
+			return err
+		}
+		for _, in := range ins {
+			calls, owner = append(calls, in), append(owner, g.Name)
+		}
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	res, err := surveyOnce(ctx, p, site, calls)
+	var bad []string
+	for i, g := range owner {
+		role := ""
+		if err == nil && i < len(res.Entries) {
+			role = roleIn(res.Entries[i])
+		}
+		switch role {
+		case roleSecondary:
+			bad = append(bad, g+" (secondary)")
+		case "":
+			bad = append(bad, g+" (no answer)")
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	bad = slices.Compact(bad)
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"a promotion on %s was skipped, and %s's storage does not say the copies %s uses are primary: %s. "+
+			"--skip leaves %s stopped; --retry --override starts it on them anyway",
+		site, site, workload, strings.Join(bad, ", "), workload), ErrNotPromoted, nil)
 }

@@ -55,9 +55,12 @@ type Report struct {
 	PlanResults []workflows.PlanOutcome  `json:"planResults,omitempty"`
 	// LeftBehind are the plans a site action did not move: it ended
 	// partial, and PlanResults say how to recover each.
-	LeftBehind []string  `json:"leftBehind,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	Generated  time.Time `json:"generated"`
+	LeftBehind []string `json:"leftBehind,omitempty"`
+	// Undone says what each skipped step left undone: the action ran
+	// to its end incomplete.
+	Undone    []string  `json:"undone,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Generated time.Time `json:"generated"`
 }
 
 // ReportPlan is a plan the action ran, with the SHA-256 of its canonical
@@ -249,6 +252,9 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 	if r.LeftBehind = res.LeftBehind; len(r.LeftBehind) > 0 && r.Status == "completed" {
 		r.Status = workflows.StatePartial
 	}
+	if r.Undone = workflows.Undone(&res.Progress); len(r.Undone) > 0 && r.Status == "completed" {
+		r.Status = workflows.StateIncomplete
+	}
 	return r, nil
 }
 
@@ -412,6 +418,9 @@ func (r *Report) facts() [][2]string {
 			by = "(not recorded)"
 		}
 		out = append(out, [2]string{"Decided", fmt.Sprintf("%s by %s at %s", what, by, stamp(d.At))})
+	}
+	for _, u := range r.Undone {
+		out = append(out, [2]string{"Undone", u})
 	}
 	if len(r.LeftBehind) > 0 {
 		out = append(out, [2]string{"Left behind", fmt.Sprintf("%d of %d plan(s): %s (see each one's command to recover it below)",

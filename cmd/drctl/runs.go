@@ -291,11 +291,19 @@ wait:
 			// It ran to its end, and left plans where they were.
 			out.Status = workflows.StatePartial
 		}
+		undone := workflows.Undone(&r.Progress)
+		if len(undone) > 0 && out.Status == workflows.StateCompleted {
+			// It ran to its end with steps skipped: not done.
+			out.Status = workflows.StateIncomplete
+		}
 		live.final(&r.Progress, id)
 		if a.json() {
 			writeJSON(a.stdout, out)
 		} else {
 			a.summary(&r)
+		}
+		if len(undone) > 0 {
+			return failed("%s %s: it ran to its end with steps skipped:\n  %s\nsee drctl status %s", id, workflows.StateIncomplete, strings.Join(undone, "\n  "), runArg(id))
 		}
 		if r.OK != nil && !*r.OK || workflows.IsSiteAction(r.Action) && !sitePlansAllDone(&r) {
 			return silent(exitFailed)
@@ -400,6 +408,9 @@ func (a *app) summary(r *result) {
 // its progress's), but paused while a step waits for the operator's
 // decision, and waiting for approval while one waits at a gate.
 func actionState(state string, p *workflows.Progress) string {
+	if p != nil && state == workflows.StateCompleted && p.State == workflows.StateIncomplete {
+		return workflows.StateIncomplete // it ran to its end, with steps skipped
+	}
 	if p == nil || state != workflows.StateRunning {
 		return state
 	}
@@ -451,12 +462,16 @@ func (a *app) pick(ctx context.Context, id, state, named, what, flag string, tri
 }
 
 func (a *app) resolve(ctx context.Context, id, step, decision string, override, yes bool) error {
-	c, _, step, err := a.pick(ctx, id, workflows.StatePaused, step, "paused step", "--step", (*workflows.Step).Key)
+	c, p, step, err := a.pick(ctx, id, workflows.StatePaused, step, "paused step", "--step", (*workflows.Step).Key)
 	if err != nil {
 		return err
 	}
 	if decision != workflows.DecisionRetry {
-		if err := a.confirm(yes, fmt.Sprintf("%s step %q of %s.", strings.ToUpper(decision[:1])+decision[1:], step, id)); err != nil {
+		what := fmt.Sprintf("%s step %q of %s.", strings.ToUpper(decision[:1])+decision[1:], step, id)
+		if i := slices.IndexFunc(p.Steps, func(s *workflows.Step) bool { return s.Key() == step }); decision == workflows.DecisionSkip && i >= 0 {
+			what += fmt.Sprintf(" Skipped, %s; the action goes on and ends %s, not completed.", workflows.SkipMeans(p.Steps[i]), workflows.StateIncomplete)
+		}
+		if err := a.confirm(yes, what); err != nil {
 			return err
 		}
 	}
@@ -630,20 +645,34 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 }
 
 // markPartial says "partial" of a site action that completed in
-// Temporal but left plans behind, as its own page and report do: to
-// Temporal it completed, to the operator it did not. Its result says (a
-// result that cannot be read leaves it completed).
+// Temporal but left plans behind, and "incomplete" of an action that
+// completed with steps skipped, as their own page and report do: to
+// Temporal they completed, to the operator they did not. Their result
+// says (a result that cannot be read leaves them completed).
 func markPartial(ctx context.Context, c client.Client, x *execution) {
-	if x.Type != names.SiteFailover || x.Status != "completed" {
+	if x.Status != "completed" || !slices.Contains(outcomeTypes, x.Type) {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var res workflows.SiteFailoverResult
-	if err := c.GetWorkflow(rctx, x.WorkflowID, x.RunID).Get(rctx, &res); err == nil && len(res.LeftBehind) > 0 {
+	var res struct {
+		State      string   `json:"state"`
+		LeftBehind []string `json:"leftBehind"`
+	}
+	if err := c.GetWorkflow(rctx, x.WorkflowID, x.RunID).Get(rctx, &res); err != nil {
+		return
+	}
+	switch {
+	case len(res.LeftBehind) > 0:
 		x.Status = workflows.StatePartial
+	case res.State == workflows.StateIncomplete:
+		x.Status = workflows.StateIncomplete
 	}
 }
+
+// outcomeTypes are the actions whose result may say they did not all
+// they set out to do.
+var outcomeTypes = []string{names.SiteFailover, names.Failover, names.Failback, names.Reprotect}
 
 // executions lists Drover's workflows, newest first (at most limit, if
 // above zero; only the last run of each workflow id when latest, then by
@@ -759,6 +788,14 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 	var unreadable []string
 	if !siteAction {
 		rec, rerr := glanceRecord(ctx, c, name)
+		if rerr != nil {
+			// On a standby cluster cut off from the active one, the
+			// record cannot be read and what this cluster holds of the
+			// plan may be behind: say so, exit 3, show nothing stale.
+			if err := a.activeUnreachable(ctx, c); err != nil {
+				return err
+			}
+		}
 		if why := otherBuild(ctx, c, "record", name, workflows.RecordID(name), rerr); why != "" {
 			unreadable = append(unreadable, why)
 		} else if rerr != nil && verify {
@@ -780,6 +817,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 			as := &actionStatus{execution: x}
 			if p, qerr := queryProgress(ctx, c, x.WorkflowID, x.RunID); qerr == nil {
 				as.Progress = p
+				as.Status = actionState(as.Status, p)
 			}
 			st.Action = as
 		} else if !isNotFound(err) {

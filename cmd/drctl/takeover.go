@@ -115,6 +115,20 @@ When the link returns, Temporal keeps %s's history of everything run since, and 
 	return a.takeOver(ctx, c, ns)
 }
 
+// activeUnreachable is an exit 3 naming the cluster the namespace is
+// active on, when that is not the cluster drctl reaches and it does not
+// answer: what a view reads of a plan lives there (a query is forwarded
+// to it), and this cluster's copy may be behind. nil otherwise.
+func (a *app) activeUnreachable(ctx context.Context, c client.Client) error {
+	ns, err := a.describeNamespaceSite(ctx, c)
+	if err != nil || !ns.global || ns.active == ns.here || ns.activeAnswers {
+		return nil
+	}
+	return &exitError{exitUnreachable, fmt.Errorf(`namespace %s is active on Temporal cluster %s (%s), which does not answer from here (%s): the plan's record and protection live there and cannot be read from %s, whose copy may be behind.
+Ask %s's cluster, or, if %s's site is lost, fail over with --take-over-namespace`,
+		a.ns, ns.active, addrOrUnknown(ns.addr), ns.activeAnswersReason, ns.here, ns.active, ns.active)}
+}
+
 func addrOrUnknown(addr string) string {
 	if addr == "" {
 		return "address unknown"
