@@ -32,8 +32,8 @@ func (a *app) pointsCommand() *cobra.Command {
 		Short: "The plan's points in time (policy.pointsInTime): each with its site, when it was cut, the last sync it holds, and whether it is held",
 		Long: `The plan's points in time (policy.pointsInTime), oldest first: each
 with its site, when it was cut, the last sync it holds and the lag,
-whether its replicas were in sync, and who holds it; then the latest
-pruned and why.
+whether its replicas were in sync, and who holds it (and why a point
+the policy would prune is kept); then the latest pruned and why.
 
 --hold POINT holds a point (its id, or newest) for you (--by, else
 user@host): protection never prunes a held point. --release POINT ends
@@ -185,6 +185,9 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 				fmt.Fprintf(w, "  %s: its cut failed: %s\n", pt.ID, oneLine(pt.Error))
 			case pt.NotInSync != "":
 				fmt.Fprintf(w, "  %s: not in sync when cut: %s\n", pt.ID, oneLine(pt.NotInSync))
+			}
+			if pt.Kept != "" {
+				fmt.Fprintf(w, "  %s: %s\n", pt.ID, pt.Kept)
 			}
 			if pt.PruneError != "" {
 				fmt.Fprintf(w, "  %s: its deletion failed, tried again at the next cut: %s\n", pt.ID, oneLine(pt.PruneError))

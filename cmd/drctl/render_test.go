@@ -468,3 +468,22 @@ func TestPointsSaysAFailbackPausedThem(t *testing.T) {
 		t.Errorf("points not paused say they are:\n%s", b.String())
 	}
 }
+
+// TestPointsTableSaysWhyAPointIsKept: a point kept beyond the policy,
+// as the newest point in sync at its site, says so below the table.
+func TestPointsTableSaysWhyAPointIsKept(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	kept := "the newest point in sync at west, kept though beyond the newest 2 (keep)"
+	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
+		{ID: "20261127T125700Z", Site: "west", Taken: now.Add(-3 * time.Minute), Kept: kept},
+		{ID: "20261127T125800Z", Site: "west", Taken: now.Add(-2 * time.Minute), NotInSync: "db: replication DEGRADED"},
+		{ID: "20261127T125900Z", Site: "west", Taken: now.Add(-time.Minute), NotInSync: "db: replication DEGRADED"},
+	}}
+	var b strings.Builder
+	if err := renderPoints(&b, l, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "  20261127T125700Z: " + kept + "\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("the points lack %q:\n%s", want, b.String())
+	}
+}
