@@ -253,7 +253,7 @@ type Policy struct {
 type PointsInTime struct {
 	Every   Duration `yaml:"every" json:"every" required:"true" doc:"How often protection cuts a point: at its first poll once this has passed since the last point (at least 1s)."`
 	Keep    int      `yaml:"keep,omitempty" json:"keep,omitempty" doc:"How many points to keep: a new point prunes the oldest beyond this many (1 or more; give keep, keepFor or both)."`
-	KeepFor Duration `yaml:"keepFor,omitempty" json:"keepFor,omitempty" doc:"How long to keep a point: a new point prunes those older than this (at least every; give keep, keepFor or both). With keep too, a point goes once either says so; the newest point is never pruned, nor a point held by a test recovery or failover."`
+	KeepFor Duration `yaml:"keepFor,omitempty" json:"keepFor,omitempty" doc:"How long to keep a point: a new point prunes those older than this (at least every; give keep, keepFor or both). With keep too, a point goes once either says so; the newest point is never pruned, nor each site's newest point in sync, nor a point held by a test recovery or failover."`
 	Cut     string   `yaml:"cut,omitempty" json:"cut,omitempty" doc:"Where a point is cut: replicas (the default: snapshots of the replicas at the recovery site) or primary (snapshots at the primary, each made a volume whose replication ships it to the recovery site, for storage that cannot snapshot a replica, as ceph-csi cannot; a point is usable there once every copy has synced)."`
 }
 

@@ -62,7 +62,8 @@
 //     with it the last sync the primary reported before the cut and
 //     whether each replica was in sync, and after each cut deletes the
 //     points past keep or keepFor: never the newest, never a held one
-//     (UpdateHoldPoint), a failed cut's with the next cut. Points,
+//     (UpdateHoldPoint), never a site's newest point in sync (kept
+//     beyond the policy, saying so), a failed cut's with the next cut. Points,
 //     holds and prunes go to the plan's record; a protection started
 //     anew takes over the record's points, and never points a state
 //     given at its start names. With cut: primary, a point is cut at

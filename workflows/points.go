@@ -33,9 +33,12 @@ import (
 // After a point is cut, the points the policy no longer keeps are
 // deleted: those beyond the newest keep, and those older than keepFor.
 // The newest point is never pruned, nor a held one (UpdateHoldPoint, the
-// hook a test recovery or failover from a point holds it by); a point
-// whose cut failed is deleted (asked again by name, then deleted) at the
-// next cut. Nothing is pruned while no point is cut (a failover left the
+// hook a test recovery or failover from a point holds it by), nor each
+// site's newest point in sync (InSync): a site a failover lost may hold
+// the only one, and points cut while a replica was out of sync may be
+// all that is newer; kept beyond the policy, the point says so (Kept).
+// A point whose cut failed is deleted (asked again by name, then
+// deleted) at the next cut. Nothing is pruned while no point is cut (a failover left the
 // plan unprotected, say): the points outlive the replicas they were cut
 // of. Each point, hold and prune goes to the plan's record (Points,
 // Pruned), which drctl points and drctl status read.
@@ -98,6 +101,9 @@ type PointInTime struct {
 	// usable there from then on.
 	CutAt  string    `json:"cutAt,omitempty"`
 	Synced time.Time `json:"synced,omitzero"`
+	// Kept says why the point stays though the policy would prune it:
+	// it is the newest point in sync at its site (never pruned).
+	Kept string `json:"kept,omitempty"`
 }
 
 // PointGroup is one volume group's part of a point: its snapshots, and
@@ -532,15 +538,25 @@ func (pt *PointInTime) Enabled() int {
 	return n
 }
 
+// InSync tells a point that can be recovered to and whose replicas
+// were all in sync at its cut (a point cut at the primary once its
+// copies have synced).
+func (pt *PointInTime) InSync() bool { return pt.Usable() && pt.NotInSync == "" }
+
 // prunable picks the points the policy no longer keeps at now, with why:
 // past the newest keep, older than keepFor, or a failed cut but the one
 // just cut (its failure is shown until the next), or a point cut at the
 // primary whose copies had not synced when a later one's had. The newest usable
 // point and held points are never picked, nor any usable point unless
-// pruneUsable (a point was just cut).
-func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, justCut string, pruneUsable bool) map[string]string {
-	out := map[string]string{}
+// pruneUsable (a point was just cut). With keepInSync, nor is the newest
+// point in sync of each site (a site that was lost may hold the only
+// good copy, and points cut while a replica was out of sync may be all
+// that is newer): kept names those the policy would have pruned, with
+// why they stay. Keep counts them as any other point.
+func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, justCut string, pruneUsable, keepInSync bool) (out, kept map[string]string) {
+	out, kept = map[string]string{}, map[string]string{}
 	newest := NewestPoint(points)
+	inSync := map[string]string{} // site: the id of its newest point in sync
 	rank := 0
 	for i := len(points) - 1; i >= 0; i-- {
 		pt := &points[i]
@@ -559,17 +575,28 @@ func prunable(points []PointInTime, pit *plans.PointsInTime, now time.Time, just
 			continue
 		}
 		rank++
+		if _, ok := inSync[pt.Site]; !ok && pt.InSync() {
+			inSync[pt.Site] = pt.ID
+		}
 		if len(pt.Held) > 0 || pt == newest || !pruneUsable {
 			continue
 		}
+		why := ""
 		switch {
 		case pit.Keep > 0 && rank > pit.Keep:
-			out[pt.ID] = fmt.Sprintf("beyond the newest %d (keep)", pit.Keep)
+			why = fmt.Sprintf("beyond the newest %d (keep)", pit.Keep)
 		case pit.KeepFor > 0 && now.Sub(pt.Taken) > pit.KeepFor.D():
-			out[pt.ID] = fmt.Sprintf("older than %v (keepFor)", pit.KeepFor)
+			why = fmt.Sprintf("older than %v (keepFor)", pit.KeepFor)
+		}
+		switch {
+		case why == "":
+		case keepInSync && inSync[pt.Site] == pt.ID:
+			kept[pt.ID] = "the newest point in sync at " + pt.Site + ", kept though " + why
+		default:
+			out[pt.ID] = why
 		}
 	}
-	return out
+	return out, kept
 }
 
 // deletePoint deletes what a point made at its site: each group
@@ -730,6 +757,10 @@ func madeNothing(err error) bool {
 	return err != nil && errors.As(err, &ae) && ae.NonRetryable() && ae.Type() != errPointsPaused
 }
 
+// keepInSyncVersion marks the protections that never prune a site's
+// newest point in sync (prunable).
+const keepInSyncVersion = "keep-in-sync-point"
+
 // keepPoints cuts a point at the recovery site when one is due and prunes
 // what the policy no longer keeps; each change goes to the plan's
 // record. cut is the context of the storage calls (a stop or retarget
@@ -758,9 +789,16 @@ func (s *ProtectState) keepPoints(ctx, cut workflow.Context, p *plans.Plan, prun
 	if cut.Err() == nil && !pointsPaused(cut) {
 		// Picked and marked in one go: a hold that comes while the
 		// deletions run finds the point being pruned and is refused.
-		why := prunable(s.Points, pit, workflow.Now(ctx), pt.ID, pt.Error == "")
+		// Points pruned before this rule came keep being pruned as they
+		// were in a run that began before it.
+		keepInSync := workflow.GetVersion(ctx, keepInSyncVersion, workflow.DefaultVersion, 1) >= 1
+		why, kept := prunable(s.Points, pit, workflow.Now(ctx), pt.ID, pt.Error == "", keepInSync)
 		var doomed []int
 		for i := range s.Points {
+			if keepInSync && pt.Error == "" && s.Points[i].Kept != kept[s.Points[i].ID] {
+				s.Points[i].Kept = kept[s.Points[i].ID]
+				notes.point(s.Points[i])
+			}
 			if _, ok := why[s.Points[i].ID]; ok {
 				pruning[s.Points[i].ID] = true
 				doomed = append(doomed, i)

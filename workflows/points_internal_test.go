@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func TestHoldOfAPointBeingPruned(t *testing.T) {
 		t.Fatalf("after a's release held by %v (%v)", s.Points[0].Held, err)
 	}
 	s.Points = append(s.Points, PointInTime{ID: pointID(at.Add(2 * time.Minute)), Site: "west", Taken: at.Add(2 * time.Minute)})
-	if why := prunable(s.Points, &plansPointsKeep1, at.Add(time.Hour), "", true); why[s.Points[0].ID] != "" || why[s.Points[1].ID] == "" {
+	if why, _ := prunable(s.Points, &plansPointsKeep1, at.Add(time.Hour), "", true, true); why[s.Points[0].ID] != "" || why[s.Points[1].ID] == "" {
 		t.Fatalf("a point held by b is pruned: %v", why)
 	}
 }
@@ -91,7 +92,7 @@ func TestPendingPointPrunedOnceALaterOneSynced(t *testing.T) {
 		{"a later cut failed", []PointInTime{point(0, false, nil, ""), point(1, false, nil, "refused")}, true, []int{1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			why := prunable(tc.points, &keep, at.Add(2*time.Minute), "", tc.pruneUsable)
+			why, _ := prunable(tc.points, &keep, at.Add(2*time.Minute), "", tc.pruneUsable, true)
 			want := map[string]bool{}
 			for _, i := range tc.pruned {
 				want[tc.points[i].ID] = true
@@ -103,6 +104,61 @@ func TestPendingPointPrunedOnceALaterOneSynced(t *testing.T) {
 			}
 			if tc.pruned != nil && tc.points[tc.pruned[0]].Pending() && !strings.Contains(why[tc.points[tc.pruned[0]].ID], "had not synced when a later point's had") {
 				t.Errorf("why: %q", why[tc.points[tc.pruned[0]].ID])
+			}
+		})
+	}
+}
+
+// TestPruneKeepsEachSitesNewestInSyncPoint: whatever keep and keepFor
+// say, pruning keeps the newest point in sync of each site (the site a
+// failover lost included), counted within keep when it is among the
+// newest and kept besides, with why, when not; older points in sync and
+// points not in sync go as the policy says. A failed cut, or a point
+// cut at the primary whose copies still ship, is not in sync.
+func TestPruneKeepsEachSitesNewestInSyncPoint(t *testing.T) {
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	point := func(min int, site, notInSync string) PointInTime {
+		taken := at.Add(time.Duration(min) * time.Minute)
+		return PointInTime{ID: pointID(taken), Site: site, Taken: taken, NotInSync: notInSync}
+	}
+	failed := point(7, "west", "")
+	failed.Error = "the cut failed on db: refused"
+	shipping := point(8, "west", "")
+	shipping.CutAt = "east"
+	points := []PointInTime{
+		point(0, "east", ""), point(1, "east", ""), point(2, "east", ""), // cut while west was primary
+		point(3, "west", ""), point(4, "west", ""),
+		point(5, "west", "db: its replication could not be read"), point(6, "west", "db: its replication could not be read"),
+		failed, shipping,
+		point(9, "west", "db: its replication could not be read"),
+	}
+	for _, tc := range []struct {
+		name   string
+		pit    plans.PointsInTime
+		kept   []int // usable points kept, indexes into points
+		beside []int // of them, those kept beyond the policy
+	}{
+		{"keep 4", plans.PointsInTime{Keep: 4}, []int{2, 4, 5, 6, 9}, []int{2}},
+		{"keep 1", plans.PointsInTime{Keep: 1}, []int{2, 4, 9}, []int{2, 4}},
+		{"keepFor 3m", plans.PointsInTime{KeepFor: plans.Duration(3 * time.Minute)}, []int{2, 4, 9}, []int{2, 4}},
+		{"keep 10", plans.PointsInTime{Keep: 10}, []int{0, 1, 2, 3, 4, 5, 6, 9}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, kept := prunable(points, &tc.pit, at.Add(10*time.Minute), points[9].ID, true, true)
+			for i, pt := range points {
+				if !pt.Usable() || pt.Pending() {
+					continue
+				}
+				if want := slices.Contains(tc.kept, i); (why[pt.ID] == "") != want {
+					t.Errorf("point %d at %s (in sync %v): pruned %q, want kept %v", i, pt.Site, pt.InSync(), why[pt.ID], want)
+				}
+				want := slices.Contains(tc.beside, i)
+				if (kept[pt.ID] != "") != want || want && !strings.Contains(kept[pt.ID], "the newest point in sync at "+pt.Site+", kept though") {
+					t.Errorf("point %d at %s: kept beside the policy %q, want %v", i, pt.Site, kept[pt.ID], want)
+				}
+			}
+			if why[failed.ID] == "" {
+				t.Errorf("the failed cut is kept")
 			}
 		})
 	}

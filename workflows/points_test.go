@@ -348,6 +348,74 @@ func TestPointHoldsLastSyncAndSaysNotInSync(t *testing.T) {
 	}
 }
 
+// TestNewestInSyncPointIsNeverPruned: with keep 2 and the link between
+// the sites cut after the first point, every later point at west is not
+// in sync; pruning still keeps the first, the newest point at west that
+// was in sync, however many newer points there are, says on it why it is
+// kept beyond keep, and prunes the points not in sync beyond the newest
+// two as usual.
+func TestNewestInSyncPointIsNeverPruned(t *testing.T) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 2})
+	env, _ := f.testEnv(t)
+	env.RegisterDelayedCallback(func() {
+		f.east.SetLink(false)
+		ins, err := activities.ReplicationInputs(f.plan, "east", "db", activities.RPCGetVolumeReplicationInfo, false)
+		mustOK(t, err)
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			info, err := f.storage.GetVolumeReplicationInfo(context.Background(), ins[0])
+			mustOK(t, err)
+			if info.Status == "DEGRADED" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("east still reports %+v with the link cut", info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}, 30*time.Second)
+	got := stateThenStop(t, env, 4*time.Minute+30*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	s := *got
+	if s == nil || len(s.Points) == 0 {
+		t.Fatalf("state %+v", s)
+	}
+	sent, pruned := f.pointChanges()
+	var first workflows.PointInTime
+	for _, pt := range sent {
+		if first.ID == "" || pt.Taken.Before(first.Taken) {
+			first = pt
+		}
+	}
+	if first.NotInSync != "" || !first.Usable() {
+		t.Fatalf("the first point, cut with the link up: %+v", first)
+	}
+	if len(pruned) < 2 {
+		t.Fatalf("pruned %+v: the points not in sync beyond the newest 2 were kept", pruned)
+	}
+	for _, x := range pruned {
+		if x.ID == first.ID {
+			t.Fatalf("the newest point in sync at west, %s, was pruned: %s", x.ID, x.Why)
+		}
+	}
+	if len(s.Points) != 3 || s.Points[0].ID != first.ID {
+		t.Fatalf("kept %+v; want %s and the newest two", s.Points, first.ID)
+	}
+	for _, pt := range s.Points[1:] {
+		if pt.NotInSync == "" || pt.Kept != "" {
+			t.Fatalf("point %s cut with the link down: not in sync %q, kept %q", pt.ID, pt.NotInSync, pt.Kept)
+		}
+	}
+	if want := "the newest point in sync at west, kept though beyond the newest 2 (keep)"; s.Points[0].Kept != want {
+		t.Fatalf("%s is kept for %q, want %q", first.ID, s.Points[0].Kept, want)
+	}
+	// The record, which drctl points reads, is told why.
+	if !slices.ContainsFunc(sent, func(pt workflows.PointInTime) bool { return pt.ID == first.ID && pt.Kept == s.Points[0].Kept }) {
+		t.Fatalf("the record was not told why %s is kept", first.ID)
+	}
+	checkKept(t, f, s.Points)
+}
+
 // TestFailedCutsAreCleanedAndTheNewestKept: while west's storage refuses
 // group snapshots, each cut fails (the point says why, and is no point
 // to recover to) and its loose volume's snapshot, which was made, is

@@ -384,6 +384,12 @@ policy:
 		t.Fatalf("watch failover: exit %d\n%s\n%s", code, out, errs)
 	}
 	t.Logf("watch:\n%s", out)
+	// Unprotected, protection cuts no point in time: drctl points says
+	// why, and what protects the plan again.
+	simtest.Eventually(t, time.Minute, "drctl points to say why no point is cut", func() bool {
+		_, out, _ := c.run("points", "shop")
+		return strings.Contains(out, "no points are cut: the plan has no replica since ") && strings.Contains(out, "(east was lost); drctl reprotect shop once east is back")
+	})
 	// Who did what: the action says who started it (drctl's identity)
 	// and how the worker trusts its plan; the gate, who opened it.
 	for _, want := range []string{"started by ", activities.UnsignedWarning, "(by test)"} {

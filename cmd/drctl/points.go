@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/drover-dr/drover/workflows"
@@ -23,6 +24,54 @@ type pointsList struct {
 	// Paused is the pause of the points by a failback under way, as the
 	// running protection has it.
 	Paused *workflows.PointsPause `json:"paused,omitempty"`
+	// NotCut says why no point is cut now, when none is.
+	NotCut *notCut `json:"notCut,omitempty"`
+}
+
+// notCut is why protection cuts no point now: the plan is unprotected
+// (a failover lost its replica's site), a failback paused the points,
+// or protection does not run.
+type notCut struct {
+	Reason string    `json:"reason"` // unprotected, paused, stopped
+	Since  time.Time `json:"since,omitzero"`
+	Lost   string    `json:"lost,omitempty"`
+	By     string    `json:"by,omitempty"`
+}
+
+// whyNotCut says why no point is cut now: running tells whether the
+// plan's protection runs, ps is its state (nil when it did not answer:
+// the plan's record says then); nil while points are cut.
+func whyNotCut(rec *workflows.PlanRecord, ps *workflows.ProtectState, running bool) *notCut {
+	var u *workflows.Unprotection
+	switch {
+	case ps != nil:
+		u = ps.Unprotected
+	case rec != nil && rec.Protection != nil:
+		u = rec.Protection.Unprotected
+	}
+	switch {
+	case !running:
+		return &notCut{Reason: "stopped"}
+	case u != nil:
+		return &notCut{Reason: "unprotected", Since: u.Since, Lost: u.Lost, By: u.By}
+	case ps != nil && ps.PointsPaused != nil:
+		return &notCut{Reason: "paused", Since: ps.PointsPaused.Since, By: ps.PointsPaused.By}
+	}
+	return nil
+}
+
+// text says why no point is cut, at now, and what resumes the cuts.
+func (n *notCut) text(plan string, now time.Time) string {
+	ago := func() string {
+		return fmt.Sprintf("%s, %s ago", n.Since.Local().Format(time.DateTime), max(now.Sub(n.Since), 0).Round(time.Second))
+	}
+	switch n.Reason {
+	case "unprotected":
+		return fmt.Sprintf("no points are cut: the plan has no replica since %s (%s was lost); drctl reprotect %s once %s is back", ago(), n.Lost, plan, n.Lost)
+	case "paused":
+		return fmt.Sprintf("no points are cut: %s paused them at %s while it runs", n.By, ago())
+	}
+	return "no points are cut: the plan's protection is not running; drctl protect start cuts them again"
 }
 
 func (a *app) pointsCommand() *cobra.Command {
@@ -32,8 +81,9 @@ func (a *app) pointsCommand() *cobra.Command {
 		Short: "The plan's points in time (policy.pointsInTime): each with its site, when it was cut, the last sync it holds, and whether it is held",
 		Long: `The plan's points in time (policy.pointsInTime), oldest first: each
 with its site, when it was cut, the last sync it holds and the lag,
-whether its replicas were in sync, and who holds it; then the latest
-pruned and why.
+whether its replicas were in sync, and who holds it (and why a point
+the policy would prune is kept); then why no point is cut now, if none
+is, and the latest pruned and why.
 
 --hold POINT holds a point (its id, or newest) for you (--by, else
 user@host): protection never prunes a held point. --release POINT ends
@@ -125,9 +175,23 @@ func (a *app) points(ctx context.Context, plan string) error {
 	if out.Pruned == nil {
 		out.Pruned = []workflows.PrunedPoint{}
 	}
-	if ps, err := glanceProtect(ctx, c, plan); err == nil && ps.PointsPaused != nil {
+	// A stopped protection still answers queries, with its last state.
+	running := rec.Protection != nil && rec.Protection.Running
+	if d, err := c.DescribeWorkflowExecution(ctx, workflows.ProtectID(plan), ""); err == nil {
+		running = d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	} else if isNotFound(err) {
+		running = false
+	}
+	var ps *workflows.ProtectState
+	if running {
+		if got, err := glanceProtect(ctx, c, plan); err == nil {
+			ps = got
+		}
+	}
+	if ps != nil && ps.PointsPaused != nil {
 		out.Paused = &workflows.PointsPause{By: ps.PointsPaused.By, Since: ps.PointsPaused.Since}
 	}
+	out.NotCut = whyNotCut(rec, ps, running)
 	if a.json() {
 		writeJSON(a.stdout, out)
 		return nil
@@ -186,13 +250,16 @@ func renderPoints(w io.Writer, l pointsList, now time.Time) error {
 			case pt.NotInSync != "":
 				fmt.Fprintf(w, "  %s: not in sync when cut: %s\n", pt.ID, oneLine(pt.NotInSync))
 			}
+			if pt.Kept != "" {
+				fmt.Fprintf(w, "  %s: %s\n", pt.ID, pt.Kept)
+			}
 			if pt.PruneError != "" {
 				fmt.Fprintf(w, "  %s: its deletion failed, tried again at the next cut: %s\n", pt.ID, oneLine(pt.PruneError))
 			}
 		}
 	}
-	if p := l.Paused; p != nil {
-		fmt.Fprintf(w, "protection cuts no point while %s runs (it paused them at %s, %s ago)\n", p.By, p.Since.Local().Format(time.DateTime), max(now.Sub(p.Since), 0).Round(time.Second))
+	if n := l.NotCut; n != nil {
+		fmt.Fprintln(w, n.text(l.Plan, now))
 	}
 	renderPruned(w, l.Pruned, l.PrunedCount, "")
 	return nil

@@ -85,7 +85,8 @@ policy:
 	}
 	code, out, errs := c.run("points", "shop")
 	if code != 0 || !strings.Contains(out, "plan shop: 2 point(s) in time") || !strings.Contains(out, "HOLDS UP TO (LAST SYNC)") ||
-		!strings.Contains(out, l.Points[0].ID) || !strings.Contains(out, "pruned: ") || !strings.Contains(out, "beyond the newest 2 (keep)") {
+		!strings.Contains(out, l.Points[0].ID) || !strings.Contains(out, "pruned: ") || !strings.Contains(out, "beyond the newest 2 (keep)") ||
+		strings.Contains(out, "no points are cut") || l.NotCut != nil {
 		t.Fatalf("drctl points: exit %d\n%s%s", code, out, errs)
 	}
 	t.Logf("drctl points shop:\n%s", out)
@@ -184,6 +185,14 @@ policy:
 	c.ok(&before, "points", "shop")
 	if len(before.Points) < 2 {
 		t.Fatalf("after the stop the record holds %+v", before.Points)
+	}
+	// It still answers queries, with its last state: drctl points says
+	// it cuts no point.
+	if before.NotCut == nil || before.NotCut.Reason != "stopped" {
+		t.Fatalf("after the stop drctl points gives notCut %+v", before.NotCut)
+	}
+	if code, out, errs := c.run("points", "shop"); code != 0 || !strings.Contains(out, "no points are cut: the plan's protection is not running; drctl protect start") {
+		t.Fatalf("drctl points after the stop: exit %d\n%s%s", code, out, errs)
 	}
 	checkWest(t, west, before.Points)
 	// Started again, it takes them over: they are pruned in their turn.
@@ -286,6 +295,7 @@ type pointsOut struct {
 	Points      []workflows.PointInTime
 	Pruned      []workflows.PrunedPoint
 	PrunedCount int
+	NotCut      *struct{ Reason string }
 }
 
 func parse(out string, v any) bool { return json.Unmarshal([]byte(out), v) == nil }

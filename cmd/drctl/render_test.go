@@ -449,22 +449,103 @@ func TestFailoverAwayFromRestoredVolumesWarns(t *testing.T) {
 func TestPointsSaysAFailbackPausedThem(t *testing.T) {
 	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
 	by := workflows.ActionHolder("drover-action-shop", "0f3c")
+	ps := &workflows.ProtectState{Primary: "east", PointsPaused: &workflows.PointsPause{By: by, Since: now.Add(-90 * time.Second)}}
 	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
 		{ID: "20261127T125800Z", Site: "west", CutAt: "east", Taken: now.Add(-2 * time.Minute), LastSync: now.Add(-2 * time.Minute), Synced: now.Add(-time.Minute)},
-	}, Paused: &workflows.PointsPause{By: by, Since: now.Add(-90 * time.Second)}}
+	}, NotCut: whyNotCut(nil, ps, true)}
 	var b strings.Builder
 	if err := renderPoints(&b, l, now); err != nil {
 		t.Fatal(err)
 	}
-	if want := "protection cuts no point while " + by + " runs (it paused them at "; !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "1m30s ago)") {
-		t.Errorf("the points lack %q … 1m30s ago:\n%s", want, b.String())
+	if want := "no points are cut: " + by + " paused them at "; !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "1m30s ago while it runs") {
+		t.Errorf("the points lack %q … 1m30s ago while it runs:\n%s", want, b.String())
 	}
-	l.Paused = nil
+	l.NotCut = whyNotCut(nil, &workflows.ProtectState{Primary: "east"}, true)
 	b.Reset()
 	if err := renderPoints(&b, l, now); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(b.String(), "cuts no point") {
+	if strings.Contains(b.String(), "no points are cut") {
 		t.Errorf("points not paused say they are:\n%s", b.String())
+	}
+}
+
+// TestPointsSayWhyNoneAreCut: `drctl points` says why no point is cut
+// now, text and JSON: a failover left the plan without a replica (from
+// the running protection, or from the record while it does not answer),
+// with the command that protects it again; protection does not run
+// (whatever the record last heard from it). While protection runs
+// protected, or does not answer while the record says it is protected,
+// nothing is said.
+func TestPointsSayWhyNoneAreCut(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	lost := &workflows.Unprotection{Lost: "east", Since: now.Add(-time.Hour), By: "drover-action-shop"}
+	for _, tc := range []struct {
+		name    string
+		rec     *workflows.PlanRecord
+		ps      *workflows.ProtectState
+		running bool
+		reason  string
+		want    string
+	}{
+		{"unprotected", &workflows.PlanRecord{Plan: "shop", Protection: &workflows.ProtectionEntry{Primary: "west", Running: true}},
+			&workflows.ProtectState{Primary: "west", Unprotected: lost}, true, "unprotected",
+			"no points are cut: the plan has no replica since " + lost.Since.Local().Format(time.DateTime) + ", 1h0m0s ago (east was lost); drctl reprotect shop once east is back"},
+		{"unprotected, as the record has it", &workflows.PlanRecord{Plan: "shop", Protection: &workflows.ProtectionEntry{Primary: "west", Running: true, Unprotected: lost}},
+			nil, true, "unprotected", "no points are cut: the plan has no replica since"},
+		{"unprotected, the record stale", &workflows.PlanRecord{Plan: "shop", Protection: &workflows.ProtectionEntry{Primary: "west", Running: true}},
+			&workflows.ProtectState{Primary: "west", Unprotected: lost}, true, "unprotected", "(east was lost)"},
+		{"protection stopped", &workflows.PlanRecord{Plan: "shop", Protection: &workflows.ProtectionEntry{Primary: "east", Unprotected: lost}},
+			nil, false, "stopped", "no points are cut: the plan's protection is not running; drctl protect start"},
+		{"no protection ever", &workflows.PlanRecord{Plan: "shop"}, nil, false, "stopped", "the plan's protection is not running"},
+		{"protected", &workflows.PlanRecord{Plan: "shop", Protection: &workflows.ProtectionEntry{Primary: "east", Running: true}},
+			&workflows.ProtectState{Primary: "east"}, true, "", ""},
+		{"protection not answering", &workflows.PlanRecord{Plan: "shop", Protection: &workflows.ProtectionEntry{Primary: "east", Running: true}},
+			nil, true, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := pointsList{Plan: "shop", Points: []workflows.PointInTime{{ID: "20261127T115800Z", Site: "west", Taken: now.Add(-62 * time.Minute)}},
+				NotCut: whyNotCut(tc.rec, tc.ps, tc.running)}
+			var b strings.Builder
+			if err := renderPoints(&b, l, now); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if l.NotCut != nil || strings.Contains(b.String(), "no points are cut") {
+					t.Errorf("points cut say none are (%+v):\n%s", l.NotCut, b.String())
+				}
+				return
+			}
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("the points lack %q:\n%s", tc.want, b.String())
+			}
+			var j bytes.Buffer
+			writeJSON(&j, l)
+			var got struct {
+				NotCut map[string]any `json:"notCut"`
+			}
+			if err := json.Unmarshal(j.Bytes(), &got); err != nil || got.NotCut["reason"] != tc.reason {
+				t.Errorf("JSON notCut %v (%v), want reason %q:\n%s", got.NotCut, err, tc.reason, j.String())
+			}
+		})
+	}
+}
+
+// TestPointsTableSaysWhyAPointIsKept: a point kept beyond the policy,
+// as the newest point in sync at its site, says so below the table.
+func TestPointsTableSaysWhyAPointIsKept(t *testing.T) {
+	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
+	kept := "the newest point in sync at west, kept though beyond the newest 2 (keep)"
+	l := pointsList{Plan: "shop", Points: []workflows.PointInTime{
+		{ID: "20261127T125700Z", Site: "west", Taken: now.Add(-3 * time.Minute), Kept: kept},
+		{ID: "20261127T125800Z", Site: "west", Taken: now.Add(-2 * time.Minute), NotInSync: "db: replication DEGRADED"},
+		{ID: "20261127T125900Z", Site: "west", Taken: now.Add(-time.Minute), NotInSync: "db: replication DEGRADED"},
+	}}
+	var b strings.Builder
+	if err := renderPoints(&b, l, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "  20261127T125700Z: " + kept + "\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("the points lack %q:\n%s", want, b.String())
 	}
 }
