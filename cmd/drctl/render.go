@@ -466,11 +466,8 @@ func stepTable(p *workflows.Progress, id string, width int) stepsText {
 	type row struct{ cells, note []string }
 	var rs []row
 	for _, s := range p.Steps {
-		took := ""
-		switch {
-		case !s.End.IsZero() && !s.Start.IsZero():
-			took = s.End.Sub(s.Start).Round(time.Millisecond).String()
-		case !s.Start.IsZero():
+		took := took(s.Start, s.End)
+		if took == "" && !s.Start.IsZero() {
 			took = time.Since(s.Start).Round(100*time.Millisecond).String() + "…"
 		}
 		note := stepNote(s)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,8 @@ const vtError = "the replication daemon of west (réplication, 東京リージ�
 // good (the plan aborts on a failure). Every line drctl writes, the live
 // view's and the closing table's, fits in the 80 columns (nothing wraps
 // on the terminal), the live view never takes more rows than the screen
-// has (so the scrollback does not grow from redraw to redraw).
+// has (so the scrollback does not grow from redraw to redraw), and the
+// action is headed failed at the refused step.
 func TestWatchFitsAnEightyColumnTerminal(t *testing.T) {
 	bins := bintest.Build(t, "worker")
 	srv := devserver.Start(t, nil)
@@ -120,5 +122,50 @@ volumeGroups:
 			break
 		}
 	}
+	if want := `failover of plan "shop": failed at step "promote orders-database-of-the-online-shop-in-the-european-region-09 on west"`; !strings.Contains(strings.ReplaceAll(out, "\n    ", " "), want) {
+		t.Errorf("the closing table is not headed %q", want)
+	}
+	viewsOfShop(t, drctl, errs)
 }
 
+// viewsOfShop are what drctl watch (its closing error), list, status and
+// report say of the failed failover of shop: its state and its took.
+func viewsOfShop(t *testing.T, drctl func(io.Writer, ...string) (int, string), watchErr string) {
+	t.Helper()
+	const state = `failed at step "promote orders-database-of-the-online-shop-in-the-european-region-09 on west"`
+	tookRE := regexp.MustCompile(`(?m)^drctl: drover-action-shop (.*) after ([0-9.hms]+):`)
+	m := tookRE.FindStringSubmatch(watchErr)
+	if m == nil || m[1] != state {
+		t.Fatalf("watch's closing error does not say %s after how long: %q", state, watchErr)
+	}
+	want := m[2]
+	var list, status, report strings.Builder
+	// Visibility learns of the close a moment after it.
+	simtest.Eventually(t, 30*time.Second, "list to show the failover closed", func() bool {
+		list.Reset()
+		drctl(&list, "list")
+		return strings.Contains(list.String(), " failed ")
+	})
+	drctl(&status, "status", "shop")
+	drctl(&report, "report", "shop")
+	var row []string
+	for _, ln := range strings.Split(list.String(), "\n") {
+		if f := strings.Fields(ln); len(f) > 5 && f[0] == "shop" && f[1] == "Failover" {
+			row = f
+		}
+	}
+	t.Logf("watch: %s\nlist: %v\n%s\n%s", m[0], row, status.String(), report.String())
+	if row == nil || row[2] != "failed" || row[5] != want {
+		t.Errorf("list's row of the failover: %v; want failed, took %s as watch said", row, want)
+	}
+	for _, w := range []string{"last action: Failover, " + state + ", started ", ", took " + want + " (workflow", `failover of plan "shop": ` + state} {
+		if !strings.Contains(strings.ReplaceAll(status.String(), "\n    ", " "), w) {
+			t.Errorf("status lacks %q", w)
+		}
+	}
+	for _, w := range []string{"| Status | " + state + " |", "| Took | " + want + " |"} {
+		if !strings.Contains(report.String(), w) {
+			t.Errorf("the report lacks %q", w)
+		}
+	}
+}
