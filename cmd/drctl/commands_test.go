@@ -412,10 +412,11 @@ policy:
 	declined(t, c, "reprotect", shop)
 	c.ok(&started, "reprotect", shop, "--yes")
 	c.eventually("a paused demotion", "shop", func(s statusOut) bool { return stepIn(s, "paused") })
-	// The text status of the paused action shows its steps, the paused
-	// one with its error, and what to run next.
+	// The text status of the paused action says it is paused (as its
+	// table and the dashboard do), shows its steps, the paused one with
+	// its error, and what to run next.
 	code, out, errs = c.run("status", "shop")
-	for _, want := range []string{"last action: Reprotect, running", "STATE", "TRIES", "done     stop web on east",
+	for _, want := range []string{"last action: Reprotect, paused", "STATE", "TRIES", "done     stop web on east",
 		"paused   demote db on east", `paused for the operator: step "demote db on east"`, "injected", "next: drctl resolve shop --retry",
 		// The plan is still unprotected, and the reprotect that ends it
 		// runs: status says so, not to start one.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/term"
@@ -63,7 +64,18 @@ func newLiveTable(w io.Writer, on bool) *liveTable {
 		}
 		return 80, 24
 	}
+	if t, ok := raw(w).(sizedTerminal); ok {
+		// A terminal that is not a file (a test's emulator) says its size.
+		l.tty, l.size = true, t.Size
+	}
 	return l
+}
+
+// sizedTerminal is a terminal that is no file descriptor and says its
+// own width and height.
+type sizedTerminal interface {
+	io.Writer
+	Size() (width, height int)
 }
 
 // isTerminal: w is a terminal, so the live table redraws in place.
@@ -83,18 +95,77 @@ func rows(line string, width int) int {
 }
 
 // columns is how many terminal columns text takes: two for a wide East
-// Asian character, one for any other.
+// Asian character, none for a combining mark, one for any other.
 func columns(text string) int {
 	n := 0
 	for _, r := range text {
-		switch width.LookupRune(r).Kind() {
-		case width.EastAsianWide, width.EastAsianFullwidth:
-			n += 2
-		default:
-			n++
-		}
+		n += runeColumns(r)
 	}
 	return n
+}
+
+func runeColumns(r rune) int {
+	switch {
+	case unicode.In(r, unicode.Mn, unicode.Me):
+		return 0
+	}
+	switch width.LookupRune(r).Kind() {
+	case width.EastAsianWide, width.EastAsianFullwidth:
+		return 2
+	}
+	return 1
+}
+
+// cut shortens text to at most n terminal columns, the end of a longer
+// text replaced by "…".
+func cut(text string, n int) string {
+	if n <= 0 || columns(text) <= n {
+		return text
+	}
+	used := 0
+	for i, r := range text {
+		if used+runeColumns(r) > n-1 {
+			return text[:i] + "…"
+		}
+		used += runeColumns(r)
+	}
+	return text
+}
+
+// cutMiddle shortens text to at most n terminal columns by leaving out
+// its middle, marked "…": its start and its end stay.
+func cutMiddle(text string, n int) string {
+	if n <= 0 || columns(text) <= n {
+		return text
+	}
+	head := cut(text, n/2+1) // its start and "…"
+	r := []rune(text)
+	tail := len(r)
+	for used := columns(head); tail > 0 && used+runeColumns(r[tail-1]) <= n; tail-- {
+		used += runeColumns(r[tail-1])
+	}
+	return head + string(r[tail:])
+}
+
+// wrapTo wraps each line wider than n columns at spaces (wrap), its
+// further lines indented by indent, so that every line fits in n.
+func wrapTo(lines []string, n int, indent string) []string {
+	if n <= 0 {
+		return lines
+	}
+	var out []string
+	for _, ln := range lines {
+		if columns(ln) <= n {
+			out = append(out, ln)
+			continue
+		}
+		parts := wrap(ln, n)
+		out = append(out, parts[0])
+		for _, more := range wrap(strings.Join(parts[1:], " "), max(n-columns(indent), 10)) {
+			out = append(out, cut(indent+more, n))
+		}
+	}
+	return out
 }
 
 // fit cuts a step table to at most height-1 rows of the terminal (the
@@ -168,11 +239,7 @@ func fit(t stepsText, width, height int) (string, int) {
 
 // cutMark says that n steps of the table were left out, within width.
 func cutMark(n int, width int) string {
-	mark := fmt.Sprintf("  … %d more %s: a taller terminal, or drctl status, shows them all", n, plural(n, "step", "steps"))
-	if r := []rune(mark); width > 0 && len(r) > width {
-		mark = string(r[:width])
-	}
-	return mark
+	return cut(fmt.Sprintf("  … %d more %s: a taller terminal, or drctl status, shows them all", n, plural(n, "step", "steps")), width)
 }
 
 // clear erases the last redraw: the cursor goes to the start of its
@@ -238,8 +305,13 @@ func (l *liveTable) final(p *workflows.Progress, id string) {
 		return
 	}
 	if l.tty {
+		// The whole table, within the terminal's width.
 		l.clear()
-	} else if len(l.seen) > 0 {
+		width, _ := l.size()
+		io.WriteString(l.w, stepTable(p, id, width).String())
+		return
+	}
+	if len(l.seen) > 0 {
 		// What changed since the last look (the steps that ran as the
 		// action ended) is logged too, then the whole table.
 		l.log(p, id)
@@ -281,6 +353,9 @@ const noteWidth = 60
 // history, not its note.
 func stepNote(s *workflows.Step) string {
 	note := s.Output
+	if s.State == workflows.StateSkipped && s.Undone != "" {
+		note = "not done: " + s.Undone
+	}
 	switch s.State {
 	case workflows.StateDone, workflows.StateSkipped, workflows.StatePending, workflows.StateWaiting:
 	default:
@@ -307,21 +382,29 @@ func stepNote(s *workflows.Step) string {
 // call the step tried again within a run is one more.
 func tries(s *workflows.Step) int { return s.Attempts + s.Retries }
 
-// wrap cuts text into lines of at most n characters, at spaces where it
-// can, in the middle of a word longer than a line.
+// wrap cuts text into lines of at most n terminal columns, at spaces
+// where it can, in the middle of a word longer than a line.
 func wrap(text string, n int) []string {
 	var lines []string
-	for utf8.RuneCountInString(text) > n {
-		r := []rune(text)
-		cut := strings.LastIndexByte(string(r[:n+1]), ' ')
-		rest := ""
-		if cut <= 0 {
-			cut = len(string(r[:n]))
-			rest = text[cut:]
-		} else {
-			rest = text[cut+1:]
+	for columns(text) > n {
+		// at: the byte just past the n columns that fit.
+		at, used := len(text), 0
+		for i, r := range text {
+			if used+runeColumns(r) > n {
+				at = i
+				break
+			}
+			used += runeColumns(r)
 		}
-		lines = append(lines, strings.TrimRight(text[:cut], " "))
+		brk := strings.LastIndexByte(text[:min(at+1, len(text))], ' ')
+		rest := ""
+		if brk <= 0 {
+			brk = max(at, len(string([]rune(text)[0])))
+			rest = text[brk:]
+		} else {
+			rest = text[brk+1:]
+		}
+		lines = append(lines, strings.TrimRight(text[:brk], " "))
 		text = strings.TrimLeft(rest, " ")
 	}
 	return append(lines, text)
@@ -386,11 +469,8 @@ func stepTable(p *workflows.Progress, id string, width int) stepsText {
 	type row struct{ cells, note []string }
 	var rs []row
 	for _, s := range p.Steps {
-		took := ""
-		switch {
-		case !s.End.IsZero() && !s.Start.IsZero():
-			took = s.End.Sub(s.Start).Round(time.Millisecond).String()
-		case !s.Start.IsZero():
+		took := took(s.Start, s.End)
+		if took == "" && !s.Start.IsZero() {
 			took = time.Since(s.Start).Round(100*time.Millisecond).String() + "…"
 		}
 		note := stepNote(s)
@@ -437,9 +517,30 @@ func stepTable(p *workflows.Progress, id string, width int) stepsText {
 	}
 	var lines []string
 	if narrow {
+		// The notes go below; a name too long for the row is cut in
+		// its middle, where the steps of a long table differ least
+		// (promote orders-…-09 on west).
+		state, tries, took := len("  STATE"), len("TRIES"), len("TOOK")
+		for _, r := range rs {
+			state, tries, took = max(state, columns(r.cells[0])), max(tries, columns(r.cells[2])), max(took, columns(r.cells[3]))
+		}
+		other := state + 2 + 2 + tries + 2 + took
+		if room := width - other; room >= 12 {
+			for i := range rs {
+				rs[i].cells[1] = cutMiddle(rs[i].cells[1], room)
+			}
+		}
 		lines = lay(false)
 	} else {
 		lines = lay(true)
+	}
+	if width > 0 {
+		// Every line within the width, so that none wraps where the
+		// table did not wrap it: the headline and the hints wrap at
+		// spaces (their words matter whole), a row is cut (a step's
+		// note is on the lines below it, wrapped already).
+		t.head = wrapTo(t.head, width, "    ")
+		lines[0] = cut(lines[0], width)
 	}
 	t.head = append(t.head, lines[0])
 	lines = lines[1:]
@@ -478,6 +579,14 @@ func stepTable(p *workflows.Progress, id string, width int) stepsText {
 			names[i] = s.Name
 		}
 		t.tail = append(t.tail, fmt.Sprintf("waiting for approval: %q — open it with drctl approve %s", names, plan))
+	}
+	if width > 0 {
+		t.tail = wrapTo(t.tail, width, "    ")
+		for i := range t.steps {
+			for j, ln := range t.steps[i].lines {
+				t.steps[i].lines[j] = cut(ln, width)
+			}
+		}
 	}
 	return t
 }

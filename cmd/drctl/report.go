@@ -45,7 +45,10 @@ type Report struct {
 	Decisions  []ReportSigner `json:"decisions,omitempty"`
 	Start      time.Time      `json:"start"`
 	End        time.Time      `json:"end,omitzero"`
-	Steps      []ReportStep   `json:"steps"`
+	// Took is how long the action took, as every view says it
+	// (execution.Took): "" while it runs.
+	Took  string       `json:"took,omitempty"`
+	Steps []ReportStep `json:"steps"`
 	// The outcome, as far as the action has one.
 	RTO         time.Duration            `json:"rto,omitempty"`
 	RPO         time.Duration            `json:"rpo,omitempty"`
@@ -172,7 +175,8 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 	}
 	info := d.GetWorkflowExecutionInfo()
 	run = info.GetExecution().GetRunId()
-	r := &Report{WorkflowID: id, RunID: run, Type: info.GetType().GetName(), Generated: time.Now().UTC(),
+	x := executionOf(info)
+	r := &Report{WorkflowID: id, RunID: run, Type: info.GetType().GetName(), Generated: time.Now().UTC(), Took: x.Took(),
 		Status: strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))}
 
 	it := c.GetWorkflowHistory(ctx, id, run, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -216,7 +220,9 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 			return nil, failed("%s has no result to read and did not answer for its progress (is a worker running?): %v", id, err)
 		}
 	}
-	r.Action, r.Trust, r.Start, r.End = progress.Action, progress.Trust, progress.Start, progress.End
+	// Started and ended as Temporal started and closed the run, the
+	// instants its Took is from.
+	r.Action, r.Trust, r.Start, r.End = progress.Action, progress.Trust, x.Start, x.Close
 	if r.StartedBy == "" {
 		r.StartedBy = progress.By
 	}
@@ -252,9 +258,8 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 	if r.LeftBehind = res.LeftBehind; len(r.LeftBehind) > 0 && r.Status == "completed" {
 		r.Status = workflows.StatePartial
 	}
-	if r.Undone = workflows.Undone(&res.Progress); len(r.Undone) > 0 && r.Status == "completed" {
-		r.Status = workflows.StateIncomplete
-	}
+	r.Undone = workflows.Undone(&res.Progress)
+	r.Status = actionState(r.Status, progress)
 	return r, nil
 }
 
@@ -385,6 +390,18 @@ func busyText(o workflows.PlanOutcome) string {
 	return fmt.Sprintf("running %s, first found at try %d (%s)", what, o.FirstBusyTry, stamp(o.FirstBusy))
 }
 
+// rpoFact is a failover's RPO as drctl watch's summary and the report
+// say it: an estimate (the time from the last sync protection had
+// recorded to the action's start: writes after it may be lost), or
+// unknown when protection had recorded none.
+func rpoFact(d time.Duration, known bool) string {
+	if !known {
+		return "unknown (protection had recorded no sync)"
+	}
+	return "estimate " + dur(d)
+}
+
+// rpoText is an RPO in a table's cell (a site action's plans).
 func rpoText(d time.Duration, known bool) string {
 	if !known {
 		return "unknown"
@@ -402,8 +419,8 @@ func (r *Report) facts() [][2]string {
 		{"Started by", r.StartedBy},
 		{"Trust", r.Trust},
 	}
-	if !r.End.IsZero() {
-		out = append(out, [2]string{"Took", dur(r.End.Sub(r.Start))})
+	if r.Took != "" {
+		out = append(out, [2]string{"Took", r.Took})
 	}
 	for _, a := range r.Approvals {
 		out = append(out, [2]string{"Approved", fmt.Sprintf("%s by %s at %s", a.Step, a.By, stamp(a.At))})
@@ -432,7 +449,7 @@ func (r *Report) facts() [][2]string {
 		out = append(out, [2]string{"RTO", dur(r.RTO)})
 	}
 	if r.RTO > 0 || r.RPOKnown {
-		out = append(out, [2]string{"RPO", rpoText(r.RPO, r.RPOKnown)})
+		out = append(out, [2]string{"RPO", rpoFact(r.RPO, r.RPOKnown)})
 	}
 	if len(r.Fenced) > 0 {
 		out = append(out, [2]string{"Fenced CIDRs", strings.Join(r.Fenced, ", ")})

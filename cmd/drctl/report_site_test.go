@@ -119,7 +119,7 @@ func TestSiteSummaryPartial(t *testing.T) {
 	_, res := siteReport()
 	var out bytes.Buffer
 	a := &app{stdout: &out}
-	a.summary(res)
+	a.summary(res, "1m18.13s")
 	got := out.String()
 	for _, want := range []string{
 		"site failover from east ended PARTIAL",
@@ -132,5 +132,30 @@ func TestSiteSummaryPartial(t *testing.T) {
 	}
 	if head, _, _ := strings.Cut(got, "\n"); strings.Contains(head, "site-wide RTO") || strings.Contains(head, "completed") {
 		t.Errorf("a partial site action's summary claims completion or a site-wide RTO:\n%s", got)
+	}
+}
+
+// TestRPOIsAnEstimate: a failover's RPO is the time from the last sync
+// protection recorded to the action's start, an estimate: the report
+// says so, as drctl watch's summary does, with the same figure.
+func TestRPOIsAnEstimate(t *testing.T) {
+	r := &Report{WorkflowID: workflows.ActionID("shop"), Action: "failover", RTO: 9 * time.Second, RPO: 3517 * time.Millisecond, RPOKnown: true}
+	var md bytes.Buffer
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	var sum bytes.Buffer
+	a := &app{stdout: &sum}
+	a.summary(&result{Progress: workflows.Progress{Action: "failover", Plan: "shop"}, RTO: r.RTO, RPO: r.RPO, RPOKnown: true}, "12s")
+	if !strings.Contains(md.String(), "| RPO | estimate 3.52s |") || !strings.Contains(sum.String(), "RPO estimate 3.52s") {
+		t.Errorf("the report and the summary do not give the RPO as the same estimate:\n%s\n%s", md.String(), sum.String())
+	}
+	r.RPOKnown = false
+	md.Reset()
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| RPO | unknown (protection had recorded no sync) |") {
+		t.Errorf("the report of an RPO not known:\n%s", md.String())
 	}
 }

@@ -300,7 +300,13 @@ wait:
 		if a.json() {
 			writeJSON(a.stdout, out)
 		} else {
-			a.summary(&r)
+			// How long it took as list and status say it: Temporal's
+			// start and close of the run.
+			took := "(not known)"
+			if d, derr := c.DescribeWorkflowExecution(ctx, id, out.RunID); derr == nil {
+				took = executionOf(d.GetWorkflowExecutionInfo()).Took()
+			}
+			a.summary(&r, took)
 		}
 		if len(undone) > 0 {
 			return failed("%s %s: it ran to its end with steps skipped:\n  %s\nsee drctl status %s", id, workflows.StateIncomplete, strings.Join(undone, "\n  "), runArg(id))
@@ -311,9 +317,16 @@ wait:
 		return nil
 	}
 	out.Status, out.Error = closeState(err), workflows.ErrorText(err)
+	named := out.Status
 	if p, qerr := queryProgress(ctx, c, id, out.RunID); qerr == nil {
 		out.Progress = p
 		live.final(p, id)
+		named = actionState(out.Status, p)
+	}
+	if d, derr := c.DescribeWorkflowExecution(ctx, id, out.RunID); derr == nil {
+		if took := executionOf(d.GetWorkflowExecutionInfo()).Took(); took != "" {
+			named += " after " + took
+		}
 	}
 	// An action that contradicted the storage's state did nothing: bad input.
 	var app *temporal.ApplicationError
@@ -329,9 +342,9 @@ wait:
 		return temporalError("follow "+id, err)
 	}
 	if wrongWay {
-		return badInput("%s %s: %s", id, out.Status, out.Error)
+		return badInput("%s %s: %s", id, named, out.Error)
 	}
-	return failed("%s %s: %s\nsee the step table above and drctl status %s", id, out.Status, out.Error, runArg(id))
+	return failed("%s %s: %s\nsee the step table above and drctl status %s", id, named, out.Error, runArg(id))
 }
 
 func closeState(err error) string {
@@ -350,20 +363,15 @@ func closeState(err error) string {
 }
 
 // summary is the closing line of a completed action.
-func (a *app) summary(r *result) {
-	took := r.End.Sub(r.Start).Round(time.Millisecond)
+func (a *app) summary(r *result, took string) {
 	if workflows.IsSiteAction(r.Action) {
 		a.siteSummary(r, took)
 		return
 	}
-	fmt.Fprintf(a.stdout, "%s of plan %q completed in %v\n", r.Action, r.Plan, took)
+	fmt.Fprintf(a.stdout, "%s of plan %q completed in %s\n", r.Action, r.Plan, took)
 	switch r.Action {
 	case "failover":
-		rpo := "unknown (protection had recorded no sync)"
-		if r.RPOKnown {
-			rpo = r.RPO.Round(time.Millisecond).String()
-		}
-		fmt.Fprintf(a.stdout, "  RTO %v, RPO estimate %s, fenced %v\n", r.RTO.Round(time.Millisecond), rpo, r.Fenced)
+		fmt.Fprintf(a.stdout, "  RTO %s, RPO %s, fenced %v\n", dur(r.RTO), rpoFact(r.RPO, r.RPOKnown), r.Fenced)
 		if r.Point != nil && r.Discarded != nil {
 			fmt.Fprintf(a.stdout, "  the workloads run on volumes restored from point %s (held); %s, kept on the promoted replicas\n", r.Point.ID, r.Discarded.Text())
 		}
@@ -402,23 +410,46 @@ func (a *app) summary(r *result) {
 	}
 }
 
-// find the steps of an action in a state.
-// actionState is what every view says an action is at the moment (drctl
-// watch's and status's step tables, the dashboard): state (the run's, or
-// its progress's), but paused while a step waits for the operator's
-// decision, and waiting for approval while one waits at a gate.
+// actionState is the one wording of what an action is at, for every
+// view (drctl watch's and status's step tables, status's last action,
+// the report, the dashboard): state (Temporal's status of the run, or
+// its progress's state), but paused while a step waits for the
+// operator's decision, waiting for approval while one waits at a gate,
+// partial for a site action that completed and left plans behind,
+// incomplete for an action that completed with steps skipped, and,
+// for an action that ended on a step, failed at that step (the plan's
+// policy aborts on a failure: the run says aborted, Temporal failed)
+// or aborted at the step the operator aborted.
 func actionState(state string, p *workflows.Progress) string {
-	if p != nil && state == workflows.StateCompleted && p.State == workflows.StateIncomplete {
-		return workflows.StateIncomplete // it ran to its end, with steps skipped
-	}
-	if p == nil || state != workflows.StateRunning {
+	if p == nil {
 		return state
 	}
-	if len(stepsIn(p, workflows.StatePaused)) > 0 {
-		return workflows.StatePaused
-	}
-	if len(stepsIn(p, workflows.StateWaiting)) > 0 {
-		return workflows.StateWaiting
+	switch state {
+	case workflows.StateRunning:
+		if len(stepsIn(p, workflows.StatePaused)) > 0 {
+			return workflows.StatePaused
+		}
+		if len(stepsIn(p, workflows.StateWaiting)) > 0 {
+			return workflows.StateWaiting
+		}
+	case workflows.StateCompleted:
+		if p.State == workflows.StatePartial || p.State == workflows.StateIncomplete {
+			// It ran to its end, with plans left behind or steps skipped.
+			return p.State
+		}
+	case workflows.StateAborted, workflows.StateFailed:
+		if failed := stepsIn(p, workflows.StateFailed); len(failed) > 0 {
+			return fmt.Sprintf("failed at step %q", failed[0].Name)
+		}
+		aborted := stepsIn(p, workflows.StateAborted)
+		for _, s := range aborted {
+			if s.Decided == workflows.DecisionAbort {
+				return fmt.Sprintf("aborted at step %q", s.Name)
+			}
+		}
+		if len(aborted) > 0 {
+			return fmt.Sprintf("aborted at step %q", aborted[0].Name)
+		}
 	}
 	return state
 }
@@ -584,6 +615,22 @@ type execution struct {
 	By string `json:"by,omitempty"`
 }
 
+// Took is how long the action took, as every view says it (drctl list,
+// status, watch, report, the dashboard): from the moment Temporal
+// started its run to the moment the run closed, the two instants each of
+// them can read (list and the dashboard's overview read only Temporal's
+// visibility); "" while it runs.
+func (x execution) Took() string { return took(x.Start, x.Close) }
+
+// took is how long something took from start to end, written the one way
+// every view writes it; "" when either is not known.
+func took(start, end time.Time) string {
+	if start.IsZero() || end.IsZero() {
+		return ""
+	}
+	return dur(end.Sub(start))
+}
+
 func executionOf(e *workflowpb.WorkflowExecutionInfo) execution {
 	x := execution{Plan: planName(e.GetExecution().GetWorkflowId()), Type: e.GetType().GetName(), WorkflowID: e.GetExecution().GetWorkflowId(),
 		RunID: e.GetExecution().GetRunId(), Status: statusName(e.GetStatus()), Start: e.GetStartTime().AsTime()}
@@ -631,15 +678,11 @@ func (a *app) list(ctx context.Context, limit int, latest bool) error {
 	}
 	tw := newTable(a.stdout, "PLAN", "ACTION", "STATUS", "STARTED", "TOOK", "BY", "WORKFLOW")
 	for _, x := range all {
-		took := ""
-		if !x.Close.IsZero() {
-			took = x.Close.Sub(x.Start).Round(time.Millisecond).String()
-		}
 		by := x.By
 		if by == "" {
 			by = "-"
 		}
-		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), took, by, x.WorkflowID)
+		tw.row(x.Plan, x.Type, x.Status, x.Start.Local().Format("2006-01-02 15:04:05"), x.Took(), by, x.WorkflowID)
 	}
 	return tw.flush()
 }
@@ -902,7 +945,11 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		}
 	}
 	if x := st.Action; x != nil {
-		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s%s (workflow %s, run %s)\n", x.Type, x.Status, x.Start.Local().Format(time.DateTime), byText(x.By), x.WorkflowID, x.RunID)
+		took := ""
+		if t := x.Took(); t != "" {
+			took = ", took " + t
+		}
+		fmt.Fprintf(a.stdout, "\nlast action: %s, %s, started %s%s%s (workflow %s, run %s)\n", x.Type, actionState(x.Status, x.Progress), x.Start.Local().Format(time.DateTime), byText(x.By), took, x.WorkflowID, x.RunID)
 		if x.Progress != nil {
 			renderSteps(a.stdout, x.Progress, x.WorkflowID)
 		} else if x.Status == "running" {

@@ -224,13 +224,13 @@ func (a *app) siteAction(ctx context.Context, action string, args []string, site
 // siteSummary prints a site action's outcome: a row per plan, and the
 // site-wide RTO; a site action that left plans behind says it ended
 // partial, names them, and gives the command that recovers each.
-func (a *app) siteSummary(r *result, took time.Duration) {
+func (a *app) siteSummary(r *result, took string) {
 	site := strings.TrimPrefix(r.Plan, "site-")
 	if len(r.LeftBehind) > 0 {
-		fmt.Fprintf(a.stdout, "%s from %s ended PARTIAL in %v: %d of %d plan(s) left behind (%s); RTO of the plans that moved %v\n",
+		fmt.Fprintf(a.stdout, "%s from %s ended PARTIAL in %s: %d of %d plan(s) left behind (%s); RTO of the plans that moved %v\n",
 			r.Action, site, took, len(r.LeftBehind), len(r.Plans), strings.Join(r.LeftBehind, ", "), r.RTO.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(a.stdout, "%s from %s ended in %v: site-wide RTO %v\n", r.Action, site, took, r.RTO.Round(time.Millisecond))
+		fmt.Fprintf(a.stdout, "%s from %s ended in %s: site-wide RTO %v\n", r.Action, site, took, r.RTO.Round(time.Millisecond))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PLAN\tTIER\tOUTCOME\tRTO\tRPO\tWORKFLOW")

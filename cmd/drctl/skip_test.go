@@ -43,7 +43,7 @@ func TestSkippedPromotionEndsIncomplete(t *testing.T) {
 	if s.Action == nil || s.Action.Progress == nil || s.Action.Progress.State != workflows.StateIncomplete {
 		t.Errorf("status -o json: %+v, want the action's progress incomplete", s.Action)
 	}
-	if _, text, _ := c.run("status", "shop"); !strings.Contains(text, "incomplete") || strings.Contains(text, "Failover, completed") {
+	if _, text, _ := c.run("status", "shop"); !strings.Contains(text, "Failover, incomplete") || !strings.Contains(text, "not done: the copies of data on west were not promoted") {
 		t.Errorf("status does not say incomplete:\n%s", text)
 	}
 	var list []struct{ Type, Status string }

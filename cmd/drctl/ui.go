@@ -36,9 +36,16 @@ import (
 var uiHTML string
 
 var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
-	"stamp": stamp, "dur": dur, "tries": tries, "note": stepNote, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
+	"stamp": stamp, "dur": dur, "took": took, "word": firstWord, "tries": tries, "note": stepNote, "title": titleCase, "since": func(t time.Time) string { return dur(time.Since(t)) },
 	"esc": url.PathEscape, "lag": lagText,
 }).Parse(uiHTML))
+
+// firstWord is the first word of a state ("failed" of "failed at step
+// …"), for its class on the page.
+func firstWord(s string) string {
+	w, _, _ := strings.Cut(s, " ")
+	return w
+}
 
 // lagPoint is one look at a group's lag.
 type lagPoint struct {
@@ -347,15 +354,9 @@ type stepsView struct {
 // shown is what the page says of the action and the commands it waits
 // for: the same resolve and approve commands as drctl's step table.
 func (v *stepsView) shown() {
-	v.Shown = v.Status
 	p := v.Progress
-	if p == nil {
-		return
-	}
-	if v.Status == "completed" && p.State == workflows.StatePartial {
-		v.Shown = workflows.StatePartial
-	}
-	if v.Status != "running" {
+	v.Shown = actionState(v.Status, p)
+	if p == nil || v.Status != "running" {
 		return
 	}
 	arg := runArg(v.ID)
@@ -370,7 +371,6 @@ func (v *stepsView) shown() {
 	if waiting := stepsIn(p, workflows.StateWaiting); len(waiting) > 0 {
 		v.Next = append(v.Next, fmt.Sprintf("waiting for approval: drctl approve %s", arg))
 	}
-	v.Shown = actionState(v.Status, p)
 }
 
 func (d *dashboard) stepsOf(ctx context.Context, id string) (*stepsView, error) {

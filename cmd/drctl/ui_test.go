@@ -274,8 +274,24 @@ func TestDashboard(t *testing.T) {
 	if href == "" {
 		t.Fatalf("no report link of %s in the past actions", id)
 	}
+	// How long the action took is the same on the overview as in drctl
+	// list and in its report (below).
+	took := text(t, ctx, `(function(){var a=document.querySelector('#past a[href^="/report/`+id+`"]');var c=a&&a.closest("tr").querySelector("td.took");return c?c.textContent:"";})()`)
+	_, listOut, _ := c.run("list")
+	listTook := ""
+	for _, ln := range strings.Split(listOut, "\n") {
+		if f := strings.Fields(ln); len(f) > 6 && f[0] == "shop" && f[1] == "Failover" && f[len(f)-1] == id {
+			listTook = f[5]
+		}
+	}
+	if took == "" || took != listTook {
+		t.Errorf("the overview says the failover took %q, drctl list %q:\n%s", took, listTook, listOut)
+	}
 	if err := chromedp.Run(ctx, chromedp.Navigate(base+href), chromedp.WaitReady(`body`)); err != nil {
 		t.Fatal(err)
+	}
+	if s := text(t, ctx, `(function(){var r=[].find.call(document.querySelectorAll("tr"),function(r){var h=r.querySelector("th");return h&&h.textContent==="Took";});return r?r.querySelector("td").textContent:"";})()`); s != took {
+		t.Errorf("the report page says the failover took %q, the overview %q", s, took)
 	}
 	if s := text(t, ctx, `document.body.innerText`); !strings.Contains(s, "auditor@example") || !strings.Contains(s, "Failover: shop") {
 		t.Fatalf("the report page: %.400s", s)

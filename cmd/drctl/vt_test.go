@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+
+	"golang.org/x/text/width"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -17,7 +20,8 @@ import (
 // wraps it (the cursor waits at the last column until the next
 // character), newline as a tty driver sends it (to the start of the
 // next row), carriage return, cursor up (ESC [ n A) and erase down
-// (ESC [ J). The screen scrolls into a scrollback. Any other control
+// (ESC [ J). A wide East Asian character takes two cells (and wraps
+// whole). The screen scrolls into a scrollback. Any other control
 // sequence fails the test: the table must not rely on what this does
 // not check.
 type vt struct {
@@ -27,7 +31,15 @@ type vt struct {
 	scrollback []string
 	r, c       int
 	wrapNext   bool
+	// wraps counts the characters that went past the right margin onto
+	// the next row; ups is the scrollback's length at each cursor up
+	// (each redraw).
+	wraps int
+	ups   []int
 }
+
+// Size is the terminal's: drctl takes it for a terminal.
+func (v *vt) Size() (int, int) { return v.cols, v.rows }
 
 func newVT(t *testing.T, cols, rows int) *vt {
 	v := &vt{t: t, cols: cols, rows: rows}
@@ -39,13 +51,29 @@ func newVT(t *testing.T, cols, rows int) *vt {
 
 func (v *vt) blank() []rune { return []rune(strings.Repeat(" ", v.cols)) }
 
+// vtWidth is how many cells a character takes, as xterm counts them.
+func vtWidth(r rune) int {
+	if unicode.In(r, unicode.Mn, unicode.Me) {
+		return 0
+	}
+	if k := width.LookupRune(r).Kind(); k == width.EastAsianWide || k == width.EastAsianFullwidth {
+		return 2
+	}
+	return 1
+}
+
+// rowText is a row as text, without the second cells of wide characters.
+func rowText(row []rune) string {
+	return strings.TrimRight(strings.ReplaceAll(string(row), "\x00", ""), " ")
+}
+
 func (v *vt) lineFeed() {
 	v.c, v.wrapNext = 0, false
 	if v.r < v.rows-1 {
 		v.r++
 		return
 	}
-	v.scrollback = append(v.scrollback, strings.TrimRight(string(v.screen[0]), " "))
+	v.scrollback = append(v.scrollback, rowText(v.screen[0]))
 	v.screen = append(v.screen[1:], v.blank())
 }
 
@@ -62,6 +90,7 @@ func (v *vt) Write(p []byte) (int, error) {
 			n, _ := strconv.Atoi(m[1])
 			switch m[2] {
 			case "A":
+				v.ups = append(v.ups, len(v.scrollback))
 				v.r, v.wrapNext = max(v.r-max(n, 1), 0), false
 			case "J":
 				if n != 0 {
@@ -87,14 +116,22 @@ func (v *vt) Write(p []byte) (int, error) {
 		case ch < ' ':
 			v.t.Fatalf("the table wrote control character %q", ch)
 		default:
-			if v.wrapNext {
+			w := vtWidth(ch)
+			if w == 0 {
+				continue // a combining mark: on the cell before
+			}
+			if v.wrapNext || v.c+w > v.cols {
+				v.wraps++
 				v.lineFeed()
 			}
 			v.screen[v.r][v.c] = ch
-			if v.c == v.cols-1 {
-				v.wrapNext = true
+			if w == 2 {
+				v.screen[v.r][v.c+1] = 0 // the wide character's second cell
+			}
+			if v.c+w == v.cols {
+				v.c, v.wrapNext = v.cols-1, true
 			} else {
-				v.c++
+				v.c += w
 			}
 		}
 	}
@@ -106,7 +143,7 @@ func (v *vt) Write(p []byte) (int, error) {
 func (v *vt) text() string {
 	lines := append([]string(nil), v.scrollback...)
 	for _, row := range v.screen {
-		lines = append(lines, strings.TrimRight(string(row), " "))
+		lines = append(lines, rowText(row))
 	}
 	for len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
