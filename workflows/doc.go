@@ -177,6 +177,12 @@
 //     each plan instead (drctl prepares each plan's input), without the
 //     site fence; a site drill's failed checks are outcomes, not pauses.
 //
+// An action that runs to its end with steps the operator skipped ends
+// incomplete (StateIncomplete), not completed: each skipped step says
+// what it left undone (Step.Undone, SkipMeans). After a skipped
+// promotion, a workload starts only on copies its site's storage says
+// are primary, unless the operator retries its start with --override.
+//
 // Every workflow carries the search attributes DroverPlan, DroverAction
 // and DroverSite (Attributes), set at start and passed to children; on a
 // namespace without them the workflows start without them.
