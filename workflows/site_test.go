@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -317,16 +318,16 @@ func TestSiteFailoverLeavesOutUntrustedPlans(t *testing.T) {
 	if u := f.west.Snapshot().Unit("vol/solo"); u == nil || u.Role == sim.RolePrimary {
 		t.Fatalf("the untrusted plan's volume was promoted: %+v", u)
 	}
-	// Each plan's own failover takes the site action's check of its
-	// plan, made before any child started: the plan's record accepted
-	// the version from the site action, and no second time.
+	// Each plan's own failover checks its plan again when it starts,
+	// after the site action's check: the plan's record accepted the
+	// version from the site action, and the same again from the child.
 	for _, o := range res.Plans {
 		if o.State != workflows.StateCompleted {
 			continue
 		}
 		var fr workflows.FailoverResult
 		mustOK(t, srv.Client.GetWorkflow(ctx, workflows.ActionID(o.Plan), o.RunID).Get(ctx, &fr))
-		if fr.Trust != "checked by the site action "+run.GetID() {
+		if !strings.HasPrefix(fr.Trust, "checked by the site action "+run.GetID()+", and again at its start: plan signed by key ") {
 			t.Errorf("plan %s's failover has the trust %q", o.Plan, fr.Trust)
 		}
 		rec, err := workflows.ReadRecord(ctx, srv.Client, o.Plan)
@@ -544,5 +545,93 @@ func TestSiteFailoverFencesNothingForPlansWhenBusyIsUnknown(t *testing.T) {
 	}
 	if fences != 3 {
 		t.Fatalf("%d fence calls, want one per plan", fences)
+	}
+}
+
+// TestSiteChildChecksItsPlanWhenItStarts: a site failover checks every
+// plan in its first step, then waits at tier 0 (shop's failover waits
+// for an approval). Meanwhile a newer version of loose (tier 1) is
+// signed and accepted by its record. When tier 0 is approved, loose's
+// own failover, started with the version the site action checked, checks
+// it again and is refused as older: loose's volume is not promoted.
+func TestSiteChildChecksItsPlanWhenItStarts(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	trusted, key, err := plans.GenerateKey()
+	mustOK(t, err)
+	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	f.east.Down()
+	sps := sitePlans(t, f) // loose (tier 1), shop, logs (tier 0)
+	sps[1].Plan.Policy.Approvals = []string{"beforePromote"}
+	for i := range sps {
+		sps[i].Plan.ApplyDefaults()
+		sps[i].Signature, err = plans.Sign(sps[i].Plan, key, time.Now().Add(-2*time.Hour), 0)
+		mustOK(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run, err := workflows.StartSite(ctx, srv.Client, workflows.SiteFailoverInput{From: "east", To: "west", Plans: sps})
+	mustOK(t, err)
+	shop := workflows.ActionID("shop")
+	simtest.Eventually(t, time.Minute, "shop's failover to wait at its gate", func() bool {
+		v, err := srv.Client.QueryWorkflow(ctx, shop, "", workflows.QueryProgress)
+		var p workflows.Progress
+		return err == nil && v.Get(&p) == nil && slices.ContainsFunc(p.Steps, func(s *workflows.Step) bool { return s.State == workflows.StateWaiting })
+	})
+
+	// A newer loose, signed and accepted by its record (a drill).
+	newer := *sps[0].Plan
+	newer.Policy.Retry.TimeLimit = plans.Duration(2 * time.Second)
+	sig, err := plans.Sign(&newer, key, time.Now().Add(-time.Hour), 0)
+	mustOK(t, err)
+	drill, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "drill-of-the-newer-loose", TaskQueue: workflows.TaskQueue},
+		workflows.Drill, workflows.DrillInput{Plan: &newer, Action: "failover", From: "east", To: "west", Origin: workflows.Origin{Signature: sig, By: "alice@ops"}})
+	mustOK(t, err)
+	_ = drill.Get(ctx, nil) // its checks of the lost east fail; its version is taken first
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "loose")
+	mustOK(t, err)
+	if rec == nil || rec.Version == nil || !rec.Version.SignedAt.Equal(sig.SignedAt) {
+		t.Fatalf("loose's record did not take the newer version: %+v", rec)
+	}
+
+	_, err = srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: shop, UpdateName: workflows.UpdateApprove,
+		Args: []any{workflows.Approval{Gate: "beforePromote", By: "operator"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	// Tier 1 did not complete: the site action pauses there; skipped.
+	var paused *workflows.Step
+	simtest.Eventually(t, time.Minute, "the site action to pause at tier 1", func() bool {
+		v, err := srv.Client.QueryWorkflow(ctx, run.GetID(), "", workflows.QueryProgress)
+		var p workflows.Progress
+		if err != nil || v.Get(&p) != nil {
+			return false
+		}
+		i := slices.IndexFunc(p.Steps, func(s *workflows.Step) bool { return s.State == workflows.StatePaused })
+		if i >= 0 {
+			paused = p.Steps[i]
+		}
+		return i >= 0
+	})
+	if paused.ID != "tier/1" || !strings.Contains(paused.LastError, "a newer version of the plan") {
+		t.Fatalf("the site action paused at %+v, want tier 1 with loose refused for the newer version", paused)
+	}
+	_, err = srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), UpdateName: workflows.UpdateResolve,
+		Args: []any{workflows.Decision{Step: paused.ID, Action: workflows.DecisionSkip, By: "operator"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	mustOK(t, err)
+	var res workflows.SiteFailoverResult
+	mustOK(t, run.Get(ctx, &res))
+	for _, o := range res.Plans {
+		switch o.Plan {
+		case "loose":
+			if o.State == workflows.StateCompleted || !strings.Contains(o.Error, "a newer version of the plan") {
+				t.Errorf("loose: %+v; want its failover refused for the newer version", o)
+			}
+		default:
+			if o.State != workflows.StateCompleted {
+				t.Errorf("plan %s: %+v, want completed", o.Plan, o)
+			}
+		}
+	}
+	if u := f.west.Snapshot().Unit("vol/solo"); u == nil || u.Role == sim.RolePrimary {
+		t.Fatalf("the superseded loose's volume was promoted on west: %+v", u)
 	}
 }

@@ -67,15 +67,19 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 	if versioned && p != nil {
 		ownAttributes(ctx, p.Metadata.Name, actionNames[workflow.GetInfo(ctx).WorkflowType.Name], "", o)
 	}
-	if note, ok := checkedBySiteAction(ctx, p); ok {
+	site, bySite := checkedBySiteAction(ctx, p)
+	if bySite && workflow.GetVersion(ctx, childChecksVersion, workflow.DefaultVersion, 1) < 1 {
 		var view RecordView
 		if o.View != nil {
 			view = *o.View
 		}
-		return note, view, nil
+		return site, view, nil
 	}
 	var view RecordView
 	note, err := verifyPlan(ctx, p, o)
+	if bySite && err == nil {
+		note = site + ", and again at its start: " + note
+	}
 	switch {
 	case err != nil || !versioned || p == nil:
 	case o.Signature != nil:
@@ -96,15 +100,20 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 	return note, view, err
 }
 
-// checkedBySiteAction takes the check a site action made of a plan, for
-// the plan's own action it runs as its child: the site action checked
-// every plan's signature and had its record accept the version, in its
-// first step, before it started any child (the same plan, defaults
-// applied, is the child's input). Only a workflow starts a child, and
-// only a site action starts the actions as children: a client cannot
-// start one under a parent. The child skips the repeat, which costs a
-// turn through the server and a task of the plan's record per plan. The
-// plan's defaults are applied as trust does.
+// childChecksVersion marks a site action's child that checks its plan
+// itself when it starts: the site action checked every plan in its first
+// step, but a tier paused for days may start its children long after, a
+// newer version of the plan accepted meanwhile, or the signature ended.
+// A child recorded before took the site action's check.
+const childChecksVersion = "child-checks-plan"
+
+// checkedBySiteAction says whether this is a plan's own action run as a
+// site action's child (only a workflow starts a child, and only a site
+// action starts the actions as children: a client cannot start one
+// under a parent), and the note naming the site action's check of the
+// plan, made in its first step. A child recorded before
+// childChecksVersion took that check for its own. The plan's defaults
+// are applied as trust does.
 func checkedBySiteAction(ctx workflow.Context, p *plans.Plan) (string, bool) {
 	info := workflow.GetInfo(ctx)
 	parent := info.ParentWorkflowExecution
