@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/codec"
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 )
@@ -246,20 +247,87 @@ func (s *RecordSender) AcceptPlanVersion(ctx context.Context, in VersionRequest)
 	id := RecordID(in.Plan)
 	start := s.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{ID: id, TaskQueue: TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, PlanRecorder, PlanRecordInput{Plan: in.Plan, First: &first})
-	h, err := s.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: start,
+	// The record answers within recordAnswerWait, or the workflow at its
+	// ID is looked at: one that is not Drover's record is named as such.
+	wait := recordAnswerWait
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)*3/4)
+	}
+	uctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	h, err := s.Client.UpdateWithStartWorkflow(uctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: UpdatePlanVersion, Args: []any{v}, WaitForStage: client.WorkflowUpdateStageCompleted}})
 	var out PlanVersion
 	if err == nil {
-		err = h.Get(ctx, &out)
+		err = h.Get(uctx, &out)
 	}
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) && (ae.Type() == ErrOlderPlan || ae.Type() == ErrRecordRefused) {
 		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s refused plan %q: %s", in.Version.Workflow, in.Plan, ae.Message()), activities.ErrUntrustedPlan, nil)
 	}
+	if err != nil && ae == nil {
+		if why := s.notDrovers(ctx, in.Plan, id); why != "" {
+			return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"the record of plan %q did not take the plan's version: the workflow at its ID, %s, is not Drover's record: %s. "+
+					"Drover keeps the plan's newest version, its fences, holds and points there, and no action runs without it. "+
+					"Look at it (temporal workflow describe -w %s), end it if it is not yours (temporal workflow terminate -w %s), and start the action again",
+				in.Plan, id, why, id, id), ErrRecordNotDrovers, nil)
+		}
+	}
 	if err != nil {
 		return PlanVersion{}, fmt.Errorf("ask the record of plan %q (%s) to accept the plan's version: %w", in.Plan, id, err)
 	}
 	return out, nil
+}
+
+// ErrRecordNotDrovers ends an action whose plan's record ID is held by a
+// workflow that is not Drover's record (another type, a task queue no
+// Drover worker polls, a start no worker sealed): the action would
+// otherwise wait on it until its deadline, without a word.
+const ErrRecordNotDrovers = "RecordNotDrovers"
+
+// recordAnswerWait bounds one wait for the record's answer before the
+// workflow at its ID is looked at.
+const recordAnswerWait = 12 * time.Second
+
+// notDrovers says why the running workflow at id is not plan's record
+// as a Drover worker starts it, or "" when it is (or cannot be told): a
+// PlanRecorder on Drover's task queue, whose run either continued from
+// an earlier run (only the server starts those) or began with a change
+// sealed by this worker's record key.
+func (s *RecordSender) notDrovers(ctx context.Context, plan, id string) string {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	d, err := s.Client.DescribeWorkflowExecution(dctx, id, "")
+	if err != nil {
+		return ""
+	}
+	info := d.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return ""
+	}
+	var why []string
+	if t := info.GetType().GetName(); t != names.PlanRecorder {
+		why = append(why, fmt.Sprintf("it is a %q workflow, not a %s", t, names.PlanRecorder))
+	}
+	if q := info.GetTaskQueue(); q != TaskQueue {
+		why = append(why, fmt.Sprintf("it runs on task queue %q, which no Drover worker polls (Drover's is %q)", q, TaskQueue))
+	}
+	it := s.Client.GetWorkflowHistory(dctx, id, info.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if it.HasNext() {
+		ev, err := it.Next()
+		if a := ev.GetWorkflowExecutionStartedEventAttributes(); err == nil && a != nil && a.GetContinuedExecutionRunId() == "" {
+			var in PlanRecordInput
+			sealed := false
+			if ps := a.GetInput().GetPayloads(); len(ps) == 1 && codec.Converter().FromPayload(ps[0], &in) == nil && in.First != nil {
+				sealed = s.CheckRecordProof(dctx, RecordProofCheck{Plan: plan, Change: in.First}) == nil
+			}
+			if !sealed {
+				why = append(why, "its start carries no change sealed by this worker's record key: no Drover worker started it")
+			}
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // VersionRequest is a plan version for the plan's record.
@@ -273,7 +341,7 @@ type VersionRequest struct {
 var acceptOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout:    20 * time.Second,
 	ScheduleToCloseTimeout: time.Minute,
-	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan}},
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan, ErrRecordNotDrovers}},
 }
 
 // acceptVersion presents the run's plan version to the plan's record,
