@@ -308,7 +308,10 @@ wait:
 			}
 			a.summary(&r, took)
 		}
-		if len(undone) > 0 {
+		if out.Status == workflows.StateIncomplete && a.json() {
+			return silent(exitFailed)
+		}
+		if out.Status == workflows.StateIncomplete {
 			return failed("%s %s: it ran to its end with steps skipped:\n  %s\nsee drctl status %s", id, workflows.StateIncomplete, strings.Join(undone, "\n  "), runArg(id))
 		}
 		if r.OK != nil && !*r.OK || workflows.IsSiteAction(r.Action) && !sitePlansAllDone(&r) {
@@ -860,7 +863,6 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 			as := &actionStatus{execution: x}
 			if p, qerr := queryProgress(ctx, c, x.WorkflowID, x.RunID); qerr == nil {
 				as.Progress = p
-				as.Status = actionState(as.Status, p)
 			}
 			st.Action = as
 		} else if !isNotFound(err) {
