@@ -95,6 +95,10 @@ type ProtectionEntry struct {
 // PlanRecord is a plan's recorded DR state.
 type PlanRecord struct {
 	Plan string `json:"plan"`
+	// Rebuilt is set when this run of the record started anew and took
+	// over the last run under its ID (takeover.go), or found none to
+	// take.
+	Rebuilt *Rebuilt `json:"rebuilt,omitempty"`
 	// Primary is the site whose copies are primary ("" until an action
 	// or protection says).
 	Primary    string           `json:"primary,omitempty"`
@@ -300,6 +304,9 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 	if err := workflow.SetQueryHandler(ctx, QueryRecord, func() (*PlanRecord, error) { return &r, nil }); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandler(ctx, QueryRecordSeals, func() ([]seenSeal, error) { return ps.seen, nil }); err != nil {
+		return err
+	}
 	// Registered in every run, those from before seals too (it is only
 	// ever called by workers that seal), before the record checks its
 	// start, which the update waits for: an update-with-start comes with
@@ -333,6 +340,11 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 			workflow.GetLogger(ctx).Warn("the plan's record refused its start", "plan", in.Plan, "reason", reason)
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"the record of plan %q refused its start: %s; only a Drover worker starts a record", in.Plan, reason), ErrRecordRefused, nil)
+		}
+		// A new run: it takes over what the last run under the
+		// record's ID knew (takeover.go).
+		if workflow.GetVersion(ctx, takeOverVersion, workflow.DefaultVersion, 1) >= 1 {
+			r = takeOver(ctx, r, ps)
 		}
 		if first := *in.First; !first.empty() {
 			first.Proof = nil

@@ -259,3 +259,24 @@ func TestProtectIntervalFollowsTheRPOTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordSaysItWasRebuilt: a record that took over the last run under
+// its ID says so in status, with the run, how it ended and what it passed
+// over; one that found nothing to take over says that.
+func TestRecordSaysItWasRebuilt(t *testing.T) {
+	now := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+	r := &workflows.PlanRecord{Plan: "shop", Primary: "east", Rebuilt: &workflows.Rebuilt{From: "run-1", Status: "terminated",
+		Closed: now.Add(-time.Minute), At: now, Note: "passed over run run-2 (on task queue \"evil\", not Drover's)"}}
+	var b strings.Builder
+	renderRecord(&b, r, now, "")
+	if out := b.String(); !strings.Contains(out, "REBUILT at ") || !strings.Contains(out, "took over run run-1 (terminated at ") ||
+		!strings.Contains(out, "passed over run run-2") {
+		t.Errorf("status of a rebuilt record:\n%s", out)
+	}
+	r.Rebuilt = &workflows.Rebuilt{At: now, Note: "the earlier runs under the record's ID could not be read (visibility down): started empty"}
+	b.Reset()
+	renderRecord(&b, r, now, "")
+	if out := b.String(); !strings.Contains(out, "STARTED ANEW at ") || !strings.Contains(out, "could not be read") {
+		t.Errorf("status of a record started anew:\n%s", out)
+	}
+}

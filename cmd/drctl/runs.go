@@ -987,6 +987,19 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		primary = "not known yet"
 	}
 	fmt.Fprintf(w, "\nrecord (workflow %s, updated %s):\n  primary: %s\n", workflows.RecordID(r.Plan), r.Updated.Local().Format(time.DateTime), primary)
+	if b := r.Rebuilt; b != nil {
+		switch {
+		case b.From != "":
+			fmt.Fprintf(w, "  REBUILT at %s: this run of the record took over run %s (%s at %s), the last a Drover worker made",
+				b.At.Local().Format(time.DateTime), b.From, b.Status, b.Closed.Local().Format(time.DateTime))
+		default:
+			fmt.Fprintf(w, "  STARTED ANEW at %s with nothing taken over", b.At.Local().Format(time.DateTime))
+		}
+		if b.Note != "" {
+			fmt.Fprintf(w, ": %s", oneLine(b.Note))
+		}
+		fmt.Fprintln(w)
+	}
 	if len(r.Fences) == 0 {
 		fmt.Fprintf(w, "  fenced: nothing\n")
 	}
