@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -42,7 +43,8 @@ func TestPrometheusRules(t *testing.T) {
 	}
 	exported := []string{
 		workflows.MetricActionDuration + "_seconds_count", workflows.MetricStepFailures + "_total",
-		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricUnprotected, workflows.MetricPointAge, workflows.MetricPointMaxAge, "temporal_num_pollers", "up",
+		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricUnprotected, workflows.MetricPointAge, workflows.MetricPointMaxAge,
+		workflows.MetricSignatureEnds, workflows.MetricProtectionEnded, "temporal_num_pollers", "up",
 	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -80,5 +82,32 @@ func TestPrometheusRules(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("only %d rules", n)
+	}
+	// What protection reports has its alert: a plan out of RPO, with no
+	// replica, without a recent point, whose signature ends within the
+	// week drctl status warns of, and whose protection ended on its own.
+	exprs := map[string]string{}
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			exprs[r.Alert] = r.Expr
+		}
+	}
+	ending := fmt.Sprintf("< %d", int(workflows.SignatureWarning.Seconds()))
+	for _, w := range []struct{ alert, names, says string }{
+		{"DroverOutOfRPO", workflows.MetricOutOfRPO, "== 1"},
+		{"DroverUnprotected", workflows.MetricUnprotected, "> 0"},
+		{"DroverPointInTimeLate", workflows.MetricPointAge, "> 0"},
+		{"DroverPlanSignatureEnding", workflows.MetricSignatureEnds, ending},
+		{"DroverProtectionEnded", workflows.MetricProtectionEnded, "== 1"},
+	} {
+		expr, ok := exprs[w.alert]
+		if !ok || !regexp.MustCompile(`\b`+w.names+`\b`).MatchString(expr) || !strings.Contains(expr, w.says) {
+			t.Errorf("%s: %q, want an alert on %s %s", w.alert, expr, w.names, w.says)
+		}
+	}
+	// Protection ended by its signature fires until the plan's
+	// protection reports again, wherever it runs.
+	if e := exprs["DroverProtectionEnded"]; !strings.HasSuffix(e, "unless on (plan) max by (plan) ("+workflows.MetricOutOfRPO+")") {
+		t.Errorf("DroverProtectionEnded: %q, want it to end once the plan's protection reports", e)
 	}
 }

@@ -53,7 +53,10 @@
 //     and not the lost site, until a reprotect retargets it to the same
 //     primary. Protect takes a retarget only with a worker's seal made
 //     for the plan as a retarget (proof.go), once, and keeps what it
-//     refused in its state.
+//     refused in its state. It reports the time left to its plan's
+//     signature (MetricSignatureEnds) and ends at its first poll past
+//     that end, saying so (ProtectState.Ended, the record,
+//     MetricProtectionEnded), not silently at a later check.
 //
 //   - Points in time (points.go): with policy.pointsInTime, Protect cuts
 //     a point at the site that is not primary each `every` (a group

@@ -60,6 +60,9 @@ type fixture struct {
 	retargets []workflows.Retarget
 	// metrics, when set, takes the workflows' metrics in testEnv.
 	metrics client.MetricsHandler
+	// trust, when set, is the plan check of testEnv; by default it
+	// accepts unsigned plans.
+	trust *activities.PlanTrust
 }
 
 // intercept is the gRPC interceptor of site's storage that hands each
@@ -191,7 +194,11 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	}
 	env := ts.NewTestWorkflowEnvironment()
 	workflows.Register(env)
-	env.RegisterActivity(&activities.PlanTrust{AllowUnsigned: true})
+	trust := f.trust
+	if trust == nil {
+		trust = &activities.PlanTrust{AllowUnsigned: true}
+	}
+	env.RegisterActivity(trust)
 	// The worker's seal of the changes the workflow sends its record
 	// (no client: it signals nothing itself).
 	env.RegisterActivity(&workflows.RecordSender{})

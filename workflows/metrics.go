@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 )
@@ -34,7 +35,24 @@ const (
 	// MetricPointMaxAge is the age the plan's policy allows its newest
 	// point: every, plus the poll interval a cut waits for. Tag plan.
 	MetricPointMaxAge = "drover_point_max_age_seconds"
+	// MetricSignatureEnds is the seconds until the signature of a
+	// protected plan ends, when it has an end (plans.Signature
+	// ExpiresAt); set each poll. Protection ends with the signature.
+	// Tag plan.
+	MetricSignatureEnds = "drover_plan_signature_expiry_seconds"
+	// MetricProtectionEnded is 1 once a plan's protection ended on its
+	// own; tags plan and reason ("signature": the plan's signature
+	// ended). It stays until protection of the plan reports again.
+	MetricProtectionEnded = "drover_protection_ended"
 )
+
+// SignatureWarning is how long ahead of a plan's signature's end drctl
+// status, the dashboard and the DroverPlanSignatureEnding alert warn.
+const SignatureWarning = 7 * 24 * time.Hour
+
+// EndedBySignature is the reason of MetricProtectionEnded when the
+// plan's signature ended.
+const EndedBySignature = "signature"
 
 func (r *run) tags() map[string]string {
 	return map[string]string{"plan": r.progress.Plan, "action": r.progress.Action}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -150,6 +151,12 @@ type ProtectState struct {
 	// (pausepoints.go): no storage call for a point starts until the
 	// action ends. It stays for the run's primary only.
 	PointsPaused *PointsPause `json:"pointsPaused,omitempty"`
+	// SignatureEnds is when the plan's signature ends (zero for an
+	// unsigned plan, or a signature with no end): protection ends then.
+	SignatureEnds time.Time `json:"signatureEnds,omitzero"`
+	// Ended says why protection ended on its own: its plan's signature
+	// ended. Empty while it runs, and after a stop.
+	Ended string `json:"ended,omitempty"`
 }
 
 // carryPoints gives next the points of s.
@@ -205,7 +212,7 @@ func (s *ProtectState) LastSync() time.Time {
 // protection has not looked yet.
 func (s *ProtectState) Summary(running bool, at time.Time) *ProtectionEntry {
 	e := &ProtectionEntry{Primary: s.Primary, Running: running, Enabled: s.Enabled, OutOfRPO: s.OutOfRPO, LastSync: s.LastSync(),
-		Checked: s.Looked, Unreachable: s.Unreachable, RPOTarget: s.RPOTarget}
+		Checked: s.Looked, Unreachable: s.Unreachable, RPOTarget: s.RPOTarget, SignatureEnds: s.SignatureEnds, Ended: s.Ended}
 	if e.Checked.IsZero() {
 		e.Checked = at
 	}
@@ -330,8 +337,18 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		return nil, err
 	}
 	note, view, err := trust(ctx, p, in.Origin)
+	if ends, ok := signatureEndedAtCheck(ctx, in, err); ok {
+		s.SignatureEnds = ends
+		return nil, s.endBySignature(ctx, p.Metadata.Name, ends)
+	}
 	if err != nil {
 		return nil, err
+	}
+	// Protection runs until the signature's end (zero: none), which the
+	// check above found valid; the signature is the same in every run.
+	s.SignatureEnds, s.Ended = time.Time{}, ""
+	if sig := in.Signature; sig != nil {
+		s.SignatureEnds = sig.ExpiresAt
 	}
 	// Polls and points act on the volumes that stand in for the plan's;
 	// the next run gets the plan as signed (in.Plan), and reads the
@@ -475,6 +492,13 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		if moved() {
 			return nil, again()
 		}
+		if signatureEnded(ctx, s) {
+			// The changes of points go to the record first, as at a stop.
+			if err := workflow.Await(ctx, func() bool { return checking == 0 && notes.idle() && pausing == 0 }); err != nil {
+				return s, err
+			}
+			return s, s.endBySignature(ctx, p.Metadata.Name, s.SignatureEnds)
+		}
 		if polls >= protectRunLength || workflow.GetInfo(ctx).GetCurrentHistoryLength() > protectHistoryCap {
 			// A retarget being checked is taken, or refused, in this run.
 			if err := workflow.Await(ctx, func() bool { return checking == 0 && notes.idle() && pausing == 0 }); err != nil {
@@ -562,6 +586,51 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// signatureEndVersion marks a protection that ends at its plan's
+// signature's end, at the first round past it, and says so (the record,
+// its state, MetricProtectionEnded), where it went on to its next check
+// (the next run's, within 100 polls) and ended there without a word.
+const signatureEndVersion = "signature-end"
+
+// signatureEnded tells a protection whose plan's signature has ended, by
+// the workflow's clock.
+func signatureEnded(ctx workflow.Context, s *ProtectState) bool {
+	ends := s.SignatureEnds
+	return !ends.IsZero() && !workflow.Now(ctx).Before(ends) &&
+		workflow.GetVersion(ctx, signatureEndVersion, workflow.DefaultVersion, 1) >= 1
+}
+
+// signatureEndedAtCheck tells a refusal, by the check at the start of a
+// run that continued as new, of a signature that has ended since the
+// previous run checked it (a worker whose clock runs ahead of the
+// workflow's, or one that was down across the end), and when it ended.
+// Only a run continued as new, which only the server starts, with the
+// input a checked run gave it, says more than the refusal: a start by a
+// client with an old signature that ended is refused as any other.
+func signatureEndedAtCheck(ctx workflow.Context, in ProtectInput, err error) (time.Time, bool) {
+	var ae *temporal.ApplicationError
+	info := workflow.GetInfo(ctx)
+	if err == nil || in.Plan == nil || in.Signature == nil || in.Signature.ExpiresAt.IsZero() ||
+		info.ContinuedExecutionRunID == "" || info.Attempt > 1 || info.CronSchedule != "" ||
+		!errors.As(err, &ae) || ae.Type() != activities.ErrUntrustedPlan || !strings.Contains(ae.Message(), plans.ErrExpired.Error()) {
+		return time.Time{}, false
+	}
+	return in.Signature.ExpiresAt, workflow.GetVersion(ctx, signatureEndVersion, workflow.DefaultVersion, 1) >= 1
+}
+
+// endBySignature ends protection because its plan's signature ended at
+// ends: its state and the plan's record say so, with what to do,
+// MetricProtectionEnded is 1, and the workflow fails with the same
+// words as a non-retryable UntrustedPlan.
+func (s *ProtectState) endBySignature(ctx workflow.Context, plan string, ends time.Time) error {
+	s.Ended = fmt.Sprintf("protection ended: the plan's signature ended at %s; sign it again and drctl protect start %s",
+		ends.UTC().Format(time.RFC3339), plan)
+	workflow.GetLogger(ctx).Error("protection ended: the plan's signature ended", "plan", plan, "ended", ends)
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"plan": plan, "reason": EndedBySignature}).Gauge(MetricProtectionEnded).Update(1)
+	noteProtection(ctx, plan, s, false)
+	return temporal.NewNonRetryableApplicationError(s.Ended, activities.ErrUntrustedPlan, nil)
 }
 
 // disableOutcome is what a stop with disable answers.
@@ -943,6 +1012,9 @@ func (s *ProtectState) report(ctx workflow.Context, p *plans.Plan) {
 			v = down
 		}
 		m.WithTags(map[string]string{"plan": plan, "site": site.Name}).Gauge(MetricPrimaryUnreachable).Update(v)
+	}
+	if !s.SignatureEnds.IsZero() {
+		m.WithTags(map[string]string{"plan": plan}).Gauge(MetricSignatureEnds).Update(max(s.SignatureEnds.Sub(workflow.Now(ctx)), 0).Seconds())
 	}
 	if u := s.Unprotected; u != nil {
 		// No replica, no lag: NaN drops each group's lag series (the

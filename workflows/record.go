@@ -90,6 +90,10 @@ type ProtectionEntry struct {
 	// (ProtectState.Unprotected); LastSync is then the last sync that
 	// reached the lost site, and nothing is out of RPO.
 	Unprotected *Unprotection `json:"unprotected,omitempty"`
+	// SignatureEnds is when the plan's signature ends, and Ended why
+	// protection ended on its own (ProtectState).
+	SignatureEnds time.Time `json:"signatureEnds,omitzero"`
+	Ended         string    `json:"ended,omitempty"`
 }
 
 // PlanRecord is a plan's recorded DR state.

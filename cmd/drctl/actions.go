@@ -825,10 +825,10 @@ func (a *app) protectCommand() *cobra.Command {
 				return err
 			}
 			if o.Signature != nil && !o.Signature.ExpiresAt.IsZero() && !a.json() {
-				// Protect checks its plan again as it runs on: protection
-				// ends with the signature.
-				fmt.Fprintf(a.stderr, "note: the signature of plan %q ends at %s; protection stops then (UntrustedPlan, at its next check, within 100 polls) unless started again with a newer one\n",
-					p.Metadata.Name, o.Signature.ExpiresAt.UTC().Format(time.RFC3339))
+				// Protection ends with the signature, at its first poll
+				// past it.
+				fmt.Fprintf(a.stderr, "note: the signature of plan %q ends at %s; protection stops then, at its first poll past it (drctl status, the dashboard and the alert DroverPlanSignatureEnding warn %s ahead)\n",
+					p.Metadata.Name, o.Signature.ExpiresAt.UTC().Format(time.RFC3339), leftText(workflows.SignatureWarning))
 			}
 			c, err := a.dial(cmd.Context())
 			if err != nil {

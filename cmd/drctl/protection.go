@@ -59,12 +59,16 @@ func runningReprotect(x *execution) string {
 // unreachable primary on a line of its own, and why a group the storage
 // reports unhealthy is so.
 func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now time.Time, reprotecting string) error {
+	if ps.Ended != "" {
+		fmt.Fprintf(w, "  %s\n", endedText(ps.Ended))
+	}
 	if u := ps.Unprotected; u != nil {
 		// No replica: nothing to lag, nothing out of RPO.
 		fmt.Fprintf(w, "  primary %s, %d polls%s\n  %s\n", ps.Primary, ps.Polls, byText(ps.By), unprotectedText(plan, ps.Primary, u, now, reprotecting))
 		if ps.Trust != "" {
 			fmt.Fprintf(w, "  %s\n", ps.Trust)
 		}
+		renderSignature(w, plan, ps, now)
 		renderRefusedRetargets(w, ps)
 		return nil
 	}
@@ -80,6 +84,7 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 	if ps.Trust != "" {
 		fmt.Fprintf(w, "  %s\n", ps.Trust)
 	}
+	renderSignature(w, plan, ps, now)
 	renderRefusedRetargets(w, ps)
 	if ps.Unreachable != "" {
 		since := ""
@@ -117,6 +122,17 @@ func renderProtection(w io.Writer, plan string, ps *workflows.ProtectState, now 
 	return tw.flush()
 }
 
+// renderSignature writes when the plan's signature ends, while
+// protection runs (after its end, Ended says it all).
+func renderSignature(w io.Writer, plan string, ps *workflows.ProtectState, now time.Time) {
+	if ps.Ended != "" {
+		return
+	}
+	if text, _ := signatureText(plan, ps.SignatureEnds, now); text != "" {
+		fmt.Fprintf(w, "  %s\n", text)
+	}
+}
+
 // renderRefusedRetargets writes the latest retargets protection refused
 // (without a worker's seal: SECURITY.md), with who they say sent them.
 func renderRefusedRetargets(w io.Writer, ps *workflows.ProtectState) {
@@ -131,6 +147,67 @@ func renderRefusedRetargets(w io.Writer, ps *workflows.ProtectState) {
 		}
 		fmt.Fprintf(w, "    %s %s%s: %s\n", x.At.Local().Format(time.DateTime), x.What, from, oneLine(x.Reason))
 	}
+}
+
+// signatureText says when the signature of a protected plan ends, seen
+// at now: plainly, with what to do, from workflows.SignatureWarning
+// before its end (warn), and that protection ends at its next poll once
+// it has ended. "" for a signature with no end. Status and the
+// dashboard say it alike.
+func signatureText(plan string, ends, now time.Time) (text string, warn bool) {
+	if ends.IsZero() {
+		return "", false
+	}
+	at := ends.Local().Format("2006-01-02 15:04")
+	left := ends.Sub(now)
+	switch {
+	case left <= 0:
+		return fmt.Sprintf("WARNING: the plan's signature ended %s (%s ago): protection ends at its next poll; sign it again (drctl plan sign PLAN.yaml --key KEY) and drctl protect start %s",
+			at, leftText(-left), plan), true
+	case left <= workflows.SignatureWarning:
+		return fmt.Sprintf("WARNING: the plan's signature ends %s (in %s), and protection with it: sign it again: drctl plan sign PLAN.yaml --key KEY, then drctl protect stop %s and drctl protect start %s (a running protection keeps its signature)",
+			at, leftText(left), plan, plan), true
+	}
+	return fmt.Sprintf("the plan's signature ends %s (in %s); protection ends with it", at, leftText(left)), false
+}
+
+// leftText writes a time left in days and hours, or hours and minutes
+// under a day, or minutes under an hour.
+func leftText(d time.Duration) string {
+	switch {
+	case d >= 24*time.Hour:
+		h := int(d.Round(time.Hour).Hours())
+		if h%24 == 0 {
+			return fmt.Sprintf("%dd", h/24)
+		}
+		return fmt.Sprintf("%dd%dh", h/24, h%24)
+	case d >= time.Hour:
+		m := int(d.Round(time.Minute).Minutes())
+		return fmt.Sprintf("%dh%dm", m/60, m%60)
+	}
+	return fmt.Sprintf("%dm", int(d.Round(time.Minute).Minutes()))
+}
+
+// endedText is why protection ended on its own (workflows.ProtectState
+// Ended), as status and the dashboard show it.
+func endedText(ended string) string {
+	if rest, ok := strings.CutPrefix(ended, "protection ended: "); ok {
+		return "PROTECTION ENDED: " + rest
+	}
+	return ended
+}
+
+// protectionWarning is what the dashboard shows on a plan's row of its
+// protection's end: why it ended, or its signature's end ahead, from
+// workflows.SignatureWarning before it; "" otherwise.
+func protectionWarning(plan string, ps *workflows.ProtectState, now time.Time) string {
+	if ps.Ended != "" {
+		return endedText(ps.Ended)
+	}
+	if text, warn := signatureText(plan, ps.SignatureEnds, now); warn {
+		return text
+	}
+	return ""
 }
 
 // lagText is how every view writes a lag: to the millisecond.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"html"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,84 @@ func TestRecordSaysItWasRebuilt(t *testing.T) {
 	renderRecord(&b, r, now, "")
 	if out := b.String(); !strings.Contains(out, "STARTED ANEW at ") || !strings.Contains(out, "could not be read") {
 		t.Errorf("status of a record started anew:\n%s", out)
+	}
+}
+
+// TestStatusWarnsOfTheSignaturesEnd: status says when a protected plan's
+// signature ends; from a week before, plainly, as a warning with what to
+// do (sign again, restart protection), in the protection lines and the
+// record's, and the dashboard says the same on the plan's row. Once
+// protection ended because of it, status and the dashboard say so, with
+// what to do, and the record's line says it ended.
+func TestStatusWarnsOfTheSignaturesEnd(t *testing.T) {
+	now := time.Date(2026, 12, 28, 8, 0, 0, 0, time.UTC)
+	soon := now.Add(6*24*time.Hour + 4*time.Hour)
+	later := now.Add(20 * 24 * time.Hour)
+	ps := func(ends time.Time) *workflows.ProtectState {
+		return &workflows.ProtectState{Primary: "east", Enabled: true, Polls: 3, Looked: now, SignatureEnds: ends,
+			Groups: map[string]workflows.GroupHealth{"db": {LastSync: now, Checked: now}}}
+	}
+	protection := func(s *workflows.ProtectState) string {
+		var b strings.Builder
+		if err := renderProtection(&b, "shop", s, now, ""); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	record := func(e *workflows.ProtectionEntry) string {
+		var b strings.Builder
+		renderRecord(&b, &workflows.PlanRecord{Plan: "shop", Primary: "east", Protection: e}, now, "")
+		return b.String()
+	}
+	warning := "WARNING: the plan's signature ends " + soon.Local().Format("2006-01-02 15:04") + " (in 6d4h), and protection with it: sign it again: drctl plan sign"
+	restart := "then drctl protect stop shop and drctl protect start shop"
+	out := protection(ps(soon))
+	if !strings.Contains(out, warning) || !strings.Contains(out, restart) {
+		t.Errorf("6d4h before the end, protection lacks %q … %q:\n%s", warning, restart, out)
+	}
+	if out := record(ps(soon).Summary(true, now)); !strings.Contains(out, warning) {
+		t.Errorf("6d4h before the end, the record's line lacks the warning:\n%s", out)
+	}
+	if got := protectionWarning("shop", ps(soon), now); !strings.HasPrefix(got, warning) {
+		t.Errorf("the dashboard's warning: %q", got)
+	}
+	out = protection(ps(later))
+	if want := "the plan's signature ends " + later.Local().Format("2006-01-02 15:04") + " (in 20d)"; !strings.Contains(out, want) || strings.Contains(out, "WARNING") {
+		t.Errorf("20 days before the end: want %q and no warning:\n%s", want, out)
+	}
+	if out := record(ps(later).Summary(true, now)) + protectionWarning("shop", ps(later), now); strings.Contains(out, "signature") {
+		t.Errorf("20 days before the end, the record's line or the dashboard warns:\n%s", out)
+	}
+	if out := protection(ps(time.Time{})); strings.Contains(out, "signature") {
+		t.Errorf("a signature with no end is announced:\n%s", out)
+	}
+
+	ended := ps(now.Add(-time.Minute))
+	ended.Ended = "protection ended: the plan's signature ended at " + now.Add(-time.Minute).Format(time.RFC3339) + "; sign it again and drctl protect start shop"
+	said := "PROTECTION ENDED: the plan's signature ended at " + now.Add(-time.Minute).Format(time.RFC3339) + "; sign it again and drctl protect start shop"
+	if out := protection(ended); !strings.Contains(out, said) || strings.Contains(out, "WARNING") {
+		t.Errorf("protection ended by its signature: want %q alone:\n%s", said, out)
+	}
+	if out := record(ended.Summary(false, now)); !strings.Contains(out, "protection: ended from east") || !strings.Contains(out, said) {
+		t.Errorf("the record's line of protection ended by its signature:\n%s", out)
+	}
+	if got := protectionWarning("shop", ended, now); got != said {
+		t.Errorf("the dashboard says %q, want %q", got, said)
+	}
+}
+
+// TestDashboardRowWarnsOfTheSignaturesEnd: the overview shows the
+// warning of a plan's protection on the plan's own row.
+func TestDashboardRowWarnsOfTheSignaturesEnd(t *testing.T) {
+	say := "WARNING: the plan's signature ends soon"
+	var b strings.Builder
+	err := uiTemplates.ExecuteTemplate(&b, "overview", map[string]any{"Now": time.Now(),
+		"Plans": []planView{{Plan: "shop", Primary: "east", Groups: []groupView{{Name: "db"}}, Ending: say}, {Plan: "logs", Primary: "east", Groups: []groupView{{Name: "db"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := html.UnescapeString(b.String())
+	if !strings.Contains(out, `<tr class="ending" data-plan="shop"><td></td><td colspan="6" class="bad ending">`+say+"</td></tr>") || strings.Count(out, say) != 1 {
+		t.Errorf("the overview lacks the warning on shop's row:\n%s", out)
 	}
 }

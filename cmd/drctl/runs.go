@@ -1028,15 +1028,22 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		if pr.Running {
 			state = "running"
 		}
+		// Protection's end, or its signature's ahead, below its line.
+		end := ""
+		if pr.Ended != "" {
+			state, end = "ended", "  "+endedText(pr.Ended)+"\n"
+		} else if text, warn := signatureText(r.Plan, pr.SignatureEnds, now); warn && pr.Running {
+			end = "  " + text + "\n"
+		}
 		if u := pr.Unprotected; u != nil {
 			if x := r.LastAction; x != nil && x.Action == "reprotect" && x.Outcome == workflows.StateCompleted && x.End.After(pr.Checked) {
 				// The reprotect ended the unprotection after protection's
 				// last report: it has not reported since.
-				fmt.Fprintf(w, "  protection: %s from %s, reprotected at %s (workflow %s); protection has not reported since (its last report, %s, was from before: unprotected)\n",
-					state, x.To, x.End.Local().Format(time.DateTime), x.WorkflowID, pr.Checked.Local().Format(time.DateTime))
+				fmt.Fprintf(w, "  protection: %s from %s, reprotected at %s (workflow %s); protection has not reported since (its last report, %s, was from before: unprotected)\n%s",
+					state, x.To, x.End.Local().Format(time.DateTime), x.WorkflowID, pr.Checked.Local().Format(time.DateTime), end)
 				return
 			}
-			fmt.Fprintf(w, "  protection: %s from %s, %s\n", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now, reprotecting))
+			fmt.Fprintf(w, "  protection: %s from %s, %s\n%s", state, pr.Primary, unprotectedText(r.Plan, pr.Primary, u, now, reprotecting), end)
 			return
 		}
 		rpo := "within the RPO target"
@@ -1047,8 +1054,8 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		if !pr.LastSync.IsZero() {
 			last = ", last sync " + pr.LastSync.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %s, %s (as of %s%s)\n", state, pr.Primary, pr.Enabled,
-			lagText(pr.Lag), rpo, pr.Checked.Local().Format(time.DateTime), last)
+		fmt.Fprintf(w, "  protection: %s from %s, replication enabled %v, lag %s, %s (as of %s%s)\n%s", state, pr.Primary, pr.Enabled,
+			lagText(pr.Lag), rpo, pr.Checked.Local().Format(time.DateTime), last, end)
 		if pr.Unreachable != "" {
 			fmt.Fprintf(w, "  PRIMARY %s UNREACHABLE: %s\n", pr.Primary, oneLine(pr.Unreachable))
 		}

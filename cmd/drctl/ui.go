@@ -176,6 +176,10 @@ type planView struct {
 	// Unprotected names the state a failover left the plan in (no
 	// replica), as status does; empty while it is protected.
 	Unprotected string
+	// Ending says, as status does, that protection ended on its own, or
+	// that the plan's signature, and protection with it, ends within
+	// workflows.SignatureWarning; empty otherwise.
+	Ending string
 }
 
 type groupView struct {
@@ -211,6 +215,7 @@ func (d *dashboard) protections(ctx context.Context) ([]planView, error) {
 		if ps.Unreachable != "" {
 			pv.Note = "primary unreachable: " + oneLine(ps.Unreachable)
 		}
+		pv.Ending = protectionWarning(x.Plan, ps, now)
 		if u := ps.Unprotected; u != nil {
 			reprotecting := ""
 			for i := range xs {

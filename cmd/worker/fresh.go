@@ -22,19 +22,26 @@ import (
 
 // freshGauges are the gauges a Protect workflow sets on each round
 // (replication lag, out of RPO, primary unreachable, unprotected, the
-// points in time's age and the age allowed), which /metrics
+// points in time's age and the age allowed, the time left to the plan's
+// signature), which /metrics
 // shows only while they are fresh: one not set again within ttl is
 // dropped, and one set to NaN at once. Through tally a gauge keeps its last value until the worker
 // exits, so after protect stop a plan went on reporting what it last
 // saw (DroverProtectionSilent could never fire, a stale 1 kept
 // DroverOutOfRPO firing), and where a Protect workflow moved to another
 // worker the first kept its old value beside the new one's.
+//
+// The end of a protection on its own (drover_protection_ended, set as
+// its workflow ends) is the exception: it is an alert, not a silence, so
+// it stays past the workflow's end and the ttl, until the plan's
+// protection sets a gauge here again.
 type freshGauges struct {
 	ttl time.Duration
 	now func() time.Time
 
 	mu   sync.Mutex
 	vals map[string]*freshValue // by name and labels
+	kept map[string]*freshValue // freshKept's, by name and labels
 }
 
 type freshValue struct {
@@ -46,7 +53,11 @@ type freshValue struct {
 
 // freshNames are the gauges freshGauges keeps.
 var freshNames = []string{workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable, workflows.MetricUnprotected,
-	workflows.MetricPointAge, workflows.MetricPointMaxAge}
+	workflows.MetricPointAge, workflows.MetricPointMaxAge, workflows.MetricSignatureEnds, workflows.MetricProtectionEnded}
+
+// freshKept are the gauges of freshNames kept past their workflow's end
+// and the ttl, until the plan's protection sets another gauge.
+var freshKept = []string{workflows.MetricProtectionEnded}
 
 var freshHelp = map[string]string{
 	workflows.MetricReplicationLag:     "Seconds since a protected group's last completed sync, as the plan's Protect workflow last saw it.",
@@ -55,6 +66,8 @@ var freshHelp = map[string]string{
 	workflows.MetricUnprotected:        "Seconds since a failover left the plan without a replica (until a reprotect); 0 while it is protected.",
 	workflows.MetricPointAge:           "Seconds since the plan's newest point in time was cut (policy.pointsInTime), or since its protection first looked for one.",
 	workflows.MetricPointMaxAge:        "The age the plan's policy.pointsInTime allows its newest point: every, plus the poll interval.",
+	workflows.MetricSignatureEnds:      "Seconds until the signature of a protected plan ends, when it has an end: its protection ends then.",
+	workflows.MetricProtectionEnded:    "1 once a plan's protection ended on its own (reason signature: the plan's signature ended), until its protection reports again.",
 }
 
 // sanitizeOptions are tally's Prometheus rules for metric and label
@@ -74,7 +87,7 @@ var sanitizeOptions = tally.SanitizeOptions{
 var sanitize = tally.NewSanitizer(sanitizeOptions)
 
 func newFreshGauges(ttl time.Duration) *freshGauges {
-	return &freshGauges{ttl: ttl, now: time.Now, vals: map[string]*freshValue{}}
+	return &freshGauges{ttl: ttl, now: time.Now, vals: map[string]*freshValue{}, kept: map[string]*freshValue{}}
 }
 
 // wrap is h with Drover's Protect gauges kept here.
@@ -95,13 +108,20 @@ func (f *freshGauges) set(name string, tags map[string]string, v float64) {
 	key := name + "\x00" + strings.Join(names, "\x00") + "\x00\x00" + strings.Join(labels, "\x00")
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	vals := f.vals
+	if slices.Contains(freshKept, name) {
+		vals = f.kept
+	} else if i := slices.Index(names, "plan"); i >= 0 && len(f.kept) > 0 {
+		// The plan's protection reports again: its end is over.
+		f.forgetIn(f.kept, labels[i])
+	}
 	if math.IsNaN(v) {
 		// A gauge with nothing to tell (the lag of a plan with no
 		// replica) is dropped at once.
-		delete(f.vals, key)
+		delete(vals, key)
 		return
 	}
-	f.vals[key] = &freshValue{name: name, names: names, labels: labels, v: v, at: f.now()}
+	vals[key] = &freshValue{name: name, names: names, labels: labels, v: v, at: f.now()}
 }
 
 // Describe sends nothing: the labels of these gauges are known only as
@@ -118,6 +138,9 @@ func (f *freshGauges) Collect(ch chan<- prom.Metric) {
 			delete(f.vals, key)
 			continue
 		}
+		ch <- prom.MustNewConstMetric(prom.NewDesc(e.name, freshHelp[e.name], e.names, nil), prom.GaugeValue, e.v, e.labels...)
+	}
+	for _, e := range f.kept {
 		ch <- prom.MustNewConstMetric(prom.NewDesc(e.name, freshHelp[e.name], e.names, nil), prom.GaugeValue, e.v, e.labels...)
 	}
 }
@@ -152,13 +175,18 @@ type freshGauge struct {
 
 func (g freshGauge) Update(v float64) { g.f.set(g.name, g.tags, v) }
 
-// forget drops the gauges of plan at once.
+// forget drops the gauges of plan at once, but for freshKept's.
 func (f *freshGauges) forget(plan string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for key, e := range f.vals {
-		if i := slices.Index(e.names, "plan"); i >= 0 && e.labels[i] == sanitize.Value(plan) {
-			delete(f.vals, key)
+	f.forgetIn(f.vals, sanitize.Value(plan))
+}
+
+// forgetIn drops the gauges of vals labelled plan (a sanitized value).
+func (f *freshGauges) forgetIn(vals map[string]*freshValue, plan string) {
+	for key, e := range vals {
+		if i := slices.Index(e.names, "plan"); i >= 0 && e.labels[i] == plan {
+			delete(vals, key)
 		}
 	}
 }

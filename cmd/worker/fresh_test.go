@@ -141,3 +141,39 @@ func TestPlansWithSimilarNamesKeepTheirSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestProtectionEndedStays: a plan's protection that ended because of its
+// signature leaves drover_protection_ended at 1 on /metrics past its
+// workflow's end (when the worker forgets the plan's other gauges) and
+// past the ttl, so that the alert fires rather than protection going
+// quiet; it leaves once the plan's protection reports again. Another
+// plan's reports do not end it.
+func TestProtectionEndedStays(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	f := newFreshGauges(time.Minute)
+	f.now = func() time.Time { return now }
+	reg := prom.NewPedanticRegistry()
+	reg.MustRegister(f)
+	h := f.wrap(client.MetricsNopHandler)
+	shop := h.WithTags(map[string]string{"plan": "shop"})
+	shop.Gauge(workflows.MetricSignatureEnds).Update(60)
+	shop.WithTags(map[string]string{"reason": workflows.EndedBySignature}).Gauge(workflows.MetricProtectionEnded).Update(1)
+	f.forget("shop") // its workflow ended
+	now = now.Add(time.Hour)
+	h.WithTags(map[string]string{"plan": "logs"}).Gauge(workflows.MetricOutOfRPO).Update(0)
+	want := `
+# HELP drover_protection_ended 1 once a plan's protection ended on its own (reason signature: the plan's signature ended), until its protection reports again.
+# TYPE drover_protection_ended gauge
+drover_protection_ended{plan="shop",reason="signature"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), workflows.MetricProtectionEnded); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, workflows.MetricSignatureEnds); err != nil || n != 0 {
+		t.Fatalf("%d signature gauge(s) (%v) after protection ended, want none", n, err)
+	}
+	shop.Gauge(workflows.MetricOutOfRPO).Update(0) // protected again
+	if n, err := testutil.GatherAndCount(reg, workflows.MetricProtectionEnded); err != nil || n != 0 {
+		t.Fatalf("%d drover_protection_ended (%v) once the plan's protection reports again, want none", n, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -620,9 +621,11 @@ func TestMetricsWebConfig(t *testing.T) {
 }
 
 // TestGaugesLeaveWhenProtectionFails: a plan's signature that ends stops
-// its protection with UntrustedPlan at the next run's check (SECURITY.md)
-// and its gauges leave /metrics then, not --metrics-ttl later: a last
-// drover_out_of_rpo must not keep reporting for a plan no one protects.
+// its protection with UntrustedPlan (SECURITY.md), and its gauges leave
+// /metrics then, not --metrics-ttl later: a last drover_out_of_rpo must
+// not keep reporting for a plan no one protects. While it runs,
+// drover_plan_signature_expiry_seconds says the time left; once it
+// ended, drover_protection_ended says why, and stays.
 func TestGaugesLeaveWhenProtectionFails(t *testing.T) {
 	bin := filepath.Join(bintest.Build(t, "worker"), "worker")
 	srv := devserver.Start(t, nil)
@@ -645,17 +648,19 @@ func TestGaugesLeaveWhenProtectionFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	simtest.Eventually(t, time.Minute, "the plan's out-of-RPO gauge", func() bool {
-		return strings.Contains(scrape(), `drover_out_of_rpo{`)
+	simtest.Eventually(t, time.Minute, "the plan's out-of-RPO and signature gauges", func() bool {
+		body := scrape()
+		return strings.Contains(body, `drover_out_of_rpo{`) && strings.Contains(body, `drover_plan_signature_expiry_seconds{`)
 	})
 	run := srv.Client.GetWorkflow(ctx, prot.GetID(), "")
-	if err := run.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), "UntrustedPlan") {
-		t.Fatalf("protection past its plan's signature: %v, want UntrustedPlan", err)
+	if err := run.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), "UntrustedPlan") || !strings.Contains(err.Error(), "protection ended: the plan's signature ended at") {
+		t.Fatalf("protection past its plan's signature: %v, want UntrustedPlan saying it ended with the signature", err)
 	}
-	simtest.Eventually(t, 20*time.Second, "the gauges to leave /metrics with the failed protection", func() bool {
+	simtest.Eventually(t, 20*time.Second, "the gauges to leave /metrics with the failed protection, and its end to show", func() bool {
 		body := scrape()
 		return strings.Contains(body, "temporal_") && !strings.Contains(body, "drover_out_of_rpo{") &&
-			!strings.Contains(body, "drover_replication_lag_seconds{") && !strings.Contains(body, "drover_primary_unreachable{")
+			!strings.Contains(body, "drover_replication_lag_seconds{") && !strings.Contains(body, "drover_primary_unreachable{") &&
+			!strings.Contains(body, "drover_plan_signature_expiry_seconds{") && regexp.MustCompile(`drover_protection_ended\{[^}]*reason="signature"[^}]*\} 1`).MatchString(body)
 	})
 }
 
