@@ -32,6 +32,7 @@ const (
 	specInfoErrors    = specRepl + "GetVolumeReplicationInfo error table: image is not promoted, 9 FAILED_PRECONDITION"
 	specInfoTime      = specRepl + "GetVolumeReplicationInfo (last_sync_time REQUIRED: the time of a sync that happened, so not in the future nor before replication was enabled)"
 	specUnknown       = specRepl + " error table of %s: Volume does not exist, 5 NOT_FOUND"
+	specSyncHonest    = specRepl + "GetVolumeReplicationInfo (last_sync_time: the time of the last completed sync, so it stays while no sync can complete, and advances as syncs complete)"
 	specUnreachable   = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; wire-notes.md: without force when the peer cannot be demoted first"
 	specDiverged      = specRepl + "ResyncVolume force; design invariant 11: a split-brain resync needs force, and only force discards the copy's own writes"
 	specIdempotent    = specRepl + "service Controller: all the methods it exposes should be idempotent"
@@ -472,6 +473,46 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		}
 		return fmt.Sprintf("last sync %s, %d bytes, status %s", resp.GetLastSyncTime().AsTime().Format(time.RFC3339), resp.GetLastSyncBytes(), resp.GetStatus()), nil
 	})
+	// The sync time is the last completed sync's: it stays while the
+	// link is down (not the time of the question), and advances as syncs
+	// complete (info-advances, below: not frozen at the first).
+	f.step("info-link-down", specSyncHonest+" (the link down)", call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		h := r.cfg.Hooks
+		if h.LinkDown == "" {
+			return "", hookSkip("needs the replication link cut, which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd")
+		}
+		env := r.hookEnv(kind, id)
+		if err := r.hook(ctx, "link-down", h.LinkDown, env...); err != nil {
+			return "", err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(r.cleanupBase(), r.cfg.CallTimeout)
+			defer cancel()
+			if err := r.hook(cctx, "link-up", h.LinkUp, env...); err != nil {
+				f.block("not run: the link-up command failed: " + err.Error())
+			}
+		}()
+		first, err := r.checkedInfo(ctx, p, a, enabledAt)
+		if err != nil {
+			return "", ok("GetVolumeReplicationInfo on "+a.Name+" with the link down", err)
+		}
+		t1 := first.GetLastSyncTime().AsTime()
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(r.cfg.Observe):
+		}
+		again, err := r.checkedInfo(ctx, p, a, enabledAt)
+		if err != nil {
+			return "", ok("GetVolumeReplicationInfo on "+a.Name+" with the link down, "+r.cfg.Observe.String()+" on", err)
+		}
+		t2 := again.GetLastSyncTime().AsTime()
+		if t2.After(t1) {
+			return "", fmt.Errorf("last_sync_time advanced from %s to %s while the link was down, when no sync could complete: it is not the time of a completed sync",
+				t1.Format(time.RFC3339Nano), t2.Format(time.RFC3339Nano))
+		}
+		return fmt.Sprintf("last_sync_time stayed at %s for %s with the link down", t2.Format(time.RFC3339), r.cfg.Observe), nil
+	})
 	f.step("info-secondary-refused", specInfoErrors, call, func(ctx context.Context) (string, error) {
 		_, err := p.info(ctx, b)
 		return r.want(activities.RPCGetVolumeReplicationInfo, err, codes.FailedPrecondition)
@@ -584,6 +625,39 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	})
 	f.step("resync", specResync, wait, func(ctx context.Context) (string, error) {
 		return r.follow(ctx, p, a, b, false, false)
+	})
+
+	// B is primary now, promoted (a driver that schedules its syncs at
+	// promotion, as ceph-csi, ships from here on), and A follows it.
+	f.step("info-advances", specSyncHonest+" (across syncs)", wait, func(ctx context.Context) (string, error) {
+		base := r.lastSync(ctx, p, b)
+		if w := r.cfg.Hooks.Write; w != "" {
+			// Something new for the next sync to carry.
+			if err := r.hook(ctx, "write", w, append(r.hookEnv(kind, id), "DROVER_CONF_SITE="+b.Name)...); err != nil {
+				return "", err
+			}
+		}
+		start := time.Now()
+		var last time.Time
+		err := r.poll(ctx, activities.RPCGetVolumeReplicationInfo, func() (bool, error) {
+			resp, err := r.checkedInfo(ctx, p, b, enabledAt)
+			if err != nil {
+				return false, err
+			}
+			last = resp.GetLastSyncTime().AsTime()
+			return last.After(base), nil
+		})
+		if err != nil {
+			var bad badInfo
+			if errors.As(err, &bad) {
+				return "", err
+			}
+			if !last.IsZero() && !last.After(base) {
+				return "", fmt.Errorf("last_sync_time stayed at %s for %s (the link up): it does not advance as syncs complete", last.Format(time.RFC3339Nano), time.Since(start).Round(time.Second))
+			}
+			return "", ok("GetVolumeReplicationInfo until a newer sync", err)
+		}
+		return fmt.Sprintf("advanced from %s to %s in %s", base.Format(time.RFC3339), last.Format(time.RFC3339), time.Since(start).Round(time.Millisecond)), nil
 	})
 
 	// Failover back to A with force while B is still primary: a split
