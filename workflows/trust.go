@@ -186,12 +186,15 @@ type PlanVersion struct {
 // accept is the record's answer to a plan version: the newest it holds
 // after taking v, or a refusal.
 func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*PlanVersion, error) {
-	from := v.WorkflowID
 	what := fmt.Sprintf("plan version signed at %s by key %s (%s, by %s)", v.SignedAt.UTC().Format(time.RFC3339Nano), v.KeyID, v.Workflow, v.By)
 	if err := ps.check(ctx, RecordProofCheck{Plan: r.Plan, Version: &v}, v.Proof); err != nil {
-		r.refuse(RefusedEntry{What: what, Reason: err.Error(), From: from, At: workflow.Now(ctx)})
+		// Unsealed: its workflow id is the sender's word, not the
+		// worker's.
+		r.refuse(RefusedEntry{What: what, Reason: err.Error(), From: UnknownSender, At: workflow.Now(ctx)})
 		return nil, temporal.NewNonRetryableApplicationError("the record refused the plan version: "+err.Error(), ErrRecordRefused, nil)
 	}
+	// Sealed by the worker that ran the workflow: its id is the worker's.
+	from := v.WorkflowID
 	v.Proof, v.View = nil, nil
 	v.Accepted = workflow.Now(ctx)
 	cur := r.Version

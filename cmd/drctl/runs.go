@@ -1046,7 +1046,11 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		fmt.Fprintf(w, "  REFUSED: %d attempt(s) to change the record or to run an older plan; the latest:\n", r.RefusedCount)
 		for _, x := range r.Refused[max(len(r.Refused)-5, 0):] {
 			from := ""
-			if x.From != "" {
+			switch x.From {
+			case "":
+			case workflows.UnknownSender:
+				from = " from an unknown sender"
+			default:
 				from = " from workflow " + x.From
 			}
 			fmt.Fprintf(w, "    %s %s%s: %s\n", x.At.Local().Format(time.DateTime), x.What, from, x.Reason)
