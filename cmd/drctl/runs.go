@@ -472,7 +472,14 @@ func (a *app) pick(ctx context.Context, id, state, named, what, flag string, tri
 	if err != nil {
 		return nil, nil, "", err
 	}
+	if err := foreignRun(ctx, c, id, ""); err != nil {
+		return nil, nil, "", err
+	}
 	p, err := queryProgressWithin(ctx, c, id, "", actWait)
+	if err != nil && ctx.Err() == nil && !isUnavailable(err) && runningAt(ctx, c, id) {
+		// It runs, and answered nothing in time: no worker serves it.
+		return nil, nil, "", noAnswer(id, err)
+	}
 	if err != nil {
 		return nil, nil, "", temporalError("read the progress of "+id, err)
 	}
