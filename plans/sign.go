@@ -89,9 +89,13 @@ func statement(p *Plan, signedAt, expiresAt time.Time) ([]byte, error) {
 }
 
 // Sign signs the plan as it stands (defaults applied, as drctl submits
-// it), good from now for validFor (zero: no end).
+// it), good from now for validFor (zero: no end). The signing time keeps
+// its nanoseconds: it is the plan's version, and two versions signed
+// within one second must still be ordered. (Signatures made before cut
+// it to the second; the statement writes both the same way, RFC 3339
+// with as many fractional digits as there are, so they still verify.)
 func Sign(p *Plan, key ed25519.PrivateKey, now time.Time, validFor time.Duration) (*Signature, error) {
-	s := &Signature{Key: key.Public().(ed25519.PublicKey), SignedAt: now.UTC().Truncate(time.Second)}
+	s := &Signature{Key: key.Public().(ed25519.PublicKey), SignedAt: now.UTC().Round(0)}
 	if validFor > 0 {
 		s.ExpiresAt = s.SignedAt.Add(validFor)
 	}

@@ -161,3 +161,53 @@ func TestExplicitNoRetryExitCodesSurvive(t *testing.T) {
 		t.Fatalf("the plan with the default codes under the signature of retryExitCodes: []: %v, want tampered", err)
 	}
 }
+
+// TestSigningTimeOrdersVersions: the signing time is a plan's version,
+// so it keeps its nanoseconds: two versions signed within one second are
+// ordered (issue 56; they were cut to the second, and a version of other
+// content signed in the same second was not). A signature of a whole
+// second, as older drctl made them, still verifies, before and after a
+// JSON round trip.
+func TestSigningTimeOrdersVersions(t *testing.T) {
+	p, err := Load("examples/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, key, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted := []ed25519.PublicKey{pub}
+	second := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+	older, err := Sign(p, key, second.Add(250*time.Millisecond), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := Sign(p, key, second.Add(750*time.Millisecond), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !newer.SignedAt.After(older.SignedAt) {
+		t.Fatalf("signed at %v and at %v: the later signature is not the newer version", older.SignedAt, newer.SignedAt)
+	}
+	whole, err := Sign(p, key, second, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*Signature{"older": older, "newer": newer, "a whole second's": whole} {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Signature
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !got.SignedAt.Equal(s.SignedAt) {
+			t.Errorf("%s signature: signed at %v after the trip, want %v", name, got.SignedAt, s.SignedAt)
+		}
+		if err := Verify(p, &got, trusted, second.Add(time.Second)); err != nil {
+			t.Errorf("%s signature after a JSON round trip: %v", name, err)
+		}
+	}
+}

@@ -896,6 +896,28 @@ func (s *ProtectState) validHold(h PointHold, pruning map[string]bool) error {
 	return nil
 }
 
+// ErrNotHeld is the refusal of a release of a hold its holder does not
+// have: nothing was released.
+const ErrNotHeld = "NotHeld"
+
+// validRelease refuses an operator's release of a hold that is not
+// theirs (in the update's validator only: an action's release, sealed,
+// stays as it was, taken whether or not it still holds).
+func (s *ProtectState) validRelease(h PointHold) error {
+	if !h.Release || h.byAction() {
+		return nil
+	}
+	i := slices.IndexFunc(s.Points, func(x PointInTime) bool { return x.ID == h.Point })
+	if i < 0 || slices.Contains(s.Points[i].Held, h.By) {
+		return nil
+	}
+	held := "nobody"
+	if len(s.Points[i].Held) > 0 {
+		held = strings.Join(s.Points[i].Held, ", ")
+	}
+	return temporal.NewApplicationError(fmt.Sprintf("%s holds no hold of point %q: nothing was released (it is held by %s)", h.By, h.Point, held), ErrNotHeld)
+}
+
 // reportPoints sets the points' metrics: the newest usable point's age
 // (since protection first looked for one, while there is none), and the
 // age the policy allows: every, plus the poll interval the cut waits for.

@@ -220,7 +220,7 @@ func TestHeldPointIsNeverPruned(t *testing.T) {
 	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(time.Minute), Keep: 1, KeepFor: plans.Duration(time.Minute)})
 	env, _ := f.testEnv(t)
 	var first string
-	var refused error
+	var refused, notHeld error
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(workflows.QueryProtect)
 		mustOK(t, err)
@@ -238,6 +238,10 @@ func TestHeldPointIsNeverPruned(t *testing.T) {
 	var heldSnaps, heldGroups []string
 	held := stateAt(t, env, 4*time.Minute+30*time.Second, func() {
 		heldSnaps, heldGroups = snapshotsOn(f.west)
+		// A release by someone who holds nothing releases nothing
+		// (issue 56), and says so.
+		send(t, env, workflows.UpdateHoldPoint, workflows.PointHold{Point: first, By: "mallory", Release: true},
+			func() { t.Error("a release by someone who holds nothing was taken") }, func(err error) { notHeld = err })
 		send(t, env, workflows.UpdateHoldPoint, workflows.PointHold{Point: first, By: "drover-test-shop", Release: true}, nil, nil)
 	})
 	released := stateThenStop(t, env, 5*time.Minute+30*time.Second)
@@ -245,6 +249,9 @@ func TestHeldPointIsNeverPruned(t *testing.T) {
 	mustOK(t, env.GetWorkflowError())
 	if refused == nil || !strings.Contains(refused.Error(), "no point") {
 		t.Fatalf("the hold of no point: %v", refused)
+	}
+	if notHeld == nil || !strings.Contains(notHeld.Error(), `mallory holds no hold of point`) || !strings.Contains(notHeld.Error(), "held by drover-test-shop") {
+		t.Fatalf("the release by someone who holds nothing: %v", notHeld)
 	}
 	s := *held
 	if s == nil || len(s.Points) != 2 || s.Points[0].ID != first || !slices.Equal(s.Points[0].Held, []string{"drover-test-shop"}) {

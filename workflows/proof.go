@@ -266,13 +266,19 @@ func sealRetarget(ctx workflow.Context, plan string, rt Retarget) (Retarget, err
 }
 
 // RefusedEntry is something the record refused: a change, a start or a
-// plan version, with why and, when it says, from which run.
+// plan version, with why and from which run, as far as the worker knows:
+// the workflow id a worker sealed, else UnknownSender (a change without
+// a valid seal names whatever its sender wrote, which proves nothing,
+// and Temporal tells a workflow nothing of who sent a signal or update).
 type RefusedEntry struct {
 	What   string    `json:"what"`
 	Reason string    `json:"reason"`
 	From   string    `json:"from,omitempty"`
 	At     time.Time `json:"at"`
 }
+
+// UnknownSender is the From of a refusal of something no worker sealed.
+const UnknownSender = "unknown"
 
 // refusedKept is how many refusals the record keeps (the latest).
 const refusedKept = 20

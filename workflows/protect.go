@@ -328,7 +328,12 @@ func Protect(ctx workflow.Context, in ProtectInput) (*ProtectState, error) {
 		out := *pt
 		out.Held = slices.Clone(pt.Held)
 		return &out, nil
-	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error { return s.validHold(h, pruning) }}); err != nil {
+	}, workflow.UpdateHandlerOptions{Validator: func(h PointHold) error {
+		if err := s.validHold(h, pruning); err != nil {
+			return err
+		}
+		return s.validRelease(h)
+	}}); err != nil {
 		return nil, err
 	}
 	gate := &pointGate{paused: func() bool { return s.PointsPaused != nil }}

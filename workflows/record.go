@@ -340,7 +340,7 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 			}
 		}
 		if reason != "" {
-			r.refuse(RefusedEntry{What: "start of the record", Reason: reason, At: workflow.Now(ctx)})
+			r.refuse(RefusedEntry{What: "start of the record", Reason: reason, From: UnknownSender, At: workflow.Now(ctx)})
 			workflow.GetLogger(ctx).Warn("the plan's record refused its start", "plan", in.Plan, "reason", reason)
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"the record of plan %q refused its start: %s; only a Drover worker starts a record", in.Plan, reason), ErrRecordRefused, nil)
@@ -367,11 +367,9 @@ func PlanRecorder(ctx workflow.Context, in PlanRecordInput) error {
 			return
 		}
 		if err := ps.check(ctx, RecordProofCheck{Plan: r.Plan, Change: &c}, c.Proof); err != nil {
-			from := ""
-			if c.Action != nil {
-				from = c.Action.WorkflowID
-			}
-			r.refuse(RefusedEntry{What: "change " + c.summary(), Reason: err.Error(), From: from, At: workflow.Now(ctx)})
+			// Not the workflow id the change names: without a valid
+			// seal, that is the sender's word.
+			r.refuse(RefusedEntry{What: "change " + c.summary(), Reason: err.Error(), From: UnknownSender, At: workflow.Now(ctx)})
 			workflow.GetLogger(ctx).Warn("the plan's record refused a change", "plan", r.Plan, "reason", err.Error())
 			return
 		}

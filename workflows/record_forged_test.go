@@ -85,6 +85,28 @@ func TestForgedRecordChangesAreRefused(t *testing.T) {
 		if !strings.Contains(rec.Refused[i].Reason, a.says) {
 			t.Errorf("%s: refused because %q, want it to say %q", a.name, rec.Refused[i].Reason, a.says)
 		}
+		// Who sent it is not what the change says (issue 56): the
+		// worker does not know, and says so.
+		if rec.Refused[i].From != workflows.UnknownSender {
+			t.Errorf("%s: refused as from %q, want %q, not the sender's word", a.name, rec.Refused[i].From, workflows.UnknownSender)
+		}
+	}
+
+	// A plan version without a seal, naming a workflow of the forger's
+	// choice: refused, and not kept under that name.
+	uh, err := srv.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.UpdatePlanVersion,
+		Args:         []any{workflows.PlanVersion{Digest: "0000", SignedAt: time.Now(), KeyID: "k", Workflow: "Failover", WorkflowID: "drover-action-shop"}},
+		WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = uh.Get(ctx, nil)
+	}
+	if err == nil {
+		t.Fatal("the record took an unsealed plan version")
+	}
+	rec, err = workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if n := len(rec.Refused); n != len(attempts)+1 || rec.Refused[n-1].From != workflows.UnknownSender {
+		t.Fatalf("the record's refusals after an unsealed plan version: %+v; want it refused from %q", rec.Refused, workflows.UnknownSender)
 	}
 
 	// A record started from scratch by a client.

@@ -206,7 +206,7 @@ func (r *run) validate(d Decision) error {
 	case d.Action != DecisionRetry && d.Action != DecisionSkip && d.Action != DecisionAbort:
 		return fmt.Errorf("%q is not retry, skip or abort", d.Action)
 	case d.Action == DecisionSkip && s.Guard && !d.Override:
-		return fmt.Errorf("step %q guards the steps after it (a forced promotion or a demotion relies on it): skipping it needs --override", d.Step)
+		return fmt.Errorf("step %q guards the steps after it (a forced promotion, a demotion or a test's copies rely on it): skipping it needs --override", d.Step)
 	}
 	return nil
 }

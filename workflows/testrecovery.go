@@ -245,8 +245,9 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 	groups := slices.Clone(p.VolumeGroups)
 	slices.SortFunc(groups, func(a, b plans.VolumeGroup) int { return strings.Compare(a.Name, b.Name) })
 	if !in.PointAt.IsZero() {
-		// From a point in time: its snapshots, not new ones.
-		if err := r.step(ctx, newRef(KindPoint, "hold the point in time at "+at, at), false, func(ctx workflow.Context) (string, error) {
+		// From a point in time: its snapshots, not new ones. A guard:
+		// skipped, it leaves nothing to copy.
+		if err := r.step(ctx, newRef(KindPoint, "hold the point in time at "+at, at), true, func(ctx workflow.Context) (string, error) {
 			pt, err := holdPointFor(ctx, p, at, in.PointAt, res)
 			if err != nil {
 				return "", err
@@ -294,6 +295,15 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 	}); err != nil {
 		return err
 	}
+	if missing := copiesMissing(p, at, res.Copies); len(missing) > 0 &&
+		workflow.GetVersion(ctx, testNeedsCopiesVersion, workflow.DefaultVersion, 1) >= 1 {
+		// A skipped step (the point, a snapshot, the copies) left the
+		// workloads nothing, or not everything, to run on: the test
+		// ends here rather than start them on it.
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"no writable copy of %s on %s (a step before was skipped): the test ends without starting its workloads",
+			strings.Join(missing, ", "), at), ErrNoCopies, nil)
+	}
 	tp := testPlan(p, at, res.Copies)
 	if err := startAll(ctx, r, tp, at, orchestrators.ActionTestRecovery); err != nil {
 		return err
@@ -318,6 +328,29 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 		s.Output = fmt.Sprintf("time limit of %v reached: cleaning up", limit)
 	}
 	return nil
+}
+
+// ErrNoCopies ends a test recovery that has no writable copy of every
+// volume to start its workloads on.
+const ErrNoCopies = "NoCopies"
+
+// testNeedsCopiesVersion marks a test recovery that ends, rather than
+// start its workloads, when skipped steps left volumes without a copy.
+const testNeedsCopiesVersion = "test-needs-copies"
+
+// copiesMissing are the plan's volumes at site the test has no
+// writable copy of, in the plan's order.
+func copiesMissing(p *plans.Plan, site string, copies []TestCopy) []string {
+	var out []string
+	for _, g := range p.VolumeGroups {
+		ref := g.Sites[site]
+		for _, v := range append(slices.Clone(ref.Volumes), ref.Members...) {
+			if !slices.ContainsFunc(copies, func(c TestCopy) bool { return c.Group == g.Name && c.Volume == v && c.Copy != "" }) {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
 
 // snapshotGroup cuts a group's volumes on site: one group snapshot of a

@@ -13,6 +13,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/nomad/api"
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -571,4 +572,55 @@ func TestCleanupDeletesOnlyWhatTheRunMade(t *testing.T) {
 		t.Fatalf("a cleanup of a cleanup's run: %v, want a refusal", err)
 	}
 	kept("a cleanup of a cleanup's run")
+}
+
+// TestTestRecoveryFromNoPointStartsNothing (issue 56): a test recovery
+// from a point in time that does not exist pauses at the point step.
+// That step guards the rest: a skip without --override is refused; with
+// it, the test has no copy to run its workloads on, and ends there
+// without starting any.
+func TestTestRecoveryFromNoPointStartsNothing(t *testing.T) {
+	f := testRecoveryFixture(t)
+	env, _ := f.env(t)
+	// No point to hold; the cleanup's release finds none held, as the
+	// record answers it.
+	env.OnActivity("HoldPoint", mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.PointUse) (workflows.PointInTime, error) {
+		if in.Release {
+			return workflows.PointInTime{}, nil
+		}
+		return workflows.PointInTime{}, temporal.NewNonRetryableApplicationError(`plan "shop" has no point in time at west at or before then`, workflows.ErrNoPoint, nil)
+	})
+	var point *workflows.Step
+	var refused error
+	var skipped bool
+	env.RegisterDelayedCallback(func() {
+		point = pausedStep(t, env)
+		if point == nil {
+			return
+		}
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: point.ID, Action: workflows.DecisionSkip, By: "operator"},
+			func() { t.Error("a skip of the point step without override was accepted") }, func(err error) { refused = err })
+		send(t, env, workflows.UpdateResolve, workflows.Decision{Step: point.ID, Action: workflows.DecisionSkip, Override: true, By: "operator"},
+			func() { skipped = true }, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.TestRecovery, workflows.TestRecoveryInput{Plan: f.plan, At: "west", PointAt: env.Now().Add(-time.Hour)})
+	if point == nil || !strings.HasPrefix(point.ID, string(workflows.KindPoint)+"/") {
+		t.Fatalf("paused at %+v, want the point step", point)
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "needs --override") {
+		t.Fatalf("a skip of the point step without override: %v, want it refused", refused)
+	}
+	if !skipped {
+		t.Fatal("the skip with override was not taken")
+	}
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != workflows.ErrNoCopies || !strings.Contains(err.Error(), "the test ends without starting its workloads") {
+		for _, s := range progressOf(t, env).Steps {
+			t.Logf("%s: %s %d %s %s", s.ID, s.State, s.Attempts, s.Output, s.LastError)
+		}
+		t.Fatalf("the test after the skip ended with %v, want %s", err, workflows.ErrNoCopies)
+	}
+	if log, _ := os.ReadFile(f.hooks); strings.Contains(string(log), "test-start") {
+		t.Fatalf("a test workload started with no copies:\n%s", log)
+	}
 }

@@ -196,12 +196,15 @@ type PlanVersion struct {
 // accept is the record's answer to a plan version: the newest it holds
 // after taking v, or a refusal.
 func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*PlanVersion, error) {
-	from := v.WorkflowID
-	what := fmt.Sprintf("plan version signed at %s by key %s (%s, by %s)", v.SignedAt.UTC().Format(time.RFC3339), v.KeyID, v.Workflow, v.By)
+	what := fmt.Sprintf("plan version signed at %s by key %s (%s, by %s)", v.SignedAt.UTC().Format(time.RFC3339Nano), v.KeyID, v.Workflow, v.By)
 	if err := ps.check(ctx, RecordProofCheck{Plan: r.Plan, Version: &v}, v.Proof); err != nil {
-		r.refuse(RefusedEntry{What: what, Reason: err.Error(), From: from, At: workflow.Now(ctx)})
+		// Unsealed: its workflow id is the sender's word, not the
+		// worker's.
+		r.refuse(RefusedEntry{What: what, Reason: err.Error(), From: UnknownSender, At: workflow.Now(ctx)})
 		return nil, temporal.NewNonRetryableApplicationError("the record refused the plan version: "+err.Error(), ErrRecordRefused, nil)
 	}
+	// Sealed by the worker that ran the workflow: its id is the worker's.
+	from := v.WorkflowID
 	v.Proof, v.View = nil, nil
 	v.Accepted = workflow.Now(ctx)
 	cur := r.Version
@@ -212,12 +215,20 @@ func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*P
 		// The newest version's content, under an older signature: the
 		// same plan.
 	default:
+		// Older, or signed at the very time of the newest with other
+		// content: two versions the signing times do not order. Neither
+		// is taken over the other: the one the record holds stays, and
+		// the operator signs the plan they mean again.
 		reason := fmt.Sprintf("a newer version of the plan, signed at %s by key %s, was accepted at %s (%s %s)",
-			cur.SignedAt.UTC().Format(time.RFC3339), cur.KeyID, cur.Accepted.UTC().Format(time.RFC3339), cur.Workflow, cur.WorkflowID)
+			cur.SignedAt.UTC().Format(time.RFC3339Nano), cur.KeyID, cur.Accepted.UTC().Format(time.RFC3339), cur.Workflow, cur.WorkflowID)
+		if v.SignedAt.Equal(cur.SignedAt) {
+			reason = fmt.Sprintf("another version of the plan, with other content, was signed at the same time (%s, by key %s) and accepted at %s (%s %s): versions signed at one time cannot be ordered",
+				cur.SignedAt.UTC().Format(time.RFC3339Nano), cur.KeyID, cur.Accepted.UTC().Format(time.RFC3339), cur.Workflow, cur.WorkflowID)
+		}
 		r.refuse(RefusedEntry{What: what, Reason: reason, From: from, At: workflow.Now(ctx)})
 		workflow.GetLogger(ctx).Warn("the plan's record refused an older plan version", "plan", r.Plan, "workflowId", from, "reason", reason)
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("the plan was signed at %s; %s: sign the current plan, or start the action with it", v.SignedAt.UTC().Format(time.RFC3339), reason),
+			fmt.Sprintf("the plan was signed at %s; %s: sign the current plan, or start the action with it", v.SignedAt.UTC().Format(time.RFC3339Nano), reason),
 			ErrOlderPlan, nil)
 	}
 	out := *r.Version

@@ -163,3 +163,56 @@ func TestOlderSignedPlanIsRefused(t *testing.T) {
 	mustOK(t, err)
 	mustOK(t, run.Get(ctx, nil))
 }
+
+// TestVersionsSignedInOneSecondAreOrdered (issue 56): versions signed
+// within one second are ordered by their signing times, which keep
+// their nanoseconds: b, signed half a second after a, is the newer and
+// runs. c, of other content signed at the very time of b, cannot be
+// ordered against it: the record refuses it, saying so, rather than take
+// it as the newest, and keeps b.
+func TestVersionsSignedInOneSecondAreOrdered(t *testing.T) {
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	trusted, key, err := plans.GenerateKey()
+	mustOK(t, err)
+	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	version := func(parallelism int) *plans.Plan {
+		v := *f.plan
+		v.Policy.Parallelism = parallelism
+		return &v
+	}
+	a, b, c := version(4), version(5), version(6)
+	second := time.Now().Add(-time.Hour).Truncate(time.Second)
+	sigA, err := plans.Sign(a, key, second.Add(200*time.Millisecond), 720*time.Hour)
+	mustOK(t, err)
+	sigB, err := plans.Sign(b, key, second.Add(700*time.Millisecond), 720*time.Hour)
+	mustOK(t, err)
+	sigC, err := plans.Sign(c, key, second.Add(700*time.Millisecond), 720*time.Hour)
+	mustOK(t, err)
+	verify := func(id string, p *plans.Plan, sig *plans.Signature) error {
+		run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.Verify,
+			workflows.VerifyInput{Plan: p, Record: &workflows.PlanRecord{Plan: "shop"}, Origin: workflows.Origin{Signature: sig, By: "alice@ops"}})
+		mustOK(t, err)
+		return run.Get(ctx, nil)
+	}
+	mustOK(t, verify("verify-a", a, sigA))
+	if err := verify("verify-b", b, sigB); err != nil {
+		t.Fatalf("b, signed half a second after a, was refused: %v", err)
+	}
+	err = verify("verify-c", c, sigC)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrUntrustedPlan || !strings.Contains(err.Error(), "signed at the same time") {
+		t.Fatalf("c, of other content signed at b's time: %v; want %s saying both were signed at the same time", err, activities.ErrUntrustedPlan)
+	}
+	rec, err := workflows.ReadRecord(ctx, srv.Client, "shop")
+	mustOK(t, err)
+	if rec.Version == nil || !rec.Version.SignedAt.Equal(sigB.SignedAt) || rec.Version.WorkflowID != "verify-b" {
+		t.Fatalf("the record's version %+v, want b's", rec.Version)
+	}
+	if n := len(rec.Refused); n == 0 || rec.Refused[n-1].From != "verify-c" || !strings.Contains(rec.Refused[n-1].Reason, "cannot be ordered") {
+		t.Fatalf("the record's refusals %+v, want c's, saying why", rec.Refused)
+	}
+}

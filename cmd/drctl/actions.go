@@ -839,6 +839,14 @@ func (a *app) protectCommand() *cobra.Command {
 			if err != nil {
 				return temporalError("start protection", err)
 			}
+			checked, err := a.protectChecked(cmd.Context(), c, run)
+			if err != nil {
+				return err
+			}
+			if !checked && !a.json() {
+				fmt.Fprintf(a.stderr, "note: protection of plan %q has not checked its plan within %v (is a worker polling?): drctl status %s says whether it runs or was refused\n",
+					p.Metadata.Name, protectCheckWait, p.Metadata.Name)
+			}
 			if a.json() {
 				writeJSON(a.stdout, map[string]string{"plan": p.Metadata.Name, "primary": primary, "workflowId": run.GetID(), "runId": run.GetRunID()})
 				return nil
@@ -880,6 +888,49 @@ func (a *app) protectCommand() *cobra.Command {
 	stop.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	protect.AddCommand(start, stop)
 	return protect
+}
+
+// protectCheckWait bounds how long drctl protect start waits for
+// protection's check of its plan (its signature, and its version with
+// the plan's record): a refusal ends protection at once, and drctl says
+// so rather than that it runs.
+var protectCheckWait = 30 * time.Second
+
+// protectChecked waits, up to protectCheckWait, for the protection just
+// started (or found running) to pass its plan's check, which it shows by
+// counting its run (ProtectState.Runs), or to end: an ended protection
+// is an exit 1 naming why (an UntrustedPlan refusal: an older version,
+// an expired or unknown signature). false when neither came in time.
+func (a *app) protectChecked(ctx context.Context, c client.Client, run client.WorkflowRun) (bool, error) {
+	deadline := time.Now().Add(protectCheckWait)
+	for time.Now().Before(deadline) {
+		d, err := c.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
+		if err != nil {
+			return false, temporalError("read protection "+run.GetID(), err)
+		}
+		if d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := run.Get(gctx, nil)
+			cancel()
+			if err == nil {
+				return false, failed("protection %s ended at once, without an error: drctl status and the worker's log say why", run.GetID())
+			}
+			return false, failed("protection was refused, it does not run: %s", workflows.ErrorText(err))
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.QueryProtect)
+		cancel()
+		var ps workflows.ProtectState
+		if err == nil && v.Get(&ps) == nil && ps.Runs > 0 {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return false, nil
 }
 
 // stopProtect asks the plan's Protect to stop and waits for its answer,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -87,7 +89,7 @@ is, and the latest pruned and why.
 
 --hold POINT holds a point (its id, or newest) for you (--by, else
 user@host): protection never prunes a held point. --release POINT ends
-your hold. Both go to the plan's running protection, which alone prunes.`,
+your hold (exit 2, nothing released, when you hold none). Both go to the plan's running protection, which alone prunes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -133,11 +135,17 @@ func (a *app) holdPoint(ctx context.Context, plan, point string, release bool) e
 	if err != nil && (strings.Contains(err.Error(), "already completed") || strings.Contains(err.Error(), "not found")) {
 		return badInput("the protection of plan %q is not running: nothing prunes its points now, hold one once it runs (drctl protect start)", plan)
 	}
-	if err != nil {
-		return failed("%s", workflows.ErrorText(err))
-	}
 	var pt workflows.PointInTime
-	if err := h.Get(ctx, &pt); err != nil {
+	if err == nil {
+		err = h.Get(ctx, &pt)
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.Type() == workflows.ErrNotHeld {
+		// Someone who holds nothing released nothing: bad input, as a
+		// point of another's.
+		return badInput("plan %q: %s", plan, ae.Message())
+	}
+	if err != nil {
 		return failed("%s", workflows.ErrorText(err))
 	}
 	if a.json() {

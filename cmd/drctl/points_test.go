@@ -139,6 +139,12 @@ policy:
 		return code == 0 && parse(out, &l) && len(l.Points) == 3 && l.Points[0].ID == aliceHeld &&
 			slices.Equal(l.Points[0].Held, []string{"alice"}) && l.Points[1].Taken.Sub(l.Points[0].Taken) > 2*time.Second
 	})
+	// Someone who holds nothing releases nothing, and is told so
+	// (issue 56): alice's hold stays.
+	if code, out, errs := c.run("points", "shop", "--release", aliceHeld, "--by", "mallory"); code != 2 ||
+		!strings.Contains(errs, "mallory holds no hold of point") || !strings.Contains(errs, "held by alice") || strings.Contains(out, "released") {
+		t.Fatalf("a release by someone who holds nothing: exit %d\n%s%s", code, out, errs)
+	}
 	code, out, errs = c.run("points", "shop", "--release", aliceHeld, "--by", "alice")
 	if code != 0 || !strings.Contains(out, "alice's hold released; held by nobody") {
 		t.Fatalf("drctl points --release: exit %d\n%s%s", code, out, errs)

@@ -164,13 +164,15 @@ func TestRecordLineAfterAReprotect(t *testing.T) {
 func TestRecordShowsWhatItRefused(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	r := &workflows.PlanRecord{Plan: "shop", Primary: "west",
-		Version:      &workflows.PlanVersion{SignedAt: now.Add(-time.Hour), KeyID: "10bef59f99336889", Accepted: now, Workflow: "Failover", WorkflowID: "drover-action-shop"},
-		Refused:      []workflows.RefusedEntry{{What: "plan version signed at 2026-11-23T10:00:00Z", Reason: "a newer version of the plan was accepted", From: "not-drover", At: now}},
-		RefusedCount: 1}
+		Version: &workflows.PlanVersion{SignedAt: now.Add(-time.Hour), KeyID: "10bef59f99336889", Accepted: now, Workflow: "Failover", WorkflowID: "drover-action-shop"},
+		Refused: []workflows.RefusedEntry{{What: "plan version signed at 2026-11-23T10:00:00Z", Reason: "a newer version of the plan was accepted", From: "not-drover", At: now},
+			{What: "change primary east", Reason: "it carries no worker's seal", From: workflows.UnknownSender, At: now}},
+		RefusedCount: 2}
 	var b strings.Builder
 	renderRecord(&b, r, now, "")
 	out := b.String()
-	for _, want := range []string{"plan version: signed ", "by key 10bef59f99336889", "REFUSED: 1 attempt(s)", "from workflow not-drover: a newer version of the plan was accepted"} {
+	for _, want := range []string{"plan version: signed ", "by key 10bef59f99336889", "REFUSED: 2 attempt(s)", "from workflow not-drover: a newer version of the plan was accepted",
+		"change primary east from an unknown sender: it carries no worker's seal"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status does not say %q:\n%s", want, out)
 		}

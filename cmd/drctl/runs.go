@@ -475,7 +475,14 @@ func (a *app) pick(ctx context.Context, id, state, named, what, flag string, tri
 	if err != nil {
 		return nil, nil, "", err
 	}
+	if err := foreignRun(ctx, c, id, ""); err != nil {
+		return nil, nil, "", err
+	}
 	p, err := queryProgressWithin(ctx, c, id, "", actWait)
+	if err != nil && ctx.Err() == nil && !isUnavailable(err) && runningAt(ctx, c, id) {
+		// It runs, and answered nothing in time: no worker serves it.
+		return nil, nil, "", noAnswer(id, err)
+	}
 	if err != nil {
 		return nil, nil, "", temporalError("read the progress of "+id, err)
 	}
@@ -1068,7 +1075,11 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		fmt.Fprintf(w, "  REFUSED: %d attempt(s) to change the record or to run an older plan; the latest:\n", r.RefusedCount)
 		for _, x := range r.Refused[max(len(r.Refused)-5, 0):] {
 			from := ""
-			if x.From != "" {
+			switch x.From {
+			case "":
+			case workflows.UnknownSender:
+				from = " from an unknown sender"
+			default:
 				from = " from workflow " + x.From
 			}
 			fmt.Fprintf(w, "    %s %s%s: %s\n", x.At.Local().Format(time.DateTime), x.What, from, x.Reason)

@@ -10,6 +10,7 @@ import (
 	"github.com/drover-dr/drover/internal/bintest"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 )
 
@@ -81,5 +82,54 @@ func TestSigningKeys(t *testing.T) {
 	}
 	if u := west.Snapshot().Unit("vg/vg-1"); u == nil || u.Role != sim.RolePrimary {
 		t.Fatalf("after the failover west's vg-1 is %+v, want primary", u)
+	}
+}
+
+// TestProtectStartSaysARefusal (issue 56): protection started with an
+// older signed version of the plan, once a newer one ran, is refused by
+// the worker at its first check; drctl protect start waits for that
+// check and says so (exit 1, naming the newer version) instead of that
+// protection runs. The current version's protection is said to run.
+func TestProtectStartSaysARefusal(t *testing.T) {
+	bins := bintest.Build(t, "drctl", "worker")
+	srv := devserver.Start(t, nil)
+	east, west := eastWest(t)
+	dir := t.TempDir()
+	shop := onePlan(t, filepath.Join(dir, "shop.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "")
+	old := onePlan(t, filepath.Join(dir, "shop-old.yaml"), "shop", east, west, fmt.Sprintf("{cidrs: [%s/32]}", simtest.NodeA), "  parallelism: 3\n")
+	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+	ops := filepath.Join(dir, "ops")
+	c.ok(nil, "plan", "keygen", ops)
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--trusted-plan-key", ops+".pub")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+
+	// The older version, signed an hour ago, still good.
+	key, err := plans.ReadPrivateKey(ops + ".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plans.Load(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := plans.Sign(p, key, time.Now().Add(-time.Hour), 720*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plans.WriteSignature(plans.SignatureFile(old), sig); err != nil {
+		t.Fatal(err)
+	}
+
+	// The current version runs, and drctl says so.
+	code, out, errs := c.run("protect", "start", shop, "--primary", "east", "--interval", "200ms", "--sign-key", ops+".key")
+	if code != 0 || !strings.Contains(out, `protection of plan "shop" from east runs`) {
+		t.Fatalf("protect start of the current version: exit %d\n%s\n%s", code, out, errs)
+	}
+	c.ok(nil, "protect", "stop", "shop")
+
+	// The older version is refused, and drctl says so.
+	code, out, errs = c.run("protect", "start", old, "--primary", "east", "--interval", "200ms")
+	if code != 1 || strings.Contains(out, "runs") || !strings.Contains(errs, "protection was refused") || !strings.Contains(errs, "a newer version of the plan") {
+		t.Fatalf("protect start of an older version: exit %d\n%s\n%s; want exit 1 saying it was refused, and why", code, out, errs)
 	}
 }

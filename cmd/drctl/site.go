@@ -322,6 +322,9 @@ func (a *app) testRecovery(ctx context.Context, file, at string, pointAt time.Ti
 	run, err := workflows.StartTestRecovery(ctx, c, workflows.TestRecoveryInput{Origin: o, Plan: p, At: at, PointAt: pointAt})
 	var busy *workflows.TestBusyError
 	if errors.As(err, &busy) {
+		if ferr := foreignRun(ctx, c, busy.ID, busy.RunID); ferr != nil {
+			return ferr
+		}
 		return failed("%v", err)
 	}
 	if err != nil {
@@ -373,6 +376,9 @@ func testLeftovers(ctx context.Context, c client.Client, plan string) ([]leftove
 	for _, e := range runs {
 		run := e.GetExecution().GetRunId()
 		if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			if err := foreignRun(ctx, c, id, run); err != nil {
+				return nil, 0, err
+			}
 			return nil, 0, failed("a %s of plan %q is running (workflow %s, run %s): wait for it to end, or end it with drctl approve %s or drctl cancel %s",
 				typeWords(e.GetType().GetName()), plan, id, run, id, id)
 		}

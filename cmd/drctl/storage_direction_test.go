@@ -112,7 +112,7 @@ func TestForgedRecordDoesNotAimAReprotect(t *testing.T) {
 		t.Fatalf("after the forged record and the reprotect, west's vg-1 is %s", u.Role)
 	}
 	rec, err := workflows.ReadRecord(t.Context(), srv.Client, "shop")
-	if err != nil || rec.RefusedCount != 1 || rec.Primary != "west" || rec.Refused[0].From != "forged" {
+	if err != nil || rec.RefusedCount != 1 || rec.Primary != "west" || rec.Refused[0].From != workflows.UnknownSender {
 		t.Fatalf("the record after the forged change: %+v, %v; want west primary and the change refused", rec, err)
 	}
 }

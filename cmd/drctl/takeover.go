@@ -92,13 +92,23 @@ func answers(ctx context.Context, addr string) (bool, string) {
 // a cluster that answers (the start is forwarded there) need nothing.
 // A global namespace active on a cluster that does not answer is taken
 // over with takeOver (this cluster made active, waited for), and refused
-// without it.
+// without it. takeOver where there is nothing to take over is said, on
+// stderr, and the action goes on.
 func (a *app) activeHere(ctx context.Context, c client.Client, takeOver bool) error {
 	ns, err := a.describeNamespaceSite(ctx, c)
 	if err != nil {
 		return &exitError{exitUnreachable, err}
 	}
-	if !ns.global || ns.active == ns.here {
+	switch {
+	case !ns.global:
+		if takeOver {
+			fmt.Fprintf(a.stderr, "drctl: warning: namespace %s is not global (it lives on one Temporal cluster): nothing to take over; --take-over-namespace does nothing\n", a.ns)
+		}
+		return nil
+	case ns.active == ns.here:
+		if takeOver {
+			fmt.Fprintf(a.stderr, "drctl: namespace %s is already active on %s, the cluster drctl reaches: nothing to take over\n", a.ns, ns.here)
+		}
 		return nil
 	}
 	if !takeOver {

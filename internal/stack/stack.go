@@ -447,14 +447,20 @@ func (s *Stack) SigningKey() string { return filepath.Join(s.Dir, "plan-signing.
 // PublicKey is the public half of SigningKey.
 func (s *Stack) PublicKey() string { return filepath.Join(s.Dir, "plan-signing.pub") }
 
+// SignatureValidity is how long the stack's signatures are good: as
+// long as drctl's by default, so that a copy of the demo plan's
+// signature, collected by a reader of the namespace, does not run the
+// plan for ever. The stack signs its plans again at every start.
+const SignatureValidity = 30 * 24 * time.Hour
+
 // Sign signs a plan with the stack's key, for an action started through
-// the Temporal client.
+// the Temporal client, good for SignatureValidity.
 func (s *Stack) Sign(p *plans.Plan) (*plans.Signature, error) {
 	key, err := plans.ReadPrivateKey(s.SigningKey())
 	if err != nil {
 		return nil, err
 	}
-	return plans.Sign(p, key, time.Now(), 0)
+	return plans.Sign(p, key, time.Now(), SignatureValidity)
 }
 
 // RecordKeyFile is the file of the key the stack's worker seals its

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,7 +68,9 @@ func TestEndedNamesACrashedProcess(t *testing.T) {
 // TestTourPlanIsSigned: make up (the fixed layout, SignOriginal) signs
 // the demo plan itself, with the key its worker trusts, so that the
 // README tour's commands, which name plans/examples/demo.yaml, send a
-// valid signature; the stack's copy is signed too.
+// valid signature; the stack's copy is signed too. The signatures end
+// after SignatureValidity (30 days, as drctl's), as every signature
+// should (issue 56).
 func TestTourPlanIsSigned(t *testing.T) {
 	src, err := os.ReadFile("../../plans/examples/demo.yaml")
 	if err != nil {
@@ -104,6 +107,12 @@ func TestTourPlanIsSigned(t *testing.T) {
 		}
 		if err := plans.Verify(p, sig, keys, time.Now()); err != nil {
 			t.Fatalf("%s: %v", f, err)
+		}
+		if sig.ExpiresAt.IsZero() || sig.ExpiresAt.Sub(sig.SignedAt) != SignatureValidity {
+			t.Fatalf("%s: signed at %v, good until %v: want an end %v later", f, sig.SignedAt, sig.ExpiresAt, SignatureValidity)
+		}
+		if err := plans.Verify(p, sig, keys, time.Now().Add(SignatureValidity+time.Hour)); !errors.Is(err, plans.ErrExpired) {
+			t.Fatalf("%s checked after its end: %v, want %v", f, err, plans.ErrExpired)
 		}
 	}
 }
