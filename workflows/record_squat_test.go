@@ -2,7 +2,6 @@ package workflows_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"strings"
 	"testing"
@@ -11,8 +10,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/drover-dr/drover/activities"
-	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -25,11 +22,7 @@ import (
 // workflow at the record's ID, why it is not Drover's and how to remove
 // it.
 func TestSquattedRecordIsNamed(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	trusted, key, err := plans.GenerateKey()
-	mustOK(t, err)
-	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	srv, f, key := trustingWorker(t)
 	f.plan.ApplyDefaults()
 	sig, err := plans.Sign(f.plan, key, time.Now().Add(-time.Minute), 0)
 	mustOK(t, err)
@@ -46,10 +39,7 @@ func TestSquattedRecordIsNamed(t *testing.T) {
 			_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue}, c.wfType, workflows.PlanRecordInput{Plan: "shop"})
 			mustOK(t, err)
 			defer func() { _ = srv.Client.TerminateWorkflow(context.Background(), id, "", "test over") }()
-			run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "drill-beside-a-squatter-" + c.wfType, TaskQueue: workflows.TaskQueue},
-				workflows.Drill, workflows.DrillInput{Plan: f.plan, Action: "failover", From: "east", To: "west", Origin: workflows.Origin{Signature: sig, By: "alice@ops"}})
-			mustOK(t, err)
-			err = run.Get(ctx, nil)
+			err = signedDrill(t, ctx, srv, "drill-beside-a-squatter-"+c.wfType, f.plan, sig)
 			var ae *temporal.ApplicationError
 			if !errors.As(err, &ae) || ae.Type() != workflows.ErrRecordNotDrovers || !strings.Contains(err.Error(), c.want) ||
 				!strings.Contains(err.Error(), "no Drover worker started it") || !strings.Contains(err.Error(), "temporal workflow terminate -w "+id) {

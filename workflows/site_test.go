@@ -555,11 +555,8 @@ func TestSiteFailoverFencesNothingForPlansWhenBusyIsUnknown(t *testing.T) {
 // own failover, started with the version the site action checked, checks
 // it again and is refused as older: loose's volume is not promoted.
 func TestSiteChildChecksItsPlanWhenItStarts(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	trusted, key, err := plans.GenerateKey()
-	mustOK(t, err)
-	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	srv, f, key := trustingWorker(t)
+	var err error
 	f.east.Down()
 	sps := sitePlans(t, f) // loose (tier 1), shop, logs (tier 0)
 	sps[1].Plan.Policy.Approvals = []string{"beforePromote"}
@@ -584,10 +581,7 @@ func TestSiteChildChecksItsPlanWhenItStarts(t *testing.T) {
 	newer.Policy.Retry.TimeLimit = plans.Duration(2 * time.Second)
 	sig, err := plans.Sign(&newer, key, time.Now().Add(-time.Hour), 0)
 	mustOK(t, err)
-	drill, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "drill-of-the-newer-loose", TaskQueue: workflows.TaskQueue},
-		workflows.Drill, workflows.DrillInput{Plan: &newer, Action: "failover", From: "east", To: "west", Origin: workflows.Origin{Signature: sig, By: "alice@ops"}})
-	mustOK(t, err)
-	_ = drill.Get(ctx, nil) // its checks of the lost east fail; its version is taken first
+	_ = signedDrill(t, ctx, srv, "drill-of-the-newer-loose", &newer, sig) // its checks of the lost east fail; its version is taken first
 	rec, err := workflows.ReadRecord(ctx, srv.Client, "loose")
 	mustOK(t, err)
 	if rec == nil || rec.Version == nil || !rec.Version.SignedAt.Equal(sig.SignedAt) {

@@ -25,11 +25,7 @@ import (
 // Drover worker made (not the writer's), says it was rebuilt and from
 // which run, and what it passed over.
 func TestRecordOutlivesItsTermination(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	trusted, key, err := plans.GenerateKey()
-	mustOK(t, err)
-	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	srv, f, key := trustingWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	v1 := *f.plan
@@ -42,10 +38,7 @@ func TestRecordOutlivesItsTermination(t *testing.T) {
 	sig2, err := plans.Sign(v2, key, time.Now().Add(-time.Hour), 0)
 	mustOK(t, err)
 	drill := func(name string, p *plans.Plan, sig *plans.Signature) error {
-		run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "drill-" + name, TaskQueue: workflows.TaskQueue},
-			workflows.Drill, workflows.DrillInput{Plan: p, Action: "failover", From: "east", To: "west", Origin: workflows.Origin{Signature: sig, By: "alice@ops"}})
-		mustOK(t, err)
-		return run.Get(ctx, nil)
+		return signedDrill(t, ctx, srv, "drill-"+name, p, sig)
 	}
 	refused := func(err error) bool {
 		var ae *temporal.ApplicationError
@@ -75,4 +68,26 @@ func TestRecordOutlivesItsTermination(t *testing.T) {
 	if b := rec.Rebuilt; b == nil || b.From != drovers || b.Status != "terminated" || !strings.Contains(b.Note, "passed over run "+squat.GetRunID()) {
 		t.Fatalf("the new record says it was rebuilt %+v; want from %s (terminated), passing over the writer's run %s", b, drovers, squat.GetRunID())
 	}
+}
+
+// trustingWorker starts a dev server and, on it, a worker of f's fixture
+// that trusts one new key, whose private half it returns to sign plans.
+func trustingWorker(t *testing.T) (*devserver.Server, *fixture, ed25519.PrivateKey) {
+	t.Helper()
+	srv := devserver.Start(t, nil)
+	f := newFixture(t)
+	trusted, key, err := plans.GenerateKey()
+	mustOK(t, err)
+	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	return srv, f, key
+}
+
+// signedDrill runs a drill of a failover east to west of p, signed by
+// sig, under id, and returns how it ended.
+func signedDrill(t *testing.T, ctx context.Context, srv *devserver.Server, id string, p *plans.Plan, sig *plans.Signature) error {
+	t.Helper()
+	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue},
+		workflows.Drill, workflows.DrillInput{Plan: p, Action: "failover", From: "east", To: "west", Origin: workflows.Origin{Signature: sig, By: "alice@ops"}})
+	mustOK(t, err)
+	return run.Get(ctx, nil)
 }

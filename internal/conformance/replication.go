@@ -383,6 +383,27 @@ type pairState struct {
 	disabledA bool
 }
 
+// linkDown cuts the pair's replication link with the link-down hook, for
+// a check that needs what; up restores it (a failure blocks the checks
+// after). Without the hooks the check is a hook skip.
+func (r *runner) linkDown(ctx context.Context, f *flow, kind, id, what string) (up func(), err error) {
+	h := r.cfg.Hooks
+	if h.LinkDown == "" {
+		return nil, hookSkip("needs " + what + ", which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd (e.g. stop and resume the mirroring daemons)")
+	}
+	env := r.hookEnv(kind, id)
+	if err := r.hook(ctx, "link-down", h.LinkDown, env...); err != nil {
+		return nil, err
+	}
+	return func() {
+		cctx, cancel := context.WithTimeout(r.cleanupBase(), r.cfg.CallTimeout)
+		defer cancel()
+		if err := r.hook(cctx, "link-up", h.LinkUp, env...); err != nil {
+			f.block("not run: the link-up command failed: " + err.Error())
+		}
+	}, nil
+}
+
 func (r *runner) hookEnv(kind, id string) []string {
 	return []string{"DROVER_CONF_SITE_A=" + r.cfg.A.Name, "DROVER_CONF_SITE_B=" + r.cfg.B.Name,
 		"DROVER_CONF_KIND=" + kind, "DROVER_CONF_SOURCE=" + id}
@@ -477,21 +498,11 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	// link is down (not the time of the question), and advances as syncs
 	// complete (info-advances, below: not frozen at the first).
 	f.step("info-link-down", specSyncHonest+" (the link down)", call+r.cfg.Observe, func(ctx context.Context) (string, error) {
-		h := r.cfg.Hooks
-		if h.LinkDown == "" {
-			return "", hookSkip("needs the replication link cut, which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd")
-		}
-		env := r.hookEnv(kind, id)
-		if err := r.hook(ctx, "link-down", h.LinkDown, env...); err != nil {
+		up, err := r.linkDown(ctx, f, kind, id, "the replication link cut")
+		if err != nil {
 			return "", err
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(r.cleanupBase(), r.cfg.CallTimeout)
-			defer cancel()
-			if err := r.hook(cctx, "link-up", h.LinkUp, env...); err != nil {
-				f.block("not run: the link-up command failed: " + err.Error())
-			}
-		}()
+		defer up()
 		first, err := r.checkedInfo(ctx, p, a, enabledAt)
 		if err != nil {
 			return "", ok("GetVolumeReplicationInfo on "+a.Name+" with the link down", err)
@@ -530,22 +541,12 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		return r.want(activities.RPCPromoteVolume, err, codes.FailedPrecondition)
 	})
 	f.step("promote-unforced-peer-unreachable-refused", specUnreachable, call, func(ctx context.Context) (string, error) {
-		h := r.cfg.Hooks
-		if h.LinkDown == "" {
-			return "", hookSkip("needs the peer unreachable, which no CSI-Addons call can make: give --link-down-cmd and --link-up-cmd (e.g. stop and resume the mirroring daemons)")
-		}
-		env := r.hookEnv(kind, id)
-		if err := r.hook(ctx, "link-down", h.LinkDown, env...); err != nil {
+		up, err := r.linkDown(ctx, f, kind, id, "the peer unreachable")
+		if err != nil {
 			return "", err
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(r.cleanupBase(), r.cfg.CallTimeout)
-			defer cancel()
-			if err := r.hook(cctx, "link-up", h.LinkUp, env...); err != nil {
-				f.block("not run: the link-up command failed: " + err.Error())
-			}
-		}()
-		err := p.promote(ctx, b, false)
+		defer up()
+		err = p.promote(ctx, b, false)
 		if err == nil && !r.cfg.DryRun {
 			st.diverged = true
 			f.block("not run: " + pre + "promote-unforced-peer-unreachable-refused left both copies primary")
