@@ -37,20 +37,7 @@ func TestOneLookInEveryView(t *testing.T) {
 	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
 		Groups: []sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1"}}, {ID: "vg-2", Volumes: []string{"v2"}}},
 		TweakA: func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
-	path := filepath.Join(t.TempDir(), "look.yaml")
-	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
-kind: FailoverPlan
-metadata: {name: look}
-sites:
-  - name: east
-    storage: {endpoint: %q}
-    fence: {cidrs: [%s/32]}
-    orchestrator: {exec: {}}
-  - name: west
-    storage: {endpoint: %q}
-    fence: {cidrs: [%s/32]}
-    orchestrator: {exec: {}}
-volumeGroups:
+	path := twoSitePlan(t, east, west, "look", `volumeGroups:
   - name: db
     sites: {east: {groupID: vg-1}, west: {groupID: vg-1}}
   - name: logs
@@ -58,14 +45,8 @@ volumeGroups:
 policy:
   rpoTarget: 3s
   retry: {initialInterval: 50ms, maximumInterval: 200ms}
-`, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	metrics := simtest.FreeAddr(t)
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics, "--allow-unsigned-plans")
-	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
-	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
+`)
+	c, metrics := workerOn(t, bins, srv)
 
 	// One look: the first poll, then none for an hour.
 	c.ok(nil, "protect", "start", path, "--primary", "east", "--interval", "1h")
@@ -147,4 +128,40 @@ policy:
 	if !regexp.MustCompile(`\ndrover_out_of_rpo\{[^}]*plan="look"[^}]*\} 0\n`).MatchString(prom) {
 		t.Errorf("drover_out_of_rpo of the plan is not 0")
 	}
+}
+
+// twoSitePlan writes plan name over the pair east and west (their
+// storage, east fenced by NodeA, west by NodeB, exec hooks), with rest
+// (its volume groups, policy, …) after the sites, and returns its path.
+func twoSitePlan(t *testing.T, east, west *simtest.Site, name, rest string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
+kind: FailoverPlan
+metadata: {name: %s}
+sites:
+  - name: east
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+  - name: west
+    storage: {endpoint: %q}
+    fence: {cidrs: [%s/32]}
+    orchestrator: {exec: {}}
+%s`, name, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB, rest)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// workerOn starts a worker (unsigned plans allowed) on srv with its
+// metrics on a free address, and returns a drctl for srv and that
+// address.
+func workerOn(t *testing.T, bins string, srv *devserver.Server) (cli, string) {
+	t.Helper()
+	metrics := simtest.FreeAddr(t)
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics, "--allow-unsigned-plans")
+	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+	return cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}, metrics
 }

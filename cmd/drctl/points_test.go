@@ -2,10 +2,8 @@ package main_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -39,34 +37,15 @@ func TestPointsOnDevServer(t *testing.T) {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
 	east, west := eastWest(t)
-	shop := filepath.Join(t.TempDir(), "shop.yaml")
-	body := fmt.Sprintf(`apiVersion: drover.dev/v1alpha1
-kind: FailoverPlan
-metadata: {name: shop}
-sites:
-  - name: east
-    storage: {endpoint: %q}
-    fence: {cidrs: [%s/32]}
-    orchestrator: {exec: {}}
-  - name: west
-    storage: {endpoint: %q}
-    fence: {cidrs: [%s/32]}
-    orchestrator: {exec: {}}
-volumeGroups:
+	shop := twoSitePlan(t, east, west, "shop", `volumeGroups:
   - name: db
     sites: {east: {groupID: vg-1, members: [v1, v2]}, west: {groupID: vg-1, members: [v1, v2]}}
   - name: loose
     sites: {east: {volumes: [solo]}, west: {volumes: [solo]}}
 policy:
   pointsInTime: {every: 1s, keep: 2}
-`, east.Endpoint(), simtest.NodeA, west.Endpoint(), simtest.NodeB)
-	if err := os.WriteFile(shop, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}
-	metrics := simtest.FreeAddr(t)
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", metrics, "--allow-unsigned-plans")
-	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
+`)
+	c, metrics := workerOn(t, bins, srv)
 
 	c.ok(nil, "protect", "start", shop, "--primary", "east", "--interval", "200ms")
 	var l pointsOut
