@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -451,6 +452,11 @@ func TestProtectFollowsAFailover(t *testing.T) {
 	}
 	if v := m.get(workflows.MetricOutOfRPO, "shop"); v != 0 {
 		t.Errorf("drover_out_of_rpo %v while unprotected", v)
+	}
+	// No replica, no lag: its series are dropped (NaN), not left at the
+	// last lag seen before the failover.
+	if v := m.get(workflows.MetricReplicationLag, "shop"); !math.IsNaN(v) {
+		t.Errorf("drover_replication_lag_seconds %v while unprotected, want NaN (the series dropped)", v)
 	}
 	f.recordMu.Lock()
 	var last *workflows.ProtectionEntry
