@@ -5,14 +5,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/csiaddons/replication"
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
@@ -447,5 +452,183 @@ func TestStartedStateNamesNoPause(t *testing.T) {
 	s := *got
 	if s == nil || s.PointsPaused != nil || len(s.Points) < 2 {
 		t.Fatalf("state after a start that named a pause: %+v; want no pause and points cut", s)
+	}
+}
+
+// TestNoCutWhilePointsArePaused: protection cuts no point while an
+// action's pause holds, however due a cut is, and cuts again once the
+// pause ends (in the test environment, no dev server). Protection of
+// shop from east cuts at the primary, polling every 10 s. The pause
+// comes while east's storage holds one of protection's calls for its
+// points: the second cut's first group snapshot (a cut every minute), or
+// a read of a pending point's copy before a cut that is due (a cut every
+// 10 s). From then no storage call for a point begins at east (no
+// snapshot, group snapshot, copy or enable, no prune), a cut under way
+// is cut short naming the pausing run, and no point is cut in the four
+// minutes of due cuts that follow. The pause ends (PauseEnded says so)
+// and protection cuts again.
+func TestNoCutWhilePointsArePaused(t *testing.T) {
+	secondCut := func(n *int) func(string, any) bool {
+		return func(method string, _ any) bool {
+			if method != "CreateVolumeGroupSnapshot" {
+				return false
+			}
+			*n++
+			return *n == 3
+		}
+	}
+	copyRead := func(method string, req any) bool {
+		r, ok := req.(*replication.GetVolumeReplicationInfoRequest)
+		return ok && method == "GetVolumeReplicationInfo" &&
+			(strings.HasPrefix(r.GetVolumeId(), "clone-") || strings.HasPrefix(r.GetReplicationSource().GetVolume().GetVolumeId(), "clone-"))
+	}
+	var n int
+	for _, c := range []struct {
+		name  string
+		every time.Duration
+		pause func(method string, req any) bool
+		short bool
+	}{
+		{"during a cut", time.Minute, secondCut(&n), true},
+		{"before a due cut", 10 * time.Second, copyRead, false},
+	} {
+		t.Run(c.name, func(t *testing.T) { noCutWhilePaused(t, c.every, c.pause, c.short) })
+	}
+}
+
+// noCutWhilePaused runs TestNoCutWhilePointsArePaused's protection,
+// cutting every every, paused as east's storage takes the first call
+// for which pause says so; short: a cut is under way then.
+func noCutWhilePaused(t *testing.T, every time.Duration, pause func(method string, req any) bool, short bool) {
+	f := pointsFixture(t, plans.PointsInTime{Every: plans.Duration(every), Keep: 10, Cut: plans.CutPrimary})
+	env, _ := f.testEnv(t)
+	by := workflows.ActionHolder(workflows.ActionID("shop"), "r-pausing")
+
+	var ended atomic.Bool
+	env.OnActivity("PauseEnded", mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.PauseEndInput) (string, error) {
+		if in.By != by {
+			t.Errorf("PauseEnded asked of %q, want %q", in.By, by)
+		}
+		if ended.Load() {
+			return "the action that paused them ended", nil
+		}
+		return "", nil
+	})
+	// The pause is in effect once its seal is checked (a local activity:
+	// the handler sets the pause in the workflow task that follows). The
+	// environment names a completed local activity by its wrapper, so the
+	// check is found by its ID when it starts. (The fixture's listener of
+	// local activities' starts is replaced: this test reads no calls.)
+	checked := make(chan struct{})
+	var checkOnce sync.Once
+	var checkID atomic.Value
+	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+		if info.ActivityType.Name == "CheckRecordProof" {
+			checkID.Store(info.ActivityID)
+		}
+	})
+	env.SetOnLocalActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+		if id, _ := checkID.Load().(string); id != "" && id == info.ActivityID {
+			checkOnce.Do(func() { close(checked) })
+		}
+	})
+	var (
+		accepted, completed atomic.Bool
+		rejected            atomic.Value
+	)
+	log := &rpcLog{}
+	var (
+		pauseMu  sync.Mutex
+		pausedAt time.Time
+	)
+	f.setOnRPC(func(site, method string, req any, handle func() (any, error)) (any, error) {
+		if site != "east" {
+			return handle()
+		}
+		log.add("begin " + method)
+		pauseMu.Lock()
+		now := pausedAt.IsZero() && pause(method, req)
+		if now {
+			pausedAt = env.Now()
+		}
+		pauseMu.Unlock()
+		if now {
+			// The pause comes while the storage holds this call.
+			pp, err := (&workflows.RecordSender{}).SealPauseAt("shop", workflows.PointsPause{By: by}, pausedAt)
+			mustOK(t, err)
+			env.UpdateWorkflow(workflows.UpdatePausePoints, "", &testsuite.TestUpdateCallback{
+				OnAccept:   func() { accepted.Store(true) },
+				OnReject:   func(err error) { rejected.Store(err.Error()); checkOnce.Do(func() { close(checked) }) },
+				OnComplete: func(any, error) { completed.Store(true) }}, pp)
+			select {
+			case <-checked:
+			case <-time.After(time.Minute):
+				t.Error("the pause's seal was not checked within a minute")
+			}
+			log.add("paused")
+		}
+		out, err := handle()
+		log.add("end " + method)
+		return out, err
+	})
+	var endAt time.Time
+	env.RegisterDelayedCallback(func() {
+		endAt = env.Now()
+		log.add("pause ends")
+		ended.Store(true)
+	}, 4*time.Minute+5*time.Second)
+	got := stateThenStop(t, env, 6*time.Minute+5*time.Second)
+	env.ExecuteWorkflow(workflows.Protect, workflows.ProtectInput{Plan: f.plan, Primary: "east", Interval: 10 * time.Second})
+	mustOK(t, env.GetWorkflowError())
+	if r := rejected.Load(); r != nil {
+		t.Fatalf("the pause was refused: %v", r)
+	}
+	if !accepted.Load() || !completed.Load() {
+		t.Fatalf("the pause: accepted %v, answered %v", accepted.Load(), completed.Load())
+	}
+	events := log.all()
+	from, to := slices.Index(events, "paused"), slices.Index(events, "pause ends")
+	if from < 0 || to < from {
+		t.Fatalf("east's calls: %v; want the pause, then its end", events)
+	}
+	pointCall := func(m string) bool { return slices.Contains(append(pointRPCs, "CreateVolumeGroupSnapshot"), m) }
+	for _, e := range events[from:to] {
+		if kind, m, _ := strings.Cut(e, " "); kind == "begin" && pointCall(m) {
+			t.Fatalf("protection's %s began at east while its points were paused: %v", m, events[from:to])
+		}
+	}
+	if !slices.ContainsFunc(events[to:], func(e string) bool { return e == "begin CreateVolumeGroupSnapshot" }) {
+		t.Fatalf("no cut at east after the pause ended: %v", events[to:])
+	}
+
+	// The points protection told its record of: the first, the second
+	// cut short (pruned once the cuts went on), none while paused, then
+	// cuts again.
+	s := *got
+	if s == nil {
+		t.Fatal("no state read")
+	}
+	sent, _ := f.pointChanges()
+	cutShort := "cut short: protection's points were paused by " + by
+	shorts, after := 0, 0
+	for _, pt := range append(sent, s.Points...) {
+		switch {
+		case pt.Taken.After(endAt):
+			after++
+		case pt.Taken.Before(pausedAt):
+		case short && strings.Contains(pt.Error, cutShort):
+			shorts++
+		default:
+			t.Fatalf("point %s cut at %v while the points were paused (from %v to %v): %+v", pt.ID, pt.Taken, pausedAt, endAt, pt)
+		}
+	}
+	if short && shorts == 0 {
+		t.Fatalf("no point cut short by the pause: %+v", sent)
+	}
+	if after == 0 {
+		t.Fatalf("no point cut after the pause ended at %v: %+v", endAt, s.Points)
+	}
+	if s.PointsPaused != nil {
+		t.Fatalf("still paused at the end: %+v", s.PointsPaused)
 	}
 }

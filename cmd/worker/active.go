@@ -91,8 +91,9 @@ type gate struct {
 }
 
 // waitActive checks until the namespace is active here (true) or ctx
-// ends (false). A check that fails counts as active: the worker then
-// polls, and its polls say what is wrong.
+// ends (false). A check that fails leaves the state as it was: before
+// any answer it counts as active (the worker then polls, and its polls
+// say what is wrong); after an answer that paused the worker it does not.
 func (g *gate) waitActive(ctx context.Context) bool {
 	for {
 		if g.active(ctx) {

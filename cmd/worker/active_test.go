@@ -168,3 +168,97 @@ func TestVersionedWorkerOfAGlobalNamespaceWarns(t *testing.T) {
 		})
 	}
 }
+
+// TestPausedGateStaysPausedWhileItsClusterCannotBeAsked: a worker paused
+// because its cluster is standby for the namespace does not start
+// polling when the check then fails (its cluster restarting, the link
+// to it cut): a failed check is no answer that the namespace came back.
+// Neither waitActive nor watch starts a worker over several failed
+// checks; the first answer that names the cluster active does.
+func TestPausedGateStaysPausedWhileItsClusterCannotBeAsked(t *testing.T) {
+	var mu sync.Mutex
+	view := clusterView{global: true, here: "west", active: "east"}
+	var checkErr error
+	checks := 0
+	set := func(active string, err error) {
+		mu.Lock()
+		view.active, checkErr = active, err
+		mu.Unlock()
+	}
+	checked := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return checks
+	}
+	var started, stopped atomic.Int32
+	var logs syncBuffer
+	g := &gate{every: time.Millisecond, ns: "drover", logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		check: func(context.Context) (clusterView, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			checks++
+			return view, checkErr
+		},
+		build: func() worker.Worker { return fakeWorker{started: &started, stopped: &stopped} }}
+	ctx := context.Background()
+
+	// Paused by an answer, then the check fails: still paused.
+	if g.active(ctx) {
+		t.Fatal("active with the namespace active on east, not on the worker's west")
+	}
+	set("east", errors.New("rpc error: code = Unavailable desc = connection refused"))
+	for i := 0; i < 3; i++ {
+		if g.active(ctx) {
+			t.Fatalf("failed check %d after a pause: active (the worker would poll a standby)", i+1)
+		}
+	}
+	if !strings.Contains(logs.String(), "cannot ask") {
+		t.Fatalf("the failed check is not logged:\n%s", logs.String())
+	}
+
+	// waitActive keeps waiting through failed checks.
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan bool, 1)
+	from := checked()
+	go func() { waited <- g.waitActive(wctx) }()
+	for i := 0; checked() < from+5; i++ {
+		if i > 10000 {
+			t.Fatal("waitActive made no checks")
+		}
+		select {
+		case ok := <-waited:
+			t.Fatalf("waitActive returned %v after a failed check while paused", ok)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	if ok := <-waited; ok {
+		t.Fatal("waitActive said active after failed checks while paused")
+	}
+
+	// watch starts no worker through failed checks either.
+	wctx, cancel = context.WithCancel(ctx)
+	done := make(chan struct{})
+	from = checked()
+	go func() { g.watch(wctx); close(done) }()
+	for i := 0; checked() < from+5; i++ {
+		if i > 10000 {
+			t.Fatal("watch made no checks")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := started.Load(); n != 0 {
+		t.Fatalf("a worker started %d time(s) while its cluster, standby at the last answer, could not be asked", n)
+	}
+	// The cluster answers, active here: a worker starts.
+	set("west", nil)
+	for i := 0; started.Load() == 0; i++ {
+		if i > 10000 {
+			t.Fatalf("no worker started once the cluster answered active; log:\n%s", logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	g.stop()
+}
