@@ -111,6 +111,14 @@ func (a *app) activeHere(ctx context.Context, c client.Client, takeOver bool) er
 		}
 		return nil
 	}
+	if takeOver && ns.activeAnswers {
+		// Taken over only from a cluster that does not answer: one that
+		// answers runs the action, and its workers would go on beside
+		// this cluster's.
+		fmt.Fprintf(a.stderr, "drctl: namespace %s is active on cluster %s (%s), which answers: nothing is taken over (--take-over-namespace takes over only a cluster that does not answer); the action starts there\n",
+			a.ns, ns.active, ns.addr)
+		return nil
+	}
 	if !takeOver {
 		if ns.activeAnswers {
 			fmt.Fprintf(a.stderr, "drctl: namespace %s is active on cluster %s (%s), not on %s, the cluster drctl reaches: the action starts there\n",
