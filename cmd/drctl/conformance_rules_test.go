@@ -311,7 +311,16 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			// reported.
 			{breakSyncFrozen, both("info-advances"), "", both("resync")},
 		} {
+			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
+				// The sync time's rules do not depend on the profile: the
+				// spec's sites, a minute quicker, carry them (the ceph-csi
+				// profile's honest run passes both checks).
+				continue
+			}
 			t.Run(driver+" "+c.rule, func(t *testing.T) {
+				// Each on a pair of its own, mostly waiting on the sites:
+				// two at a time.
+				t.Parallel()
 				var extra []string
 				if driver == sim.DriverCephCSI {
 					extra = []string{"--volume", cephVolume}

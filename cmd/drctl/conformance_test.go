@@ -250,6 +250,9 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 	}
 	for _, b := range breaks {
 		t.Run(b.driver+" "+b.brk+" is caught", func(t *testing.T) {
+			// Each on a pair of its own, mostly waiting on the sites: two
+			// at a time, once the subtests above have run.
+			t.Parallel()
 			sims, params := []string{"--break", b.brk}, b.params
 			if b.driver == sim.DriverCephCSI {
 				// A scratch volume in ceph-csi's format, so that the
