@@ -2,7 +2,6 @@ package workflows_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/drover-dr/drover/activities"
-	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
@@ -36,11 +34,7 @@ import (
 // makes it, with who started them. v2 under an older signature of the
 // same content still runs.
 func TestOlderSignedPlanIsRefused(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	trusted, key, err := plans.GenerateKey()
-	mustOK(t, err)
-	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	srv, f, key := trustingWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -171,11 +165,7 @@ func TestOlderSignedPlanIsRefused(t *testing.T) {
 // ordered against it: the record refuses it, saying so, rather than take
 // it as the newest, and keeps b.
 func TestVersionsSignedInOneSecondAreOrdered(t *testing.T) {
-	srv := devserver.Start(t, nil)
-	f := newFixture(t)
-	trusted, key, err := plans.GenerateKey()
-	mustOK(t, err)
-	f.startWorker(t, srv, &activities.PlanTrust{Keys: []ed25519.PublicKey{trusted}})
+	srv, f, key := trustingWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
