@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -258,32 +259,47 @@ func (s *RecordSender) AcceptPlanVersion(ctx context.Context, in VersionRequest)
 	id := RecordID(in.Plan)
 	start := s.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{ID: id, TaskQueue: TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, PlanRecorder, PlanRecordInput{Plan: in.Plan, First: &first})
-	// The record answers within recordAnswerWait, or the workflow at its
-	// ID is looked at: one that is not Drover's record is named as such.
-	wait := recordAnswerWait
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(d)*3/4)
-	}
-	uctx, cancel := context.WithTimeout(ctx, wait)
+	// A record that has not answered within recordAnswerWait is looked
+	// at, while the call goes on: a workflow at its ID that is not
+	// Drover's record ends the call at once; Drover's own (busy, or
+	// waiting for a worker) is waited for as long as the call may wait.
+	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	answered := make(chan struct{})
+	var mu sync.Mutex
+	why := ""
+	go func() {
+		select {
+		case <-answered:
+		case <-time.After(recordAnswerWait):
+			if w := s.notDrovers(ctx, in.Plan, id); w != "" {
+				mu.Lock()
+				why = w
+				mu.Unlock()
+				cancel()
+			}
+		}
+	}()
 	h, err := s.Client.UpdateWithStartWorkflow(uctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: UpdatePlanVersion, Args: []any{v}, WaitForStage: client.WorkflowUpdateStageCompleted}})
 	var out PlanVersion
 	if err == nil {
 		err = h.Get(uctx, &out)
 	}
+	close(answered)
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) && (ae.Type() == ErrOlderPlan || ae.Type() == ErrRecordRefused) {
 		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s refused plan %q: %s", in.Version.Workflow, in.Plan, ae.Message()), activities.ErrUntrustedPlan, nil)
 	}
-	if err != nil && ae == nil {
-		if why := s.notDrovers(ctx, in.Plan, id); why != "" {
-			return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"the record of plan %q did not take the plan's version: the workflow at its ID, %s, is not Drover's record: %s. "+
-					"Drover keeps the plan's newest version, its fences, holds and points there, and no action runs without it. "+
-					"Look at it (temporal workflow describe -w %s), end it if it is not yours (temporal workflow terminate -w %s), and start the action again",
-				in.Plan, id, why, id, id), ErrRecordNotDrovers, nil)
-		}
+	mu.Lock()
+	notOurs := why
+	mu.Unlock()
+	if err != nil && notOurs != "" {
+		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"the record of plan %q did not take the plan's version: the workflow at its ID, %s, is not Drover's record: %s. "+
+				"Drover keeps the plan's newest version, its fences, holds and points there, and no action runs without it. "+
+				"Look at it (temporal workflow describe -w %s), end it if it is not yours (temporal workflow terminate -w %s), and start the action again",
+			in.Plan, id, notOurs, id, id), ErrRecordNotDrovers, nil)
 	}
 	if err != nil {
 		return PlanVersion{}, fmt.Errorf("ask the record of plan %q (%s) to accept the plan's version: %w", in.Plan, id, err)
@@ -297,7 +313,7 @@ func (s *RecordSender) AcceptPlanVersion(ctx context.Context, in VersionRequest)
 // otherwise wait on it until its deadline, without a word.
 const ErrRecordNotDrovers = "RecordNotDrovers"
 
-// recordAnswerWait bounds one wait for the record's answer before the
+// recordAnswerWait is how long the record may take to answer before the
 // workflow at its ID is looked at.
 const recordAnswerWait = 12 * time.Second
 
