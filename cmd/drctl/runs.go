@@ -120,7 +120,7 @@ func (a *app) runCommands() []*cobra.Command {
 	resolve.Flags().BoolVar(&retry, "retry", false, "run the step again")
 	resolve.Flags().BoolVar(&skip, "skip", false, "mark the step skipped and go on")
 	resolve.Flags().BoolVar(&abort, "abort", false, "end the action here")
-	resolve.Flags().BoolVar(&override, "override", false, "allow skipping a step later steps rely on (a fence)")
+	resolve.Flags().BoolVar(&override, "override", false, "allow skipping a step later steps rely on (a fence), or, with --retry, starting a workload on copies a skipped promotion left as they were")
 	resolve.Flags().StringVar(&step, "step", "", "the paused step, by its ID (fence/east) or its name (default: the only one paused)")
 	resolve.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (skip and abort ask)")
 
