@@ -51,12 +51,14 @@ func browser(t *testing.T) context.Context {
 	bctx, cancel2 := chromedp.NewContext(actx)
 	t.Cleanup(cancel2)
 	// The first Run starts the browser for bctx's lifetime: the time
-	// limit below bounds the test's steps, not the browser.
+	// limit below bounds the test's steps, not the browser. It counts
+	// from here, before the test builds its binaries and starts its
+	// stack, which take minutes of it on a busy machine.
 	if err := chromedp.Run(bctx); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
 	t.Cleanup(func() { _ = chromedp.Cancel(bctx) }) // close it and wait, before the contexts end
-	ctx, cancel3 := context.WithTimeout(bctx, 3*time.Minute)
+	ctx, cancel3 := context.WithTimeout(bctx, 6*time.Minute)
 	t.Cleanup(cancel3)
 	return ctx
 }
