@@ -20,6 +20,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/internal/wftest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 )
@@ -48,7 +49,7 @@ func runActivity(t *testing.T, acts []any, opts workflow.ActivityOptions, name s
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	env := ts.NewTestWorkflowEnvironment()
+	env := wftest.New(&ts)
 	for _, a := range acts {
 		env.RegisterActivity(a)
 	}

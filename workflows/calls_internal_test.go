@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/drover-dr/drover/activities"
+	"github.com/drover-dr/drover/internal/wftest"
 )
 
 // flaky is a storage call for the retry loop's tests: each attempt is
@@ -86,7 +87,7 @@ func runRetried(t *testing.T, o workflow.ActivityOptions, f *flaky) (retriedRun,
 func runCall(t *testing.T, f *flaky, call func(ctx workflow.Context) (string, error)) (retriedRun, []attempt) {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := wftest.New(&s)
 	env.RegisterActivity(f)
 	f.now = env.Now
 	wf := func(ctx workflow.Context) (retriedRun, error) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
+	"github.com/drover-dr/drover/internal/wftest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
@@ -192,7 +193,7 @@ func (f *fixture) testEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]
 	if f.metrics != nil {
 		ts.SetMetricsHandler(f.metrics)
 	}
-	env := ts.NewTestWorkflowEnvironment()
+	env := wftest.New(&ts)
 	workflows.Register(env)
 	trust := f.trust
 	if trust == nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/devserver"
+	"github.com/drover-dr/drover/internal/wftest"
 	"github.com/drover-dr/drover/sim"
 	"github.com/drover-dr/drover/workflows"
 )
@@ -414,7 +415,7 @@ func startRecord(t *testing.T, ctx context.Context, srv *devserver.Server) {
 // activities it calls (the seal check; who started it, which has no
 // client here and answers nothing).
 func recorderEnv(s *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironment {
-	env := s.NewTestWorkflowEnvironment()
+	env := wftest.New(s)
 	env.RegisterActivity(&workflows.RecordSender{})
 	env.RegisterActivity(&workflows.RunReader{})
 	return env

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/drover-dr/drover/internal/wftest"
 	"github.com/drover-dr/drover/plans"
 )
 
@@ -107,7 +108,7 @@ func TestUnreachableSeriesFollowsThePrimary(t *testing.T) {
 	g := &siteGauges{vals: map[string]float64{}}
 	var ts testsuite.WorkflowTestSuite
 	ts.SetMetricsHandler(g)
-	env := ts.NewTestWorkflowEnvironment()
+	env := wftest.New(&ts)
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		(&ProtectState{Primary: "west", Unreachable: "a poll went unanswered"}).report(ctx, p)
 		(&ProtectState{Primary: "east"}).report(ctx, p)
