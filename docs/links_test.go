@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/drover-dr/drover/plans"
 )
 
 // markdownFiles are the README, the other top-level documents and every
@@ -247,5 +249,40 @@ func TestMakeTargets(t *testing.T) {
 		if !strings.Contains(readme, want) {
 			t.Errorf("the README does not name %s", want)
 		}
+	}
+}
+
+// TestPlansInDocsLoad loads every plan the docs show in full (a yaml
+// code block with kind: FailoverPlan) as drctl plan validate does: a
+// plan a reader copies must be valid.
+func TestPlansInDocsLoad(t *testing.T) {
+	n := 0
+	for _, f := range markdownFiles(t) {
+		var block []string
+		in := false
+		for i, l := range strings.Split(read(t, f), "\n") {
+			switch {
+			case !in && strings.TrimSpace(l) == "```yaml":
+				in, block = true, nil
+			case in && strings.TrimSpace(l) == "```":
+				in = false
+				text := strings.Join(block, "\n") + "\n"
+				if !strings.Contains(text, "kind: FailoverPlan") {
+					continue
+				}
+				n++
+				// Blank lines before the block: the errors' lines are the
+				// file's.
+				at := strings.Repeat("\n", i-len(block))
+				if _, err := plans.Parse(f, []byte(at+text)); err != nil {
+					t.Errorf("the plan in %s: %v", f, err)
+				}
+			case in:
+				block = append(block, l)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no plan found in the docs")
 	}
 }
