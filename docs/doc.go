@@ -2,7 +2,8 @@
 // came to do (README.md in this folder is the map), and the tests that
 // keep it honest: every relative link and #anchor in the README and the
 // docs leads somewhere (TestLinks), every plan they show in full loads
-// (TestPlansInDocsLoad), and the table of make targets is the Makefile's
+// (TestPlansInDocsLoad), every file here is on the map
+// (TestEveryDocIsOnTheMap), and the table of make targets is the Makefile's
 // (TestMakeTargets). The generated references under
 // reference/ are checked against the code in cmd/drctl
 // (TestGeneratedReferences).

@@ -286,3 +286,18 @@ func TestPlansInDocsLoad(t *testing.T) {
 		t.Fatal("no plan found in the docs")
 	}
 }
+
+// TestEveryDocIsOnTheMap fails when a file under docs/ is not linked from
+// docs/README.md, the map a reader starts from.
+func TestEveryDocIsOnTheMap(t *testing.T) {
+	linked := map[string]bool{}
+	for _, l := range links(read(t, "docs/README.md")) {
+		path, _, _ := strings.Cut(l[0], "#")
+		linked[filepath.ToSlash(filepath.Join("docs", path))] = true
+	}
+	for _, f := range markdownFiles(t) {
+		if strings.HasPrefix(f, "docs/") && f != "docs/README.md" && !linked[f] {
+			t.Errorf("%s is not on the map (docs/README.md)", f)
+		}
+	}
+}
