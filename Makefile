@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench bench-sql lint generate schema histories fuzz mutate demo up down sim temporal clean
+.PHONY: help build test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench bench-sql lint generate schema docs histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -178,6 +178,13 @@ generate: ## regenerate the CSI-Addons Go stubs (needs protoc 3.21.12)
 
 schema: ## regenerate plans/plan.schema.json from the plan types
 	$(GO) run ./cmd/drctl plan schema > plans/plan.schema.json
+
+# The references generated from the code: every drctl command and flag
+# (docs/reference/drctl.md) and the plan format from plans/plan.schema.json
+# (docs/reference/plan-format.md). Run it, after make schema when the
+# plan types changed, and commit the files: a test fails when they differ.
+docs: ## regenerate the references in docs/reference from drctl's commands and the plan schema
+	$(GO) run ./cmd/drctl gen-docs --out docs/reference --schema plans/plan.schema.json
 
 # Each new input the fuzzer finds is minimised for at most FUZZMINIMIZE:
 # Go's default, a minute, left a 30 s run minimising its first find with

@@ -18,7 +18,7 @@ import (
 // TestComposeConfig loads docker-compose.yaml (loadCompose: interpolation,
 // anchors, a strict decode of the Compose keys the file uses and the
 // consistency checks of `docker compose config`), and the services the
-// README promises must be there.
+// docs promise (docs/guides/upgrades.md, Docker Compose) must be there.
 func TestComposeConfig(t *testing.T) {
 	p, err := loadCompose("../docker-compose.yaml")
 	if err != nil {

@@ -18,7 +18,7 @@
 // maintains at the server version the Makefile builds, set up by
 // one-shot schema and namespace services, with a health check that waits
 // for the namespace, and load the files it uses. They check that every
-// alert rule names metrics the worker exports and is in the README. With
+// alert rule names metrics the worker exports and is in docs/reference/metrics.md. With
 // a nomad binary on PATH they parse the Nomad jobs with a real `nomad
 // agent -dev` (the parser the Nomad adapter uses) and run them there
 // against the Temporal dev server, until every worker passes its checks

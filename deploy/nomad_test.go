@@ -76,7 +76,7 @@ func parseJob(t *testing.T, c *api.Client, j nomadJob, extraVars string) *api.Jo
 }
 
 // TestNomadJobSpecs parses each job file with a real Nomad agent and
-// checks what the README promises of it: a service job, two workers
+// checks what docs/guides/deploy-nomad.md promises of it: a service job, two workers
 // spread over nodes, health checks on /healthz and /readyz that gate
 // deployments (the first restarting a hung worker), the TEMPORAL_* settings and storage secrets from the
 // job's Nomad Variable through an env template, the central worker's
@@ -159,7 +159,7 @@ func TestNomadJobSpecs(t *testing.T) {
 }
 
 // TestNomadWorkerBuilds parses the central worker's job with two builds,
-// as during an upgrade (README, "Upgrading"): one group per build, named
+// as during an upgrade (docs/guides/upgrades.md): one group per build, named
 // by it, each running its own binary as that build (--build-id), and
 // otherwise the same group as without builds.
 func TestNomadWorkerBuilds(t *testing.T) {
@@ -190,7 +190,7 @@ func TestNomadWorkerBuilds(t *testing.T) {
 }
 
 // TestNomadRainbow runs the central worker's job on a real `nomad agent
-// -dev` through an upgrade as the README says: one build, then the new
+// -dev` through an upgrade as docs/guides/upgrades.md says: one build, then the new
 // build added beside it, then the old one dropped. Adding the new build
 // must leave the old build's workers as they are (same allocations, no
 // restart), and both must poll Temporal as their build; dropping the old
@@ -339,7 +339,7 @@ func stopJobAtEnd(t *testing.T, c *api.Client, id string) {
 
 // TestNomadJobsRun runs both job files on a real `nomad agent -dev`
 // against the Temporal dev server, their settings in Nomad Variables as
-// the README says: each worker comes up, its /healthz and /readyz checks
+// docs/guides/deploy-nomad.md says: each worker comes up, its /healthz and /readyz checks
 // pass, and Temporal lists it polling its queue; the central worker,
 // hung (SIGSTOP), is restarted by its /healthz check. It logs each worker's
 // resident memory, the figure the job files' limits come from.
@@ -372,7 +372,7 @@ func TestNomadJobsRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The central worker runs the binary where it lies; the site
-		// worker's job downloads it as an archive, as the README's step 6
+		// worker's job downloads it as an archive, as step 6 of docs/guides/deploy-nomad.md
 		// says a client without the binary gets it.
 		vars := fmt.Sprintf("driver = \"raw_exec\"\nworker_binary = %q\ncount = 1\n", filepath.Join(bins, "worker"))
 		if !j.planKeys {

@@ -18,7 +18,8 @@ import (
 // Prometheus reads a rule file and checks each rule names only metrics
 // the worker exports, under the names its Prometheus naming gives them
 // (counters _total, timers _seconds), and says what it means; the
-// README's alert table lists every alert.
+// reference's alert table (docs/reference/metrics.md) lists every alert,
+// and its metric table every metric a worker exports.
 func TestPrometheusRules(t *testing.T) {
 	raw, err := os.ReadFile("prometheus/drover-rules.yaml")
 	if err != nil {
@@ -46,7 +47,7 @@ func TestPrometheusRules(t *testing.T) {
 		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricUnprotected, workflows.MetricPointAge, workflows.MetricPointMaxAge,
 		workflows.MetricSignatureEnds, workflows.MetricProtectionEnded, "temporal_num_pollers", "up",
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/reference/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +77,20 @@ func TestPrometheusRules(t *testing.T) {
 				}
 			}
 			if !strings.Contains(string(readme), "| `"+r.Alert+"` |") {
-				t.Errorf("the README's alert table lacks %s", r.Alert)
+				t.Errorf("docs/reference/metrics.md's alert table lacks %s", r.Alert)
 			}
 		}
 	}
 	if n < 5 {
 		t.Fatalf("only %d rules", n)
+	}
+	mine := []string{workflows.MetricActionDuration + "_seconds", workflows.MetricStepFailures + "_total",
+		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricPrimaryUnreachable, workflows.MetricUnprotected,
+		workflows.MetricPointAge, workflows.MetricPointMaxAge, workflows.MetricSignatureEnds, workflows.MetricProtectionEnded}
+	for _, m := range mine {
+		if !strings.Contains(string(readme), "| `"+m+"` |") {
+			t.Errorf("docs/reference/metrics.md's metric table lacks %s", m)
+		}
 	}
 	// What protection reports has its alert: a plan out of RPO, with no
 	// replica, without a recent point, whose signature ends within the

@@ -78,7 +78,7 @@
 // The tests need the Temporal CLI (make temporal); make test builds it.
 // make e2e-sql runs TestScenarios on the production path instead: the
 // Temporal server built from its Go module on PostgreSQL, its schemas,
-// namespace and search attributes set up as the README's "Running it for
-// real" says (DROVER_E2E_SQL names the directory of the server and its
+// namespace and search attributes set up as docs/guides/deploy-nomad.md ("Running it
+// for real") says (DROVER_E2E_SQL names the directory of the server and its
 // SQL tool).
 package e2e

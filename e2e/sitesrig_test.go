@@ -256,7 +256,7 @@ func pgUser(t *testing.T) *syscall.Credential {
 
 // startTemporal starts the site's Temporal cluster with the production
 // configuration, deploy/temporal/config/production.yaml, set for two
-// clusters as the README says: its own name, its own initial failover
+// clusters as docs/guides/two-sites.md says: its own name, its own initial failover
 // version, global namespaces, and the dynamic configuration beside it.
 func (r *rig) startTemporal(s *siteNet, initialVersion int, global bool) *rigProc {
 	r.t.Helper()

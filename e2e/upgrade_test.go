@@ -53,15 +53,15 @@ func (u *upgrade) eventually(within time.Duration, what string, cond func() (boo
 // TestUpgrade upgrades the worker from a previous build of Drover (the
 // worker and drctl of an earlier commit, which make e2e-upgrade builds
 // and names in DROVER_E2E_UPGRADE_FROM) to this checkout's while a
-// protected plan's failover waits at an approval gate, as the README's
-// "Upgrading" says: the new build's worker starts beside the old one,
+// protected plan's failover waits at an approval gate, as
+// docs/guides/upgrades.md says: the new build's worker starts beside the old one,
 // `temporal worker deployment set-current-version` makes it current, and
 // the gate is opened. The failover must end on the build it started on
 // (pinned: every workflow and activity task of it after the gate by the
 // old build's worker), Protect and the plan's record must move to the new
 // build and carry on there, a new action must run on the new build, and
 // the old build's worker is stopped only once Temporal lists nothing
-// running on it and calls it drained. Then a rollback, as the README
+// running on it and calls it drained. Then a rollback, as the guide
 // says of it: a failback waits at its gate on the new build, the
 // previous build's worker starts again and is made current, and the
 // failback ends on the new build and a drill runs on the previous one;
@@ -168,7 +168,7 @@ func TestUpgrade(t *testing.T) {
 			}
 		}
 		if !slices.Contains(stay, workflows.ProtectID("e2e")) {
-			t.Fatalf("Protect did not take the patch on %s; the rollback would prove nothing of the README's promise", u.this)
+			t.Fatalf("Protect did not take the patch on %s; the rollback would prove nothing of the upgrade guide's promise", u.this)
 		}
 		t.Logf("upgrade: took the new path on %s: %v; did not: %v", u.this, stay, move)
 		marks := map[string]int64{}
@@ -176,7 +176,7 @@ func TestUpgrade(t *testing.T) {
 			marks[id] = u.lastEvent(id)
 		}
 
-		// The README's rollback: the previous build's workers beside
+		// The upgrade guide's rollback: the previous build's workers beside
 		// the new build's, then made current.
 		u.restart(u.prevProc)
 		u.current(u.this)
@@ -315,7 +315,7 @@ func (u *upgrade) newPath(t *testing.T, id, change, update string) string {
 }
 
 // stuck waits until the workflow, a run that took a path the current
-// (previous) build does not have, shows what the README says of it: its
+// (previous) build does not have, shows what the upgrade guide says of it: its
 // workflow task failed on the previous build's worker and is being
 // tried again (Temporal's describe), it stays on this build (no task of
 // it completed since event after, by anyone), and it still runs.
@@ -369,7 +369,7 @@ func (u *upgrade) taskFailures(t *testing.T, id string, after int64, identity st
 
 // switchTo moves the deployment from build from to build to while an
 // action pinned to from waits at its gate: start runs to's worker beside
-// from's, the README's command makes to current, and Protect must move
+// from's, the upgrade guide's command makes current, and Protect must move
 // to it and carry on there (the record moves at its next change, which
 // the action makes). from's worker must not be
 // stoppable yet: the action runs on it. Then the gate is opened.
@@ -422,8 +422,8 @@ func (u *upgrade) pinnedActionEnds(t *testing.T, id, build, proc string) {
 	t.Logf("upgrade: the action pinned to %s ended there: after its gate %s, all by %s", build, n, proc)
 }
 
-// drainAndStop waits until nothing runs on build, as the README's
-// commands tell (the list of its running workflows empty, its drainage
+// drainAndStop waits until nothing runs on build, as the upgrade
+// guide's commands tell (the list of its running workflows empty, its drainage
 // status drained), and only then stops its worker.
 func (u *upgrade) drainAndStop(t *testing.T, build, proc string) {
 	t.Helper()
@@ -477,7 +477,7 @@ func (u *upgrade) on(id, build string, b enumspb.VersioningBehavior) {
 	})
 }
 
-// drainage is what the README's commands tell of build: the running
+// drainage is what the upgrade guide's commands tell of build: the running
 // workflows on it (every behaviour) and its drainage status (pinned runs
 // only).
 func (u *upgrade) drainage(build string) ([]string, client.WorkerDeploymentVersionDrainageStatus) {
@@ -610,8 +610,8 @@ func (u *upgrade) mustPrev(args ...string) {
 	}
 }
 
-// temporal runs the Temporal CLI against the stack, as the README's
-// commands are run, and fails the test unless it exits 0.
+// temporal runs the Temporal CLI against the stack, as the upgrade
+// guide's commands are run, and fails the test unless it exits 0.
 func (u *upgrade) temporal(args ...string) string {
 	u.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

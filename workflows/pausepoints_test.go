@@ -237,7 +237,7 @@ func TestPointsResumeWhenThePausingActionEnds(t *testing.T) {
 	if !ps.LastCut.Equal(last) {
 		t.Fatalf("protection cut at %v while the failback that paused its points waited (last cut before: %v)", ps.LastCut, last)
 	}
-	// Replication is still polled (README, "A failback pauses the
+	// Replication is still polled (docs/guides/point-in-time.md, "A failback pauses the
 	// points").
 	if len(ps.Groups) == 0 {
 		t.Fatal("protection reports no group")
@@ -365,7 +365,7 @@ func TestFailbackWaitsForAPointCallItGaveUpOn(t *testing.T) {
 }
 
 // TestPausePointsStepIsAGuard: the failback's pause of protection's
-// points is a guard (README, "A failback pauses the points"). Where the
+// points is a guard (docs/guides/point-in-time.md, "A failback pauses the points"). Where the
 // pause cannot be made (here the worker has no client to reach
 // protection), the failback pauses at that step before any demotion; a
 // skip without --override is refused, one with it is taken, with the
@@ -415,8 +415,8 @@ func TestPausePointsStepIsAGuard(t *testing.T) {
 }
 
 // TestFailoverDoesNotPauseThePoints: a failover of a plan with points
-// takes no pause of protection's points (README, "A failback pauses the
-// points"): it waits on no call of protection's, and here, where the
+// takes no pause of protection's points (docs/guides/point-in-time.md, "A failback
+// pauses the points"): it waits on no call of protection's, and here, where the
 // pause could not be made (the worker has no client to reach
 // protection), it would stop for the operator. It completes, with no
 // such step.

@@ -279,7 +279,7 @@ type PlanRecordInput struct {
 // the patches allowed in the two auto-upgrading workflows (Protect and
 // the record; see Register): a run of either moves to a new build on its
 // next task, so a change of the commands it makes needs GetVersion. To
-// retire it: once the README's "Upgrading" query lists no run of Protect
+// retire it: once docs/guides/upgrades.md's query lists no run of Protect
 // or of a record started before the build that brought it, drop the
 // GetVersion calls (here, in PlanRecorder and in sealing) and keep the
 // sealed path.

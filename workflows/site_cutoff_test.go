@@ -317,7 +317,7 @@ func TestLostSitesWorkerDoesNotHoldTheFailover(t *testing.T) {
 // TestCancelEndsTheWaitForASiteWorker: a call that waits in a site's
 // queue with no worker to take it holds the action for as long as the
 // cut lasts, and `drctl cancel` (a cancel of the run) ends the wait
-// (README, "A site worker cut off"): the action ends canceled and the
+// (docs/guides/deploy-nomad.md, "A site worker cut off"): the action ends canceled and the
 // call never runs.
 func TestCancelEndsTheWaitForASiteWorker(t *testing.T) {
 	t.Cleanup(workflows.SetSiteWaitAfter(time.Second))

@@ -59,7 +59,7 @@ func (a *ranIn) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActi
 }
 
 // TestSiteQueueCallsRunOnTheSiteWorker: a site with a task queue of its
-// own (a worker inside it, as the README's deployment describes) has
+// own (a worker inside it, as docs/guides/deploy-nomad.md describes) has
 // every storage call and every workload hook of that site run by the
 // site's worker, never by the central worker that runs the workflows:
 // not the single calls' or the hooks' local first attempts, not the

@@ -53,7 +53,7 @@ func ActionID(plan string) string { return names.ActionID(plan) }
 // those histories, once no run of theirs started before its build became
 // current (Protect continues as new every 100 polls, a record every 500
 // changes or at its history cap, which for a quiet plan can take weeks):
-// the README's "Upgrading" has the query that tells.
+// docs/guides/upgrades.md has the query that tells.
 func Register(w interface {
 	RegisterWorkflowWithOptions(any, workflow.RegisterOptions)
 }) {
@@ -153,7 +153,7 @@ func ReadProtect(ctx context.Context, c client.Client, plan string) (*ProtectSta
 }
 
 // The search attributes every Drover workflow carries (registered on the
-// namespace as Keyword; see the README): its plan, its action (failover,
+// namespace as Keyword; see docs/guides/deploy-nomad.md, step 3): its plan, its action (failover,
 // reprotect, failback, drill, protect, record, verify) and the site it
 // acts towards (the site taking over, or protection's primary).
 var (

@@ -259,7 +259,7 @@ func TestStopPastDeadlinePauses(t *testing.T) {
 // TestLostSiteStopCutAndRunAgain: in a failover, the best-effort stop of
 // a lost site's workload makes its first attempt as a local activity cut
 // at one second, then runs the hook again as a regular activity within
-// the stop deadline, as the README tells hook writers. A stop hook that
+// the stop deadline, as docs/design/architecture.md tells hook writers. A stop hook that
 // takes 1.5 s is started twice, the first run cut before its end, the
 // second run to its end, and the step reports the workload asked to
 // stop: the lost site is not waited for, so nothing says it stopped.
@@ -287,7 +287,7 @@ func TestLostSiteStopCutAndRunAgain(t *testing.T) {
 
 // TestWorkloadStartCutAndRunAgain: a workload's start makes its first
 // attempt as a local activity cut at one second, then runs the hook again
-// as a regular activity, as the README tells hook writers. A start hook
+// as a regular activity, as docs/design/architecture.md tells hook writers. A start hook
 // that takes 1.5 s is started twice, the first run cut before its end,
 // the second run to its end, and the workload comes up.
 func TestWorkloadStartCutAndRunAgain(t *testing.T) {

@@ -229,7 +229,7 @@ cannot be reached, refuses drctl's credentials or has no such namespace.`,
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
 	root.AddCommand(a.reportCommand(), a.uiCommand())
-	root.AddCommand(a.conformanceCommand(), a.pointsCommand())
+	root.AddCommand(a.conformanceCommand(), a.pointsCommand(), a.genDocsCommand())
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "The module version and VCS revision drctl was built from",

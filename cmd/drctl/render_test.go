@@ -372,7 +372,7 @@ func TestPointsTableSaysWhereAPointWasCut(t *testing.T) {
 
 // TestPointsJSONSaysWhenCopiesSynced: `drctl points -o json` gives a
 // point cut at the primary its cutAt, and synced once its copies have
-// all synced (README, Point-in-time recovery); a point still shipping
+// all synced (docs/guides/point-in-time.md); a point still shipping
 // has no synced.
 func TestPointsJSONSaysWhenCopiesSynced(t *testing.T) {
 	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
@@ -402,7 +402,7 @@ func TestPointsJSONSaysWhenCopiesSynced(t *testing.T) {
 // TestFailoverToAPointSaysHowItsVolumesAreMade: the failover --point
 // confirmation says the point's copies are promoted when the plan cuts
 // its points at the primary, and volumes made of its snapshots when it
-// cuts them at the replicas (README, Point-in-time recovery).
+// cuts them at the replicas (docs/guides/point-in-time.md).
 func TestFailoverToAPointSaysHowItsVolumesAreMade(t *testing.T) {
 	at := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)
 	p := &plans.Plan{Metadata: plans.Metadata{Name: "shop"}, VolumeGroups: make([]plans.VolumeGroup, 2),
@@ -444,7 +444,7 @@ func TestFailoverAwayFromRestoredVolumesWarns(t *testing.T) {
 
 // TestPointsSaysAFailbackPausedThem: while a failback pauses protection's
 // points, `drctl points` says so, naming the run and since when, below
-// the table (README, Point-in-time recovery; the DroverPointInTimeLate
+// the table (docs/guides/point-in-time.md; the DroverPointInTimeLate
 // alert sends the operator here).
 func TestPointsSaysAFailbackPausedThem(t *testing.T) {
 	now := time.Date(2026, 11, 27, 13, 0, 0, 0, time.UTC)

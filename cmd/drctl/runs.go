@@ -1125,7 +1125,7 @@ func isNotFound(err error) bool {
 // workflow.GetVersion change, an update the older build has no handler
 // for), its workflow tasks and queries fail on the current build and it
 // waits, nothing lost, until a build that has the path is current again
-// (README, "Upgrading"). "" when the run is on the current build (or
+// (docs/guides/upgrades.md). "" when the run is on the current build (or
 // Temporal does not say).
 func otherBuild(ctx context.Context, c client.Client, what, plan, id string, err error) string {
 	if err == nil {

@@ -132,7 +132,7 @@ func startTLSFront(t *testing.T, backend string, ca *testpki.CA, clientCA *x509.
 }
 
 // TestTemporalOverTLS: the worker and drctl reach a Temporal frontend
-// that takes TLS only, as README's "TLS or API keys" says: with an API
+// that takes TLS only, as docs/guides/deploy-nomad.md's "TLS or API keys" says: with an API
 // key (TEMPORAL_API_KEY, or drctl's --api-key) and with mutual TLS
 // (TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH, or
 // drctl's --tls-cert-path and --tls-key-path), a private CA given by

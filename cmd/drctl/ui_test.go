@@ -64,7 +64,7 @@ func browser(t *testing.T) context.Context {
 }
 
 // screenshot saves the page as PNG into DROVER_SCREENSHOTS, when set
-// (the README's pictures come from there).
+// (docs/guides/reports-and-dashboard.md's pictures come from there).
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	dir := os.Getenv("DROVER_SCREENSHOTS")

@@ -31,7 +31,7 @@ import (
 // action asking the record timed out.
 const versionedGlobalWarning = "the namespace is global (a Temporal cluster at each site) and this worker runs as a Worker Deployment version: " +
 	"after a namespace failover and failback, the plans' records were seen waiting for workflow tasks no worker received; " +
-	"run the workers of a global namespace with --versioning=false (README: Where Temporal lives)"
+	"run the workers of a global namespace with --versioning=false (docs/guides/two-sites.md: Where Temporal lives)"
 
 // clusterView is what the worker's cluster says of the namespace.
 type clusterView struct {

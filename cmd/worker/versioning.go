@@ -62,8 +62,8 @@ func checkVersionNames(deployment, buildID string) error {
 // very first start: until a deployment has a current version, a new
 // workflow on a task queue only versioned workers poll waits, without an
 // error, for a worker that never comes. When another build is current it
-// changes nothing: a new build is made current by the operator (README,
-// "Upgrading"), or by takeOverUnattended once the current build has no
+// changes nothing: a new build is made current by the operator (docs/guides/
+// upgrades.md), or by takeOverUnattended once the current build has no
 // worker left, never by a worker that happens to start beside it, so
 // that a restarted old worker cannot take the deployment back.
 func registerVersion(ctx context.Context, cl client.Client, deployment, buildID, queue string, makeCurrent bool, logger *slog.Logger) error {
@@ -134,7 +134,7 @@ const unattendedEvery = 15 * time.Second
 // build with workers is current every new workflow, Protect and the plan's
 // records wait. A run pinned to the build that is gone waits for a worker
 // of it all the same: upgrades that keep those safe run both builds side
-// by side (README, "Upgrading"). It looks every unattendedEvery until ctx
+// by side (docs/guides/upgrades.md). It looks every unattendedEvery until ctx
 // ends.
 func takeOverUnattended(ctx context.Context, cl client.Client, deployment, buildID, queue string, after time.Duration, logger *slog.Logger) {
 	h := cl.WorkerDeploymentClient().GetHandle(deployment)

@@ -89,7 +89,7 @@ const (
 )
 
 // Search attributes every Drover workflow carries, registered on the
-// namespace (see the README): the plan, the action (failover, reprotect,
+// namespace (see docs/guides/deploy-nomad.md, step 3): the plan, the action (failover, reprotect,
 // failback, drill, protect, record, verify) and the site it acts towards.
 const (
 	AttrPlan   = "DroverPlan"

@@ -25,8 +25,8 @@ import (
 // The production-like Temporal of Options.SQL: the Temporal server built
 // from its Go module (bin/temporal-server) with its SQL tool
 // (bin/temporal-sql-tool), on a throwaway PostgreSQL cluster of the
-// machine's PostgreSQL binaries. The setup is the one the README's
-// "Running it for real" gives an operator: both schemas with the SQL
+// machine's PostgreSQL binaries. The setup is the one docs/guides/deploy-nomad.md
+// ("Running it for real") gives an operator: both schemas with the SQL
 // tool, then the namespace and Drover's search attributes with the
 // temporal CLI.
 

@@ -67,7 +67,7 @@ func TestEndedNamesACrashedProcess(t *testing.T) {
 
 // TestTourPlanIsSigned: make up (the fixed layout, SignOriginal) signs
 // the demo plan itself, with the key its worker trusts, so that the
-// README tour's commands, which name plans/examples/demo.yaml, send a
+// tour's commands (README, docs/tutorial/getting-started.md), which name plans/examples/demo.yaml, send a
 // valid signature; the stack's copy is signed too. The signatures end
 // after SignatureValidity (30 days, as drctl's), as every signature
 // should (issue 56).
