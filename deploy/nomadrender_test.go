@@ -86,7 +86,6 @@ func renderJob(file string, vars map[string]cty.Value) (*hclBlock, error) {
 	}
 	for len(pending) > 0 {
 		var next []*hclsyntax.Attribute
-		var lastDiags hcl.Diagnostics
 		for _, a := range pending {
 			ready := true
 			for _, tr := range a.Expr.Variables() {
@@ -105,11 +104,14 @@ func renderJob(file string, vars map[string]cty.Value) (*hclBlock, error) {
 			if diags.HasErrors() {
 				return nil, diags
 			}
-			lastDiags = diags
 			locals[a.Name] = v
 		}
 		if len(next) == len(pending) {
-			return nil, fmt.Errorf("%s: locals that refer to each other or to no local: %v", file, lastDiags)
+			var names []string
+			for _, a := range next {
+				names = append(names, a.Name)
+			}
+			return nil, fmt.Errorf("%s: locals %v refer to each other or to a local not declared", file, names)
 		}
 		pending = next
 	}
@@ -300,21 +302,6 @@ func (b *hclBlock) strs(name string) []string {
 			out = append(out, e.AsString())
 		} else {
 			out = append(out, e.GoString())
-		}
-	}
-	return out
-}
-
-// strMap is a map or object attribute of strings.
-func (b *hclBlock) strMap(name string) map[string]string {
-	v, ok := b.Attrs[name]
-	if !ok || v.IsNull() || !v.CanIterateElements() {
-		return nil
-	}
-	out := map[string]string{}
-	for k, e := range v.AsValueMap() {
-		if e.Type() == cty.String {
-			out[k] = e.AsString()
 		}
 	}
 	return out
