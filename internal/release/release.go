@@ -201,7 +201,7 @@ func writeArchive(path, bin, name string, t time.Time) error {
 		return err
 	}
 	var buf bytes.Buffer
-	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression)
 	gz.ModTime = t
 	if err := writeTar(gz, []tarEntry{{name: name, mode: 0o755, body: body}}, t); err != nil {
 		return err
