@@ -27,7 +27,8 @@ const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 // writeImage builds the worker's OCI image for each platform, with no
 // base image: one layer holding the static worker binary (and the CA
 // certificates, /etc/passwd's nonroot user and /tmp), and writes the
-// images under one index as an OCI image layout in a tar at path.
+// images under one index, named by the version, as an OCI image layout
+// in a tar at path.
 func writeImage(path string, binaries map[Platform]string, o Options, work string) error {
 	ca, err := os.ReadFile(caBundle)
 	if err != nil && !os.IsNotExist(err) {
@@ -44,12 +45,17 @@ func writeImage(path string, binaries map[Platform]string, o Options, work strin
 			return err
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
-			Platform:    &v1.Platform{OS: p.OS, Architecture: p.Arch},
-			Annotations: map[string]string{"org.opencontainers.image.ref.name": o.Version},
+			Platform: &v1.Platform{OS: p.OS, Architecture: p.Arch},
 		}})
 	}
+	// The layout's index.json names one entry, the multi-platform index,
+	// by the version: what skopeo, podman and crane take as the image.
 	dir := filepath.Join(work, "oci")
-	if _, err := layout.Write(dir, idx); err != nil {
+	l, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	if err := l.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": o.Version})); err != nil {
 		return err
 	}
 	return tarDir(path, dir, o.Time)

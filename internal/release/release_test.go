@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
 // TestRelease builds a release of drctl and the worker for this machine's
@@ -68,7 +67,7 @@ func TestRelease(t *testing.T) {
 	if err := untar(filepath.Join(dir, Image(version)), oci); err != nil {
 		t.Fatal(err)
 	}
-	idx, err := layout.ImageIndexFromPath(oci)
+	idx, err := imageIndex(oci, version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +82,28 @@ func TestRelease(t *testing.T) {
 	cf, err := img.ConfigFile()
 	if err != nil || !slices.Equal(cf.Config.Entrypoint, []string{"/usr/local/bin/worker"}) || cf.Architecture != host.Arch {
 		t.Errorf("the image's config: entrypoint %q, architecture %q (%v)", cf.Config.Entrypoint, cf.Architecture, err)
+	}
+
+	// The image as a tool that is not ours reads it: skopeo, which
+	// docs/install.md copies it into a registry with.
+	if _, err := exec.LookPath("skopeo"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("skopeo is not installed (.ci/run installs it): the image was not read by it")
+		}
+		t.Log("skopeo is not installed: the image was not read by it")
+	} else {
+		archive := "oci-archive:" + filepath.Join(dir, Image(version))
+		out, err := exec.CommandContext(t.Context(), "skopeo", "inspect", "--config", archive).Output()
+		var sc struct {
+			Architecture string
+			Config       struct{ Entrypoint []string }
+		}
+		if err != nil || json.Unmarshal(out, &sc) != nil || !slices.Equal(sc.Config.Entrypoint, []string{"/usr/local/bin/worker"}) || sc.Architecture != host.Arch {
+			t.Errorf("skopeo inspect --config %s: %v\n%s", archive, err, out)
+		}
+		if out, err := exec.CommandContext(t.Context(), "skopeo", "copy", "--all", archive, "dir:"+filepath.Join(t.TempDir(), "copy")).CombinedOutput(); err != nil {
+			t.Errorf("skopeo copy --all %s: %v\n%s", archive, err, out)
+		}
 	}
 
 	// Damage, one kind at a time, each on a fresh copy.

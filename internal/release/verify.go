@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
@@ -253,9 +254,9 @@ func verifyImage(dir, version string, platforms []Platform, bins map[string][]by
 	if err := untar(filepath.Join(dir, name), tmp); err != nil {
 		return []error{fmt.Errorf("%s: %w", name, err)}
 	}
-	idx, err := layout.ImageIndexFromPath(tmp)
+	idx, err := imageIndex(tmp, version)
 	if err != nil {
-		return []error{fmt.Errorf("%s: not an OCI image layout: %w", name, err)}
+		return []error{fmt.Errorf("%s: %w", name, err)}
 	}
 	man, err := idx.IndexManifest()
 	if err != nil {
@@ -371,4 +372,21 @@ func untar(path, dir string) error {
 			}
 		}
 	}
+}
+
+// imageIndex is the multi-platform index the OCI layout at dir names,
+// alone, by version.
+func imageIndex(dir, version string) (v1.ImageIndex, error) {
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("not an OCI image layout: %w", err)
+	}
+	man, err := top.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	if len(man.Manifests) != 1 || man.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != version || !man.Manifests[0].MediaType.IsIndex() {
+		return nil, fmt.Errorf("the layout's index.json lists %d entries; want one image index named %s: %+v", len(man.Manifests), version, man.Manifests)
+	}
+	return top.ImageIndex(man.Manifests[0].Digest)
 }
