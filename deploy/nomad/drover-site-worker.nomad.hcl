@@ -80,6 +80,12 @@ variable "worker_binary" {
   description = "a path of the worker binary on the clients, run instead of downloading it (the exec driver's chroot holds /usr by default)"
 }
 
+variable "count" {
+  type        = number
+  default     = 2
+  description = "how many workers of this site"
+}
+
 locals {
   id          = "drover-site-worker-${var.site}"
   datacenters = length(var.datacenters) > 0 ? var.datacenters : [var.site]
@@ -90,12 +96,6 @@ locals {
   # ("Invalid index"), before anything is placed: give -var version=...
   # and -var worker_checksum=sha256:... (or -var worker_binary=PATH).
   artifacts = { ok = var.worker_binary == "" ? [local.archive] : [] }[length(local.missing) == 0 ? "ok" : "set -var ${join(" and -var ", local.missing)}"]
-}
-
-variable "count" {
-  type        = number
-  default     = 2
-  description = "how many workers of this site"
 }
 
 job "drover-site-worker" {
