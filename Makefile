@@ -12,7 +12,7 @@ TEMPORAL_CLI ?= v1.5.1
 # go.temporal.io/server): make e2e-sql builds it with its SQL tool.
 TEMPORAL_SERVER ?= v1.29.1
 
-.PHONY: help build test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench bench-sql lint generate schema docs histories fuzz mutate demo up down sim temporal clean
+.PHONY: help build release test e2e e2e-sql e2e-ceph bench-ceph e2e-upgrade e2e-sites temporal-server bench bench-sql lint generate schema docs histories fuzz mutate demo up down sim temporal clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -20,6 +20,20 @@ help: ## list the targets
 build: ## build every command into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "-X github.com/drover-dr/drover/internal/version.Revision=$$(git rev-parse --short=12 HEAD 2>/dev/null)" -o $(BIN)/ ./cmd/...
+
+# A release: an archive of every command under cmd/ for linux/amd64 and
+# linux/arm64, the worker's OCI image (built without a container engine),
+# an SPDX SBOM of the modules in the binaries and SHA256SUMS, in DIST;
+# drctl and the worker say VERSION. It checks what it built (archives,
+# sums, SBOM, image; drctl version and worker --version of this
+# machine's binaries) and fails on any problem. docs/guides/install.md says how
+# to install and verify one. Builds are cached: a second run takes
+# seconds.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-unknown)
+DIST    ?= dist
+release: ## versioned archives of every command (linux/amd64, arm64), the worker's OCI image, SBOM and SHA256SUMS into DIST
+	$(GO) run ./scripts/release --version $(VERSION) --revision "$$(git rev-parse --short=12 HEAD 2>/dev/null)" \
+	  --time "$$(git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)" --out $(DIST)
 
 test: lint $(BIN)/temporal ## run the tests (the README's test command): the packages, then make e2e
 	$(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '/e2e$$')

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/drover-dr/drover/internal/devserver"
 	"github.com/drover-dr/drover/internal/freeport"
 	"github.com/drover-dr/drover/internal/nomadfake"
+	"github.com/drover-dr/drover/internal/release"
 	"github.com/drover-dr/drover/plans"
 )
 
@@ -39,10 +41,16 @@ type nomadJob struct {
 	planKeys   bool // the central worker trusts plan keys
 }
 
+// Both jobs run in the dev agent's datacenter, on its architecture.
+var agentVars = fmt.Sprintf("datacenters = [\"dc1\"]\narch = %q\n", runtime.GOARCH)
+
 var nomadJobs = []nomadJob{
-	{file: "nomad/drover-worker.nomad.hcl", id: "drover-worker", queue: "drover", planKeys: true},
-	{file: "nomad/drover-site-worker.nomad.hcl", vars: "site = \"east\"\n", id: "drover-site-worker", queue: "drover-site-east", args: []string{"--site", "east"}},
+	{file: "nomad/drover-worker.nomad.hcl", vars: agentVars, id: "drover-worker", queue: "drover", planKeys: true},
+	{file: "nomad/drover-site-worker.nomad.hcl", vars: agentVars + "site = \"east\"\n", id: "drover-site-worker-east", queue: "drover-site-east", args: []string{"--site", "east"}},
 }
+
+// releaseVars name a release to run and its worker archive's checksum.
+var releaseVars = "version = \"v1.4.0\"\nworker_checksum = \"" + testChecksum + "\"\n"
 
 // nomadClient starts a real `nomad agent -dev` (skipping without one on
 // PATH) and returns a client of it.
@@ -64,15 +72,20 @@ func nomadClient(t *testing.T) *api.Client {
 // does: through the agent's /v1/jobs/parse, canonicalized.
 func parseJob(t *testing.T, c *api.Client, j nomadJob, extraVars string) *api.Job {
 	t.Helper()
-	hcl, err := os.ReadFile(j.file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(hcl), Variables: j.vars + extraVars, Canonicalize: true})
+	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: mustRead(t, j.file), Variables: j.vars + extraVars, Canonicalize: true})
 	if err != nil {
 		t.Fatalf("%s: %v", j.file, err)
 	}
 	return job
+}
+
+func mustRead(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestNomadJobSpecs parses each job file with a real Nomad agent and
@@ -85,7 +98,7 @@ func parseJob(t *testing.T, c *api.Client, j nomadJob, extraVars string) *api.Jo
 func TestNomadJobSpecs(t *testing.T) {
 	c := nomadClient(t)
 	for _, j := range nomadJobs {
-		job := parseJob(t, c, j, "")
+		job := parseJob(t, c, j, releaseVars)
 		if *job.ID != j.id || *job.Type != "service" {
 			t.Errorf("%s: job %q of type %q; want service job %q", j.file, *job.ID, *job.Type, j.id)
 		}
@@ -143,11 +156,19 @@ func TestNomadJobSpecs(t *testing.T) {
 		if r := task.Resources; r.MemoryMB == nil || r.MemoryMaxMB == nil || *r.MemoryMaxMB <= *r.MemoryMB {
 			t.Errorf("%s: memory %v, memory_max %v; want both, the ceiling above", j.file, r.MemoryMB, r.MemoryMaxMB)
 		}
-		// The binary: on the clients at worker_binary, or downloaded
-		// from worker_url into the task's directory, its checksum
-		// checked.
-		if task.Config["command"] != "/usr/local/bin/worker" || len(task.Artifacts) != 0 {
-			t.Errorf("%s: by default the job runs %v and downloads %d artifact(s); want /usr/local/bin/worker from the client, none", j.file, task.Config["command"], len(task.Artifacts))
+		// The binary: by default the release's archive for the clients'
+		// architecture, or downloaded from worker_url, into the task's
+		// directory, its checksum checked.
+		rel := "https://github.com/drover-dr/drover/releases/download/v1.4.0/" + release.Archive("worker", "v1.4.0", release.Platform{OS: "linux", Arch: runtime.GOARCH})
+		if len(task.Artifacts) != 1 || *task.Artifacts[0].GetterSource != rel || task.Artifacts[0].GetterOptions["checksum"] != testChecksum ||
+			task.Config["command"] != "${NOMAD_TASK_DIR}/drover/worker" {
+			t.Errorf("%s: by default the job runs %v from artifacts %+v; want the release's archive %s, checksum checked", j.file, task.Config["command"], task.Artifacts, rel)
+		}
+		if len(job.Constraints) != 1 || job.Constraints[0].LTarget != "${attr.cpu.arch}" || job.Constraints[0].RTarget != runtime.GOARCH {
+			t.Errorf("%s: constraints %+v; want the clients' architecture to be the archive's", j.file, job.Constraints)
+		}
+		if _, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: mustRead(t, j.file), Variables: j.vars, Canonicalize: true}); err == nil {
+			t.Errorf("%s: parsed without a version and a checksum; want it refused", j.file)
 		}
 		url := "https://files.example/drover-worker.tar.gz"
 		got := parseJob(t, c, j, fmt.Sprintf("worker_url = %q\nworker_checksum = \"sha256:abc\"\n", url)).TaskGroups[0].Tasks[0]
@@ -159,13 +180,13 @@ func TestNomadJobSpecs(t *testing.T) {
 }
 
 // TestNomadWorkerBuilds parses the central worker's job with two builds,
-// as during an upgrade (docs/guides/upgrades.md): one group per build, named
+// as during an upgrade (docs/guides/nomad-worker.md, "Upgrading"): one group per build, named
 // by it, each running its own binary as that build (--build-id), and
 // otherwise the same group as without builds.
 func TestNomadWorkerBuilds(t *testing.T) {
 	c := nomadClient(t)
 	j := nomadJobs[0]
-	one := parseJob(t, c, j, "")
+	one := parseJob(t, c, j, "worker_binary = \"/usr/local/bin/worker\"\n")
 	two := parseJob(t, c, j, `builds = {"1.4.0" = "/opt/drover/1.4.0/worker", "1.5.0" = "/opt/drover/1.5.0/worker"}`+"\n")
 	if len(two.TaskGroups) != 2 {
 		t.Fatalf("%d groups with two builds, want 2", len(two.TaskGroups))
@@ -190,7 +211,7 @@ func TestNomadWorkerBuilds(t *testing.T) {
 }
 
 // TestNomadRainbow runs the central worker's job on a real `nomad agent
-// -dev` through an upgrade as docs/guides/upgrades.md says: one build, then the new
+// -dev` through an upgrade as docs/guides/nomad-worker.md says: one build, then the new
 // build added beside it, then the old one dropped. Adding the new build
 // must leave the old build's workers as they are (same allocations, no
 // restart), and both must poll Temporal as their build; dropping the old
@@ -372,7 +393,7 @@ func TestNomadJobsRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The central worker runs the binary where it lies; the site
-		// worker's job downloads it as an archive, as step 6 of docs/guides/deploy-nomad.md
+		// worker's job downloads it as an archive, as docs/guides/nomad-worker.md
 		// says a client without the binary gets it.
 		vars := fmt.Sprintf("driver = \"raw_exec\"\nworker_binary = %q\ncount = 1\n", filepath.Join(bins, "worker"))
 		if !j.planKeys {

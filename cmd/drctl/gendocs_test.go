@@ -152,14 +152,26 @@ func TestDocumentedCommandsParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fence, cont := false, ""
+		fence, console, cont := false, false, ""
 		for i, l := range strings.Split(string(raw), "\n") {
-			if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			if t := strings.TrimSpace(l); strings.HasPrefix(t, "```") {
 				fence = !fence
+				console = fence && strings.TrimPrefix(t, "```") == "console"
 				continue
 			}
 			if !fence {
 				continue
+			}
+			if console {
+				// A console block shows commands after "$ " and
+				// their output on the lines between.
+				cmdLine, ok := strings.CutPrefix(strings.TrimSpace(l), "$ ")
+				if !ok && cont == "" {
+					continue
+				}
+				if ok {
+					l = cmdLine
+				}
 			}
 			l = cont + l
 			cont = ""

@@ -3,16 +3,22 @@
 # "drover-site-SITE"), for plans whose site says `taskQueue:
 # drover-site-SITE`. Run it in each site's own Nomad (a DR site has its
 # own cluster: the other site's may be what is lost), when the central
-# worker cannot reach the site's storage or orchestrator:
+# worker cannot reach the site's storage or orchestrator. Each site's is
+# a job of its own, drover-site-worker-SITE, with its own Nomad Variable
+# nomad/jobs/drover-site-worker-SITE, so that two sites' workers can run
+# side by side in one cluster too (docs/deploy-nomad.md):
 #
-#   nomad var put nomad/jobs/drover-site-worker TEMPORAL_ADDRESS=temporal.example:7233 \
-#     TEMPORAL_NAMESPACE=drover TEMPORAL_API_KEY=... DROVER_STORAGE_EAST_userID=...
-#   nomad job run -var site=east drover-site-worker.nomad.hcl
+#   nomad var put -out none nomad/jobs/drover-site-worker-east @site-worker-east.nv.hcl
+#   nomad job run -var site=east -var version=v1.4.0 \
+#     -var worker_checksum=sha256:... drover-site-worker.nomad.hcl
 #
-# Every item of the Nomad Variable nomad/jobs/drover-site-worker becomes
-# an environment variable of the worker: the TEMPORAL_* connection
-# settings and the site's storage secrets. A site worker runs no
-# workflow, so it needs no plan keys.
+# Every item of the job's Nomad Variable becomes an environment variable
+# of the worker: the TEMPORAL_* connection settings and the site's
+# storage secrets. A site worker runs no workflow, so it needs no plan
+# keys. The worker comes from the release's archive for the clients'
+# architecture, checked against its SHA-256 (from the release's
+# SHA256SUMS) before it runs; nothing is assumed installed on the
+# clients.
 
 variable "site" {
   type        = string
@@ -21,8 +27,8 @@ variable "site" {
 
 variable "datacenters" {
   type        = list(string)
-  default     = ["*"]
-  description = "the site's datacenters"
+  default     = []
+  description = "the site's datacenters; empty: the one named as the site"
 }
 
 variable "driver" {
@@ -31,28 +37,47 @@ variable "driver" {
   description = "task driver: exec isolates the worker binary; raw_exec where exec is not available"
 }
 
-# The worker binary: either installed on every client that may run the
-# job, at worker_binary (the exec driver's chroot holds /usr by default;
-# a client whose chroot_env leaves it out needs the path inside it), or,
-# with worker_url, downloaded by Nomad as an artifact into the task's
-# local/ directory: an archive (.tar.gz) holding the binary as "worker",
-# which keeps its executable mode (a bare file would arrive without it).
-variable "worker_binary" {
-  type        = string
-  default     = "/usr/local/bin/worker"
-  description = "path of Drover's worker binary on the clients (unused with worker_url)"
-}
-
-variable "worker_url" {
+# The worker binary: by default the release's archive of it for the
+# clients' architecture (worker_VERSION_linux_ARCH.tar.gz, holding the
+# binary as "worker", which keeps its executable mode), downloaded by
+# Nomad as an artifact into the task's local/ directory and checked
+# against worker_checksum before the task starts. worker_url names
+# another place to download the same archive from (a mirror, s3::...);
+# worker_binary a path on the clients instead, with no download.
+variable "version" {
   type        = string
   default     = ""
-  description = "where Nomad downloads an archive holding the worker binary as \"worker\" (any artifact source: https://, s3::, ...); empty: worker_binary on the clients"
+  description = "the Drover release to run (v1.4.0): its worker archive is downloaded from release_url"
 }
 
 variable "worker_checksum" {
   type        = string
   default     = ""
-  description = "the archive's checksum, type:value (sha256:...); checked before the worker starts"
+  description = "the worker archive's checksum as the release's SHA256SUMS gives it, sha256:HEX; required unless worker_binary"
+}
+
+variable "arch" {
+  type        = string
+  default     = "amd64"
+  description = "the clients' CPU architecture (amd64 or arm64): the archive downloaded is the one built for it, and only such clients run the job"
+}
+
+variable "release_url" {
+  type        = string
+  default     = "https://github.com/drover-dr/drover/releases/download"
+  description = "where the releases are, one directory per version"
+}
+
+variable "worker_url" {
+  type        = string
+  default     = ""
+  description = "where Nomad downloads the worker archive instead of the release's (any artifact source: https://, s3::, ...)"
+}
+
+variable "worker_binary" {
+  type        = string
+  default     = ""
+  description = "a path of the worker binary on the clients, run instead of downloading it (the exec driver's chroot holds /usr by default)"
 }
 
 variable "count" {
@@ -61,9 +86,29 @@ variable "count" {
   description = "how many workers of this site"
 }
 
+locals {
+  id          = "drover-site-worker-${var.site}"
+  datacenters = length(var.datacenters) > 0 ? var.datacenters : [var.site]
+  archive     = var.worker_url != "" ? var.worker_url : "${var.release_url}/${var.version}/worker_${var.version}_linux_${var.arch}.tar.gz"
+  # What downloading the worker needs and was not given.
+  missing = var.worker_binary != "" ? [] : concat(var.worker_url == "" && var.version == "" ? ["version"] : [], var.worker_checksum == "" ? ["worker_checksum"] : [])
+  # With something missing, `nomad job run` stops here, at this line
+  # ("Invalid index"), before anything is placed: give -var version=...
+  # and -var worker_checksum=sha256:... (or -var worker_binary=PATH).
+  artifacts = { ok = var.worker_binary == "" ? [local.archive] : [] }[length(local.missing) == 0 ? "ok" : "set -var ${join(" and -var ", local.missing)}"]
+}
+
 job "drover-site-worker" {
+  id          = local.id
+  name        = local.id
   type        = "service"
-  datacenters = var.datacenters
+  datacenters = local.datacenters
+
+  # The archive downloaded is built for one architecture.
+  constraint {
+    attribute = "${attr.cpu.arch}"
+    value     = var.arch
+  }
 
   meta {
     site = var.site
@@ -132,23 +177,20 @@ job "drover-site-worker" {
     task "worker" {
       driver = var.driver
 
-      # With worker_url, the worker comes as an artifact (see above).
+      # The worker's archive, checked against its checksum (see above).
       dynamic "artifact" {
-        for_each = var.worker_url == "" ? [] : [var.worker_url]
+        for_each = local.artifacts
         content {
           source      = artifact.value
           destination = "local/drover"
-          dynamic "options" {
-            for_each = var.worker_checksum == "" ? [] : [var.worker_checksum]
-            content {
-              checksum = options.value
-            }
+          options {
+            checksum = var.worker_checksum
           }
         }
       }
 
       config {
-        command = var.worker_url == "" ? var.worker_binary : "${NOMAD_TASK_DIR}/drover/worker"
+        command = var.worker_binary != "" ? var.worker_binary : "${NOMAD_TASK_DIR}/drover/worker"
         args = [
           "--site", var.site,
           "--metrics", "${NOMAD_ADDR_http}",
@@ -168,7 +210,7 @@ job "drover-site-worker" {
         env         = true
         change_mode = "restart"
         data        = <<-EOT
-        {{- with nomadVar "nomad/jobs/drover-site-worker" }}{{ range $k, $v := . }}
+        {{- with nomadVar "nomad/jobs/${local.id}" }}{{ range $k, $v := . }}
         {{ $k }}={{ $v | toJSON }}
         {{- end }}{{ end }}
         EOT

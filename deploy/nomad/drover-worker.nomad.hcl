@@ -6,37 +6,44 @@
 # share the record key (DROVER_RECORD_KEY, 32 bytes or more) with which
 # they seal the changes they send to plans' records.
 #
-#   nomad var put nomad/jobs/drover-worker TEMPORAL_ADDRESS=temporal.example:7233 \
-#     TEMPORAL_NAMESPACE=drover TEMPORAL_API_KEY=... DROVER_STORAGE_EAST_userID=... \
-#     DROVER_RECORD_KEY="$(head -c 32 /dev/urandom | base64)" plan_keys=@plan-signing.pub
-#   nomad job run drover-worker.nomad.hcl
+#   nomad var put -out none nomad/jobs/drover-worker @worker.nv.hcl
+#   nomad job run -var 'datacenters=["east"]' -var version=v1.4.0 \
+#     -var worker_checksum=sha256:... drover-worker.nomad.hcl
 #
 # Every item of the Nomad Variable nomad/jobs/drover-worker but plan_keys
 # becomes an environment variable of the worker: the TEMPORAL_*
 # connection settings, and the storage secrets plans name with `secret:
 # {env: PREFIX}`. plan_keys holds the public keys of the plan signers
 # (PEM), written to a file the worker trusts. The job reads the variable
-# through Nomad's workload identity; nothing secret is in this file.
+# through Nomad's workload identity; nothing secret is in this file
+# (docs/deploy-nomad.md writes the variable without printing it).
 #
-# Upgrades run the new build beside the old one (README, "Upgrading"):
-# give the builds as a map of build ID to the path of that build's worker
-# binary, one group of workers per build (worker-BUILD), and run the job
-# again with both, then with the new one alone once nothing runs on the
-# old. A group whose build stays in the map is left as it is:
+# The worker comes from the release's archive for the clients'
+# architecture, checked against its SHA-256 (from the release's
+# SHA256SUMS) before it runs; nothing is assumed installed on the
+# clients.
 #
-#   nomad job run -var 'builds={"1.4.0"="/opt/drover/1.4.0/worker"}' drover-worker.nomad.hcl
-#   nomad job run -var 'builds={"1.4.0"="/opt/drover/1.4.0/worker","1.5.0"="/opt/drover/1.5.0/worker"}' drover-worker.nomad.hcl
-#   temporal worker deployment set-current-version --deployment-name drover --build-id 1.5.0 --yes
-#   nomad job run -var 'builds={"1.5.0"="/opt/drover/1.5.0/worker"}' drover-worker.nomad.hcl
+# Upgrades run the new build beside the old one (docs/deploy-nomad.md,
+# "Upgrading"): give the builds as a map of version to that release's
+# worker archive checksum, one group of workers per build
+# (worker-VERSION, polling as build VERSION), and run the job again with
+# both, then with the new one alone once nothing runs on the old. A group
+# whose build stays in the map is left as it is:
 #
-# Without builds it runs one group, "worker", of worker_binary under the
-# build ID the binary gives itself; a new binary there replaces the
-# workers one by one, which strands the runs pinned to the old build.
+#   nomad job run -var 'datacenters=["east"]' -var 'builds={"v1.4.0"="sha256:..."}' drover-worker.nomad.hcl
+#   nomad job run -var 'datacenters=["east"]' -var 'builds={"v1.4.0"="sha256:...","v1.5.0"="sha256:..."}' drover-worker.nomad.hcl
+#   temporal worker deployment set-current-version --deployment-name drover --build-id v1.5.0 --yes
+#   nomad job run -var 'datacenters=["east"]' -var 'builds={"v1.5.0"="sha256:..."}' drover-worker.nomad.hcl
+#
+# A build's value may be a path of its worker binary on the clients
+# instead of a checksum. Without builds it runs one group, "worker", of
+# version under the build ID the binary gives itself; a new version
+# there replaces the workers one by one, which strands the runs pinned to
+# the old build.
 
 variable "datacenters" {
   type        = list(string)
-  default     = ["*"]
-  description = "where the worker may run"
+  description = "where the worker may run: the datacenters of the site (or third location) it lives in"
 }
 
 variable "driver" {
@@ -45,36 +52,53 @@ variable "driver" {
   description = "task driver: exec isolates the worker binary; raw_exec where exec is not available"
 }
 
-# The worker binary: either installed on every client that may run the
-# job, at worker_binary (the exec driver's chroot holds /usr by default;
-# a client whose chroot_env leaves it out needs the path inside it), or,
-# with worker_url, downloaded by Nomad as an artifact into the task's
-# local/ directory: an archive (.tar.gz) holding the binary as "worker",
-# which keeps its executable mode (a bare file would arrive without it).
-# worker_url serves the one group without builds; with builds, each
-# build's binary is a path on the clients.
-variable "worker_binary" {
-  type        = string
-  default     = "/usr/local/bin/worker"
-  description = "path of Drover's worker binary on the clients (unused with worker_url)"
-}
-
-variable "worker_url" {
+# The worker binary: by default the release's archive of it for the
+# clients' architecture (worker_VERSION_linux_ARCH.tar.gz, holding the
+# binary as "worker", which keeps its executable mode), downloaded by
+# Nomad as an artifact into the task's local/ directory and checked
+# against worker_checksum before the task starts. worker_url names
+# another place to download the same archive from (a mirror, s3::...);
+# worker_binary a path on the clients instead, with no download.
+variable "version" {
   type        = string
   default     = ""
-  description = "where Nomad downloads an archive holding the worker binary as \"worker\" (any artifact source: https://, s3::, ...); empty: worker_binary on the clients. Not used with builds"
+  description = "the Drover release to run (v1.4.0): its worker archive is downloaded from release_url. Not used with builds"
 }
 
 variable "worker_checksum" {
   type        = string
   default     = ""
-  description = "the archive's checksum, type:value (sha256:...); checked before the worker starts"
+  description = "the worker archive's checksum as the release's SHA256SUMS gives it, sha256:HEX; required unless worker_binary or builds"
+}
+
+variable "arch" {
+  type        = string
+  default     = "amd64"
+  description = "the clients' CPU architecture (amd64 or arm64): the archive downloaded is the one built for it, and only such clients run the job"
+}
+
+variable "release_url" {
+  type        = string
+  default     = "https://github.com/drover-dr/drover/releases/download"
+  description = "where the releases are, one directory per version"
+}
+
+variable "worker_url" {
+  type        = string
+  default     = ""
+  description = "where Nomad downloads the worker archive instead of the release's (any artifact source: https://, s3::, ...). Not used with builds"
+}
+
+variable "worker_binary" {
+  type        = string
+  default     = ""
+  description = "a path of the worker binary on the clients, run instead of downloading it. Not used with builds"
 }
 
 variable "builds" {
   type        = map(string)
   default     = {}
-  description = "the worker builds to run side by side, build ID => path of that build's worker binary on the clients: a group of count workers each, worker-BUILD, polling as that build (--build-id). Empty: one group of worker_binary"
+  description = "the worker builds to run side by side, release version => its worker archive's checksum (sha256:HEX; or a path of that build's worker binary on the clients): a group of count workers each, worker-VERSION, polling as that build (--build-id VERSION). Empty: one group of version"
 }
 
 variable "count" {
@@ -84,18 +108,35 @@ variable "count" {
 }
 
 locals {
+  archive = var.worker_url != "" ? var.worker_url : "${var.release_url}/${var.version}/worker_${var.version}_linux_${var.arch}.tar.gz"
   # The group name's suffix ("" for the one group without builds) => the
-  # build ID ("" for the binary's own) and the binary.
-  # With worker_url (and no builds) the one group's binary is an artifact.
-  builds = length(var.builds) > 0 ? { for id, bin in var.builds : "-${id}" => { id = id, binary = bin, url = "" } } : { "" = { id = "", binary = var.worker_binary, url = var.worker_url } }
+  # build ID ("" for the binary's own), the binary on the clients ("" to
+  # download it), the archive to download and its checksum.
+  builds = length(var.builds) > 0 ? {
+    for id, b in var.builds : "-${id}" => substr(b, 0, 7) == "sha256:" ?
+    { id = id, binary = "", url = "${var.release_url}/${id}/worker_${id}_linux_${var.arch}.tar.gz", checksum = b } :
+    { id = id, binary = b, url = "", checksum = "" }
+  } : { "" = { id = "", binary = var.worker_binary, url = var.worker_binary == "" ? local.archive : "", checksum = var.worker_checksum } }
+  # What downloading the one group's worker needs and was not given.
+  missing = length(var.builds) > 0 || var.worker_binary != "" ? [] : concat(var.worker_url == "" && var.version == "" ? ["version"] : [], var.worker_checksum == "" ? ["worker_checksum"] : [])
+  # With something missing, `nomad job run` stops here, at this line
+  # ("Invalid index"), before anything is placed: give -var version=...
+  # and -var worker_checksum=sha256:... (or builds, or worker_binary).
+  checked = { ok = local.builds }[length(local.missing) == 0 ? "ok" : "set -var ${join(" and -var ", local.missing)}"]
 }
 
 job "drover-worker" {
   type        = "service"
   datacenters = var.datacenters
 
+  # The archive downloaded is built for one architecture.
+  constraint {
+    attribute = "${attr.cpu.arch}"
+    value     = var.arch
+  }
+
   dynamic "group" {
-    for_each = local.builds
+    for_each = local.checked
     iterator = build
     labels   = ["worker${build.key}"]
 
@@ -165,23 +206,20 @@ job "drover-worker" {
       task "worker" {
         driver = var.driver
 
-        # With worker_url, the worker comes as an artifact (see above).
+        # The worker's archive, checked against its checksum (see above).
         dynamic "artifact" {
           for_each = build.value.url == "" ? [] : [build.value.url]
           content {
             source      = artifact.value
             destination = "local/drover"
-            dynamic "options" {
-              for_each = var.worker_checksum == "" ? [] : [var.worker_checksum]
-              content {
-                checksum = options.value
-              }
+            options {
+              checksum = build.value.checksum
             }
           }
         }
 
         config {
-          command = build.value.url == "" ? build.value.binary : "${NOMAD_TASK_DIR}/drover/worker"
+          command = build.value.binary != "" ? build.value.binary : "${NOMAD_TASK_DIR}/drover/worker"
           args = concat([
             "--metrics", "${NOMAD_ADDR_http}",
             "--log-format", "json",

@@ -16,15 +16,31 @@ import (
 // with -ldflags "-X github.com/drover-dr/drover/internal/version.Revision=…".
 var Revision string
 
-// String is "VERSION (revision REV, modified, GOVERSION)": the main
-// module's version ("(devel)" for a build from a checkout) and, when the
+// Version is the release a build was made for ("v1.4.0", or what `git
+// describe` said of a snapshot), stamped by make release with -ldflags
+// "-X github.com/drover-dr/drover/internal/version.Version=…". When set
+// it stands for the module version, which a build from a checkout lacks.
+var Version string
+
+// moduleVersion is Version when stamped, else the main module's version
+// ("(devel)" or "" for a build from a checkout).
+func moduleVersion(bi *debug.BuildInfo) string {
+	if Version != "" {
+		return Version
+	}
+	return bi.Main.Version
+}
+
+// String is "VERSION (revision REV, modified, GOVERSION)": the stamped
+// release version, else the main module's version ("(devel)" for a build
+// from a checkout) and, when the
 // build recorded them, the commit and whether the tree had local changes.
 func String() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown (no build information in the binary)"
 	}
-	v := bi.Main.Version
+	v := moduleVersion(bi)
 	if v == "" {
 		v = "(devel)"
 	}
@@ -56,8 +72,8 @@ func String() string {
 	return out + ", " + bi.GoVersion + ")"
 }
 
-// BuildID names this build as a Worker Deployment Version: the module
-// version and the VCS revision ("devel-0123456789ab" for a build from a
+// BuildID names this build as a Worker Deployment Version: the stamped
+// release version (else the module version) and the VCS revision ("devel-0123456789ab" for a build from a
 // checkout), with "-modified" when the tree had local changes. A build
 // that recorded no revision (a container image built without .git) is
 // named by a digest of its own executable instead ("devel-x…"), so that
@@ -66,8 +82,8 @@ func String() string {
 func BuildID() string {
 	v, rev, modified := "devel", Revision, false
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
+		if mv := moduleVersion(bi); mv != "" && mv != "(devel)" {
+			v = mv
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {

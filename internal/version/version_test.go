@@ -29,3 +29,20 @@ func TestBuildID(t *testing.T) {
 		t.Fatalf("build ID %q of a build without a revision: want its executable's digest", id)
 	}
 }
+
+// TestStampedVersion: a release build's stamped version (make release's
+// -ldflags -X) is what String and BuildID name the build by.
+func TestStampedVersion(t *testing.T) {
+	defer func(v, r string) { Version, Revision = v, r }(Version, Revision)
+	Version, Revision = "v9.8.7", "0123456789abcdef"
+	if s := String(); !strings.HasPrefix(s, "v9.8.7 (") {
+		t.Errorf("String() = %q, want it to start with the stamped version", s)
+	}
+	if id := BuildID(); !strings.HasPrefix(id, "v9.8.7-") {
+		t.Errorf("BuildID() = %q, want it to start with the stamped version", id)
+	}
+	Version = ""
+	if s := String(); strings.Contains(s, "v9.8.7") {
+		t.Errorf("String() = %q names a version nothing stamped", s)
+	}
+}
