@@ -107,6 +107,21 @@ type ruleBreaker struct {
 	// first: the first last sync reported of each source (breakSyncFrozen).
 	mu    sync.Mutex
 	first map[string]*timestamppb.Timestamp
+	// pair is shared by the breakers of a pair's two sites; site names
+	// this one in it.
+	pair *pairMemo
+	site string
+}
+
+// pairMemo is what the breakers of a pair remember together.
+type pairMemo struct {
+	mu sync.Mutex
+	// refusal is each source's first refusal of a ResyncVolume
+	// (breakResyncRefusedAsPrimary): the primary's, in the suite's order.
+	refusal map[string]error
+	// forced: the sources whose copy a site demoted with force and has
+	// not resynced with force since, by site endpoint and source.
+	forced map[string]bool
 }
 
 // The rules the breakers break.
@@ -126,18 +141,38 @@ const (
 	breakSyncIsNow = "last-sync-is-now"
 	// The last sync time stays at the first one reported.
 	breakSyncFrozen = "last-sync-frozen"
+	// A forced resync answers ready=true at once, whether a sync landed or
+	// not: OK ready=false, or ceph-csi's "no snapshot details" (its way of
+	// saying the copy is not there yet), become OK ready=true.
+	breakResyncReadyAtOnce = "resync-ready-at-once"
+	// An unforced promotion refused because the copy has not synced with
+	// its demoted peer is made anyway (with force): a diverged copy, or one
+	// the peer's final sync has not reached, is promoted.
+	breakPromoteIgnoresSync = "promote-ignores-sync"
+	// An unforced resync of a copy demoted with force (diverged, in the
+	// suite's order) that is refused or told to call again carries instead
+	// the refusal a primary's resync gets ("source is primary").
+	breakResyncRefusedAsPrimary = "resync-refused-as-primary"
+	// GetReplicationDestinationInfo of a group maps none of its volumes.
+	breakDestinationEmpty = "destination-empty-map"
 )
+
+// sourceKey names a request's source.
+func sourceKey(r sourced) string {
+	src := r.GetReplicationSource()
+	return r.GetVolumeId() + src.GetVolume().GetVolumeId() + "/" + src.GetVolumegroup().GetVolumeGroupId()
+}
 
 // serveBreaker serves a breaker of rule in front of the site at target
 // (unix://path), whose scratch sources are known, and returns its endpoint.
-func serveBreaker(t *testing.T, target, rule string, known ...string) string {
+func serveBreaker(t *testing.T, target, rule string, pair *pairMemo, known ...string) string {
 	t.Helper()
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule, known: known, first: map[string]*timestamppb.Timestamp{}}
+	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule, known: known, first: map[string]*timestamppb.Timestamp{}, pair: pair, site: target}
 	sock := filepath.Join(simtest.SockDir(t), "breaker.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -218,11 +253,20 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 		r.Force = true
 		return b.rc.PromoteVolume(ctx, r)
 	}
+	if b.rule == breakPromoteIgnoresSync && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "not yet synced") {
+		r.Force = true
+		return b.rc.PromoteVolume(ctx, r)
+	}
 	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
 	resp, err := b.rc.DemoteVolume(ctx, r)
+	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
+		b.pair.mu.Lock()
+		b.pair.forced[b.site+sourceKey(r)] = true
+		b.pair.mu.Unlock()
+	}
 	return resp, b.unknownID(r, err)
 }
 
@@ -231,6 +275,26 @@ func (b *ruleBreaker) ResyncVolume(ctx context.Context, r *replication.ResyncVol
 		r.Force = true
 	}
 	resp, err := b.rc.ResyncVolume(ctx, r)
+	if b.rule == breakResyncReadyAtOnce && r.GetForce() && (err == nil || strings.Contains(status.Convert(err).Message(), "no snapshot details")) {
+		return &replication.ResyncVolumeResponse{Ready: true}, nil
+	}
+	if b.rule == breakResyncRefusedAsPrimary {
+		code := status.Code(err)
+		key := b.site + sourceKey(r)
+		b.pair.mu.Lock()
+		first, seen := b.pair.refusal[sourceKey(r)]
+		if !seen && err != nil && code != codes.NotFound && code != codes.Aborted && code != codes.Unavailable {
+			b.pair.refusal[sourceKey(r)] = err
+		}
+		diverged := b.pair.forced[key]
+		if r.GetForce() && err == nil {
+			delete(b.pair.forced, key)
+		}
+		b.pair.mu.Unlock()
+		if seen && diverged && !r.GetForce() && (err != nil || !resp.GetReady()) {
+			return nil, first
+		}
+	}
 	return resp, b.unknownID(r, err)
 }
 
@@ -256,7 +320,11 @@ func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replicati
 }
 
 func (b *ruleBreaker) GetReplicationDestinationInfo(ctx context.Context, r *replication.GetReplicationDestinationInfoRequest) (*replication.GetReplicationDestinationInfoResponse, error) {
-	return b.rc.GetReplicationDestinationInfo(ctx, r)
+	resp, err := b.rc.GetReplicationDestinationInfo(ctx, r)
+	if g := resp.GetReplicationDestination().GetVolumegroup(); err == nil && g != nil && b.rule == breakDestinationEmpty {
+		g.VolumeIds = map[string]string{}
+	}
+	return resp, err
 }
 
 // cephVolume is a scratch volume ID in ceph-csi's format, so that the
@@ -310,11 +378,20 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			// resync may fail too: it waits for a newer sync, and none is
 			// reported.
 			{breakSyncFrozen, both("info-advances"), "", both("resync")},
+			{breakResyncReadyAtOnce, both("resync-force-link-down"), "", nil},
+			{breakPromoteIgnoresSync, both("promote-unforced-diverged-refused"), "", nil},
+			{breakResyncRefusedAsPrimary, both("resync-unforced-keeps-diverged"), "", nil},
+			{breakDestinationEmpty, []string{"replication/group/destination-info"}, "", nil},
 		} {
 			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
 				// The sync time's rules do not depend on the profile: the
 				// spec's sites, a minute quicker, carry them (the ceph-csi
 				// profile's honest run passes both checks).
+				continue
+			}
+			if driver == sim.DriverCephCSI && c.rule == breakDestinationEmpty {
+				// ceph-csi does not advertise GET_REPLICATION_DESTINATION_INFO:
+				// its profile's destination-info skips.
 				continue
 			}
 			t.Run(driver+" "+c.rule, func(t *testing.T) {
@@ -331,10 +408,14 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 				if driver == sim.DriverCephCSI {
 					known = append(known, cephVolume)
 				}
-				broken.east = serveBreaker(t, p.east, c.rule, known...)
-				broken.west = serveBreaker(t, p.west, c.rule, known...)
+				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}}
+				broken.east = serveBreaker(t, p.east, c.rule, memo, known...)
+				broken.west = serveBreaker(t, p.west, c.rule, memo, known...)
 				r := runConformance(t, bins, broken, append(slices.Clone(params), simHooks(t, p)...)...)
 				if r.code != 1 {
+					for _, id := range c.want {
+						t.Logf("%s: %s %s", id, r.result(id).Status, r.result(id).Detail)
+					}
 					t.Fatalf("exit %d, want 1 (a check failed)\n%s", r.code, r.stderr)
 				}
 				got := r.with(conformance.Fail)

@@ -36,7 +36,9 @@ const (
 	specUnreachable   = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; wire-notes.md: without force when the peer cannot be demoted first"
 	specDiverged      = specRepl + "ResyncVolume force; design invariant 11: a split-brain resync needs force, and only force discards the copy's own writes"
 	specIdempotent    = specRepl + "service Controller: all the methods it exposes should be idempotent"
-	specDestination   = "csi-addons/spec replication: GetReplicationDestinationInfo"
+	specSplitPromote  = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; design invariant 11: a copy that diverged (split-brain) is promoted only with force"
+	specReadyAfter    = specRepl + "ResyncVolume: ready is true once the copy follows its primary; a forced resync discards the copy, so it is not ready before a sync has landed"
+	specDestination   = "csi-addons/spec replication: GetReplicationDestinationInfo (a group's volume_ids maps every volume of the group; the scratch group holds two or more)"
 	specSource        = specRepl + "ReplicationSource; wire-notes.md: volume_id only beside a volume source"
 )
 
@@ -528,8 +530,14 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		_, err := p.info(ctx, b)
 		return r.want(activities.RPCGetVolumeReplicationInfo, err, codes.FailedPrecondition)
 	})
+	// primaryRefusal is how the driver refuses a primary's resync: the
+	// refusal that keeps a diverged copy must be another.
+	var primaryRefusal string
 	f.step("resync-primary-refused", specResyncErrors, call, func(ctx context.Context) (string, error) {
 		_, err := p.resync(ctx, a, false)
+		if err != nil {
+			primaryRefusal = status.Convert(err).Message()
+		}
 		return r.want(activities.RPCResyncVolume, err, codes.FailedPrecondition)
 	})
 	f.step("promote-unforced-refused", specPromoteErrors+" (cannot be promoted without force option: the peer is primary)", call, func(ctx context.Context) (string, error) {
@@ -583,10 +591,14 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		case kind == "group" && d.GetVolumegroup().GetVolumeGroupId() == "":
 			return "", errors.New("no destination volume_group_id for a volume group source (REQUIRED)")
 		case kind == "group":
-			for src, dst := range d.GetVolumegroup().GetVolumeIds() {
+			ids := d.GetVolumegroup().GetVolumeIds()
+			for src, dst := range ids {
 				if src == "" || dst == "" {
 					return "", fmt.Errorf("volume_ids maps %q to %q: an entry without an ID", src, dst)
 				}
+			}
+			if len(ids) < 2 {
+				return "", fmt.Errorf("group %q: volume_ids maps %d volume(s); it must map every volume of the group, and the scratch group holds two or more", d.GetVolumegroup().GetVolumeGroupId(), len(ids))
 			}
 			return fmt.Sprintf("group %q, %d volume(s) mapped", d.GetVolumegroup().GetVolumeGroupId(), len(d.GetVolumegroup().GetVolumeIds())), nil
 		}
@@ -692,7 +704,48 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		return "", p.holds(ctx, b, false, "DemoteVolume force on "+b.Name)
 	})
 	f.step("resync-unforced-keeps-diverged", specDiverged, call+r.cfg.Observe, func(ctx context.Context) (string, error) {
-		return r.keepsDiverged(ctx, p, wrote)
+		return r.keepsDiverged(ctx, p, wrote, primaryRefusal)
+	})
+	// Both copies secondary, B's diverged: an unforced promotion of B
+	// would keep its own writes and drop A's since the split. A is then
+	// promoted back with force (B made no final sync for it to wait on).
+	// Without the write, B's copy may hold nothing of its own, and a
+	// driver that compares data may rightly promote it: a hook skip.
+	f.step("promote-unforced-diverged-refused", specSplitPromote, 3*call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		if !wrote && !r.cfg.DryRun {
+			return "", hookSkip("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, so it may not have diverged")
+		}
+		blocked := "not run: " + pre + "promote-unforced-diverged-refused left " + a.Name + "'s copy demoted"
+		if err := ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false)); err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		if err := p.holds(ctx, a, false, "DemoteVolume on "+a.Name); err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		d, err := r.refusesDivergedPromote(ctx, p)
+		if err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		if err := ok("PromoteVolume force on "+a.Name, p.promote(ctx, a, true)); err != nil {
+			f.block(blocked)
+			return "", fmt.Errorf("%s; %s's copy is demoted: %w", d, a.Name, err)
+		}
+		if err := p.holds(ctx, a, true, "PromoteVolume force on "+a.Name); err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		return d + "; " + a.Name + " promoted back with force", nil
+	})
+	f.step("resync-force-link-down", specReadyAfter+" (the link down)", call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		up, err := r.linkDown(ctx, f, kind, id, "the replication link cut")
+		if err != nil {
+			return "", err
+		}
+		defer up()
+		return r.notReadyLinkDown(ctx, p)
 	})
 	f.need("resync-force", specResync+" (force)", wait, func(ctx context.Context) (string, error) {
 		d, err := r.follow(ctx, p, b, a, true, false)
@@ -738,7 +791,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 // writes of its own only when the write hook made one; without it, a copy
 // that took A's sync may simply have had nothing to discard, and the check
 // says so and skips.
-func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string, error) {
+func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool, primaryRefusal string) (string, error) {
 	a, b := &r.cfg.A, r.cfg.B
 	base := r.lastSync(ctx, p, a)
 	start := time.Now()
@@ -759,6 +812,15 @@ func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string,
 		case err == nil:
 			last = "OK, ready=false"
 		case r.means(activities.RPCResyncVolume, err) == codes.FailedPrecondition:
+			// A refusal keeps the copy only when it is the divergence's:
+			// the copy read back as a secondary's, and not refused as a
+			// primary's resync is ("source is primary").
+			if m := status.Convert(err).Message(); primaryRefusal != "" && m == primaryRefusal {
+				return "", fmt.Errorf("ResyncVolume without force on %s was refused as a primary's resync is (%q, the answer of resync-primary-refused), not for its divergence: the copy's demotion did not hold, or the driver does not tell a diverged copy from a primary", b.Name, m)
+			}
+			if herr := p.holds(ctx, b, false, "DemoteVolume force on "+b.Name); herr != nil {
+				return "", fmt.Errorf("ResyncVolume without force on %s refused (%s), but: %w", b.Name, status.Convert(err).Message(), herr)
+			}
 			msg := "refused without force: " + ok("ResyncVolume", err).Error()
 			if d, ok := r.deviation(activities.RPCResyncVolume, err); ok {
 				msg += "; " + describeDeviation(d)
@@ -793,6 +855,73 @@ func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string,
 		}
 		if err := r.pause(ctx); err != nil {
 			return "", fmt.Errorf("watching ResyncVolume without force: %w", err)
+		}
+	}
+}
+
+// refusesDivergedPromote watches PromoteVolume without force on B, whose
+// copy diverged, for Observe while A's copy is demoted too: every answer
+// must refuse it (FAILED_PRECONDITION, or a code Drover's calls retry).
+// An OK leaves B primary over A's writes since the split: the check fails
+// and the clean-up puts A back.
+func (r *runner) refusesDivergedPromote(ctx context.Context, p repl) (string, error) {
+	b := r.cfg.B
+	start := time.Now()
+	var last string
+	for calls := 1; ; calls++ {
+		err := p.promote(ctx, b, false)
+		if r.cfg.DryRun {
+			return "", nil
+		}
+		switch {
+		case err == nil:
+			return "", fmt.Errorf("PromoteVolume without force on %s answered OK (call %d, %s after %s's demotion): a copy that diverged while both were primary was promoted without force, over %s's writes since the split",
+				b.Name, calls, time.Since(start).Round(time.Millisecond), r.cfg.A.Name, r.cfg.A.Name)
+		case r.means(activities.RPCPromoteVolume, err) == codes.FailedPrecondition, r.retryable(activities.RPCPromoteVolume, err):
+			last = ok("PromoteVolume", err).Error()
+		default:
+			_, werr := r.want(activities.RPCPromoteVolume, err, codes.FailedPrecondition)
+			return "", werr
+		}
+		if time.Since(start) >= r.cfg.Observe {
+			return fmt.Sprintf("%d call(s) over %s refused (%s)", calls, r.cfg.Observe, last), nil
+		}
+		if err := r.pause(ctx); err != nil {
+			return "", fmt.Errorf("watching PromoteVolume without force: %w", err)
+		}
+	}
+}
+
+// notReadyLinkDown watches ResyncVolume with force on B, whose copy
+// diverged, for Observe with the replication link cut: a forced resync
+// discards the copy and can be ready only once a sync from A has landed,
+// which none can. Ready=true then is a driver that says ready without a
+// sync.
+func (r *runner) notReadyLinkDown(ctx context.Context, p repl) (string, error) {
+	b := r.cfg.B
+	start := time.Now()
+	var last string
+	for calls := 1; ; calls++ {
+		ready, err := p.resync(ctx, b, true)
+		if r.cfg.DryRun {
+			return "", nil
+		}
+		switch {
+		case err == nil && ready:
+			return "", fmt.Errorf("ResyncVolume force on %s answered ready=true (call %d, %s after the link was cut), when no sync could land: ready does not mean the copy follows its primary",
+				b.Name, calls, time.Since(start).Round(time.Millisecond))
+		case err == nil:
+			last = "OK, ready=false"
+		case r.retryable(activities.RPCResyncVolume, err):
+			last = ok("ResyncVolume", err).Error()
+		default:
+			return "", ok("ResyncVolume force on "+b.Name+" with the link down", err)
+		}
+		if time.Since(start) >= r.cfg.Observe {
+			return fmt.Sprintf("%d call(s) over %s with the link down answered %s, never ready", calls, r.cfg.Observe, last), nil
+		}
+		if err := r.pause(ctx); err != nil {
+			return "", fmt.Errorf("watching ResyncVolume force with the link down: %w", err)
 		}
 	}
 }
