@@ -155,7 +155,16 @@ const (
 	breakResyncRefusedAsPrimary = "resync-refused-as-primary"
 	// GetReplicationDestinationInfo of a group maps none of its volumes.
 	breakDestinationEmpty = "destination-empty-map"
+	// DisableVolumeReplication on the peer answers OK and leaves its copy
+	// replicated (the first site's breaker passes every call through).
+	breakDisablePeerNoop = "disable-peer-noop"
 )
+
+// sourceID is a request's volume or group ID.
+func sourceID(r sourced) string {
+	src := r.GetReplicationSource()
+	return src.GetVolume().GetVolumeId() + src.GetVolumegroup().GetVolumeGroupId()
+}
 
 // sourceKey names a request's source.
 func sourceKey(r sourced) string {
@@ -243,6 +252,9 @@ func (b *ruleBreaker) EnableVolumeReplication(ctx context.Context, r *replicatio
 }
 
 func (b *ruleBreaker) DisableVolumeReplication(ctx context.Context, r *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
+	if b.rule == breakDisablePeerNoop && slices.Contains(b.known, sourceID(r)) {
+		return &replication.DisableVolumeReplicationResponse{}, nil
+	}
 	resp, err := b.rc.DisableVolumeReplication(ctx, r)
 	return resp, b.unknownID(r, err)
 }
@@ -382,6 +394,7 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			{breakPromoteIgnoresSync, both("promote-unforced-diverged-refused"), "", nil},
 			{breakResyncRefusedAsPrimary, both("resync-unforced-keeps-diverged"), "", nil},
 			{breakDestinationEmpty, []string{"replication/group/destination-info"}, "", nil},
+			{breakDisablePeerNoop, both("disable"), "", nil},
 		} {
 			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
 				// The sync time's rules do not depend on the profile: the
@@ -409,7 +422,11 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 					known = append(known, cephVolume)
 				}
 				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}}
-				broken.east = serveBreaker(t, p.east, c.rule, memo, known...)
+				eastRule := c.rule
+				if c.rule == breakDisablePeerNoop {
+					eastRule = ""
+				}
+				broken.east = serveBreaker(t, p.east, eastRule, memo, known...)
 				broken.west = serveBreaker(t, p.west, c.rule, memo, known...)
 				r := runConformance(t, bins, broken, append(slices.Clone(params), simHooks(t, p)...)...)
 				if r.code != 1 {
@@ -460,6 +477,17 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 						}
 						at = i
 					}
+				}
+				if c.rule == breakDisablePeerNoop {
+					// The peer's copy stays replicated whatever is asked:
+					// the clean-up says so, and does not report it done.
+					for _, kind := range []string{"volume", "group"} {
+						want := kind + " disable peer: DisableVolumeReplication on peer answered OK, but peer's copy still takes ResyncVolume without force (OK): its replication is still on"
+						if !slices.Contains(r.report.Cleanup, want) {
+							t.Errorf("the clean-up does not report the peer's replication still on (%q):\n%s", want, strings.Join(r.report.Cleanup, "\n"))
+						}
+					}
+					return
 				}
 				// Whatever broke, the clean-up left the pair as found.
 				assertLeftAsFound(t, p)

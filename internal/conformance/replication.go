@@ -128,6 +128,46 @@ func (p repl) holds(ctx context.Context, s *Site, primary bool, call string) err
 	return fmt.Errorf("%s answered OK, and %s's copy could not be read back: GetVolumeReplicationInfo: %s", call, s.Name, answer)
 }
 
+// offHolds reads a disable of s's copy back: a primary's copy still
+// replicated answers replication info (OK), a secondary's still replicated
+// takes a resync without force (OK; it discards nothing). Any refusal is
+// a copy no longer replicated (or gone, as RBD mirroring removes the
+// secondary's image).
+func (p repl) offHolds(ctx context.Context, s *Site, primary bool, call string) error {
+	if p.r.cfg.DryRun {
+		return nil
+	}
+	if primary {
+		if _, err := p.info(ctx, s); err == nil {
+			return fmt.Errorf("%s answered OK, but %s's copy still answers replication info (OK): its replication is still on", call, s.Name)
+		}
+		return nil
+	}
+	if _, err := p.resync(ctx, s, false); err == nil {
+		return fmt.Errorf("%s answered OK, but %s's copy still takes ResyncVolume without force (OK): its replication is still on", call, s.Name)
+	}
+	return nil
+}
+
+// roles reads back the roles of both copies, for the clean-up's report:
+// what the storage says, whatever the calls answered.
+func (p repl) roles(ctx context.Context) string {
+	var parts []string
+	for _, s := range []*Site{&p.r.cfg.A, p.r.cfg.B} {
+		_, err := p.info(ctx, s)
+		code := p.r.means(activities.RPCGetVolumeReplicationInfo, err)
+		switch {
+		case code == codes.OK || code == codes.NotFound:
+			parts = append(parts, s.Name+"'s copy answers replication info as a primary's")
+		case code == codes.FailedPrecondition:
+			parts = append(parts, s.Name+"'s copy refuses replication info (a secondary, or not replicated)")
+		default:
+			parts = append(parts, fmt.Sprintf("%s's copy could not be read (%s)", s.Name, ok("GetVolumeReplicationInfo", err)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (p repl) info(ctx context.Context, s *Site) (*replication.GetVolumeReplicationInfoResponse, error) {
 	resp := &replication.GetVolumeReplicationInfoResponse{}
 	err := p.call(ctx, s, "GetVolumeReplicationInfo", &replication.GetVolumeReplicationInfoRequest{
@@ -759,6 +799,9 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		if err := ok("DisableVolumeReplication on "+a.Name, p.disable(ctx, a)); err != nil {
 			return "", err
 		}
+		if err := p.offHolds(ctx, a, true, "DisableVolumeReplication on "+a.Name); err != nil {
+			return "", err
+		}
 		st.disabledA = true
 		err := r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
 			err := p.disable(ctx, b)
@@ -766,6 +809,9 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		})
 		if err != nil {
 			return "", ok("DisableVolumeReplication on "+b.Name, err)
+		}
+		if err := p.offHolds(ctx, b, false, "DisableVolumeReplication on "+b.Name); err != nil {
+			return "", err
 		}
 		st.disabled = true
 		return "", nil
@@ -950,6 +996,9 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 	ctx, cancel := context.WithTimeout(r.cleanupBase(), 2*r.cfg.SyncTimeout+4*r.cfg.CallTimeout)
 	defer cancel()
 	result := func(err error) string {
+		if _, isStatus := status.FromError(err); err != nil && !isStatus {
+			return err.Error() // a read-back: the storage's own answer is in it
+		}
 		if err != nil {
 			return ok("", err).Error()[2:]
 		}
@@ -963,10 +1012,14 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 
 	disableB := func() {
 		err := bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
-			return r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
+			err := r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
 				err := p.disable(ctx, b)
 				return err == nil, err
 			})
+			if err != nil {
+				return err
+			}
+			return p.offHolds(ctx, b, false, "DisableVolumeReplication on "+b.Name)
 		})
 		note("disable "+b.Name, result(err))
 	}
@@ -1045,12 +1098,20 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 		// Disabling A now would leave B's copy, which does not follow
 		// it, behind on its own: an orphan. Better left replicated.
 		note(what, result(err))
+		var found string
+		_ = bounded(r.cfg.CallTimeout, func(ctx context.Context) error { found = p.roles(ctx); return nil })
 		note("disable", fmt.Sprintf("NOT done: %s's copy does not follow %s's yet, and disabling %s now would leave it behind as an orphan; "+
-			"replication stays on (A primary): once %s's ResyncVolume answers OK, disable %s, then %s", b.Name, a.Name, a.Name, b.Name, a.Name, b.Name))
+			"replication left on, as read back: %s. Once %s's copy is the only primary and %s's ResyncVolume answers OK, disable %s, then %s",
+			b.Name, a.Name, a.Name, found, a.Name, b.Name, a.Name, b.Name))
 		return
 	}
 	note(what, d)
 
-	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.disable(ctx, a) })))
+	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error {
+		if err := p.disable(ctx, a); err != nil {
+			return err
+		}
+		return p.offHolds(ctx, a, true, "DisableVolumeReplication on "+a.Name)
+	})))
 	disableB()
 }
