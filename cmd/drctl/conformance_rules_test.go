@@ -158,6 +158,15 @@ const (
 	// DisableVolumeReplication on the peer answers OK and leaves its copy
 	// replicated (the first site's breaker passes every call through).
 	breakDisablePeerNoop = "disable-peer-noop"
+	// An unforced promotion refused because the peer is still primary is
+	// made anyway (with force): a split brain on request.
+	breakPromoteOverPrimary = "promote-over-primary"
+	// PromoteVolume of a copy not replicated answers OK.
+	breakPromoteDisabled = "promote-disabled"
+	// EnableVolumeReplication without a source answers OK.
+	breakEmptySource = "empty-source-accepted"
+	// GetVolumeReplicationInfo answers OK without last_sync_time.
+	breakNoSyncTime = "no-last-sync-time"
 )
 
 // sourceID is a request's volume or group ID.
@@ -248,6 +257,9 @@ func (b *ruleBreaker) GetFenceClients(ctx context.Context, r *fence.GetFenceClie
 }
 
 func (b *ruleBreaker) EnableVolumeReplication(ctx context.Context, r *replication.EnableVolumeReplicationRequest) (*replication.EnableVolumeReplicationResponse, error) {
+	if b.rule == breakEmptySource && r.GetReplicationSource().GetType() == nil {
+		return &replication.EnableVolumeReplicationResponse{}, nil
+	}
 	return b.rc.EnableVolumeReplication(ctx, r)
 }
 
@@ -264,6 +276,13 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 	if b.rule == breakPromoteUnreachable && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "unreachable") {
 		r.Force = true
 		return b.rc.PromoteVolume(ctx, r)
+	}
+	if b.rule == breakPromoteOverPrimary && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "still primary") {
+		r.Force = true
+		return b.rc.PromoteVolume(ctx, r)
+	}
+	if b.rule == breakPromoteDisabled && err != nil && strings.Contains(status.Convert(err).Message(), "not enabled") {
+		return &replication.PromoteVolumeResponse{}, nil
 	}
 	if b.rule == breakPromoteIgnoresSync && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "not yet synced") {
 		r.Force = true
@@ -314,6 +333,9 @@ func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replicati
 	resp, err := b.rc.GetVolumeReplicationInfo(ctx, r)
 	if err == nil && b.rule == breakFutureSync && resp.GetLastSyncTime() != nil {
 		resp.LastSyncTime = timestamppb.New(resp.GetLastSyncTime().AsTime().Add(time.Hour))
+	}
+	if err == nil && b.rule == breakNoSyncTime {
+		resp.LastSyncTime = nil
 	}
 	if err == nil && b.rule == breakSyncIsNow && resp.GetLastSyncTime() != nil {
 		resp.LastSyncTime = timestamppb.Now()
@@ -395,6 +417,10 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			{breakResyncRefusedAsPrimary, both("resync-unforced-keeps-diverged"), "", nil},
 			{breakDestinationEmpty, []string{"replication/group/destination-info"}, "", nil},
 			{breakDisablePeerNoop, both("disable"), "", nil},
+			{breakPromoteOverPrimary, both("promote-unforced-refused"), "", nil},
+			{breakPromoteDisabled, both("promote-disabled-refused"), "", nil},
+			{breakEmptySource, []string{"replication/empty-source-refused"}, "", nil},
+			{breakNoSyncTime, both("info-after-sync"), "without last_sync_time", nil},
 		} {
 			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
 				// The sync time's rules do not depend on the profile: the
@@ -489,8 +515,20 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 					}
 					return
 				}
+				if cl := strings.Join(r.report.Cleanup, "\n"); c.rule == breakNoSyncTime && strings.Contains(cl, "disable: NOT done") {
+					// Without sync times the clean-up cannot see the peer's
+					// copy follow the first's, so leaves replication on; it
+					// says so, with the roles it read back.
+					if !strings.Contains(cl, "replication left on, as read back: endpoint's copy answers replication info as a primary's; peer's copy refuses replication info") {
+						t.Errorf("the clean-up left replication on without the roles read back:\n%s", cl)
+					}
+					return
+				}
 				// Whatever broke, the clean-up left the pair as found.
 				assertLeftAsFound(t, p)
+				if t.Failed() {
+					t.Logf("clean-up:\n%s", strings.Join(r.report.Cleanup, "\n"))
+				}
 			})
 		}
 	}

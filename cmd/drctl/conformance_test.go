@@ -235,6 +235,12 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 	}{
 		{sim.DriverSpec, "nonidempotent:EnableVolumeReplication", nil,
 			[]string{"replication/group/enable-idempotent", "replication/volume/enable-idempotent"}},
+		{sim.DriverSpec, "nonidempotent:PromoteVolume", nil,
+			[]string{"replication/group/promote-idempotent", "replication/volume/promote-idempotent"}},
+		{sim.DriverSpec, "nonidempotent:DisableVolumeReplication", nil,
+			[]string{"replication/group/disable-idempotent", "replication/volume/disable-idempotent"}},
+		{sim.DriverSpec, "ignoreforce:DemoteVolume", nil,
+			[]string{"replication/group/demote-force", "replication/volume/demote-force"}},
 		{sim.DriverSpec, "wrongcode:ResyncVolume:INTERNAL", nil,
 			[]string{"replication/group/resync-primary-refused", "replication/group/unknown-id/ResyncVolume",
 				"replication/volume/resync-primary-refused", "replication/volume/unknown-id/ResyncVolume"}},
