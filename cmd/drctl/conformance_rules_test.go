@@ -122,6 +122,31 @@ type pairMemo struct {
 	// forced: the sources whose copy a site demoted with force and has
 	// not resynced with force since, by site endpoint and source.
 	forced map[string]bool
+	// demoted: the sources whose copy a site demoted and has not promoted
+	// since, by source and site endpoint.
+	demoted map[string]map[string]bool
+}
+
+// peerDemoted tells whether a site other than site demoted its copy of
+// source and has not promoted it since.
+func (m *pairMemo) peerDemoted(source, site string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for s, d := range m.demoted[source] {
+		if s != site && d {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *pairMemo) setDemoted(source, site string, d bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.demoted[source] == nil {
+		m.demoted[source] = map[string]bool{}
+	}
+	m.demoted[source][site] = d
 }
 
 // The rules the breakers break.
@@ -167,6 +192,10 @@ const (
 	breakEmptySource = "empty-source-accepted"
 	// GetVolumeReplicationInfo answers OK without last_sync_time.
 	breakNoSyncTime = "no-last-sync-time"
+	// An unforced promotion refused while the peer's copy is demoted is
+	// made anyway (with force): the driver checks only that the peer is
+	// no longer primary, not that its final sync landed.
+	breakPromoteBeforeFinalSync = "promote-before-final-sync"
 )
 
 // sourceID is a request's volume or group ID.
@@ -284,6 +313,18 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 	if b.rule == breakPromoteDisabled && err != nil && strings.Contains(status.Convert(err).Message(), "not enabled") {
 		return &replication.PromoteVolumeResponse{}, nil
 	}
+	if b.rule == breakPromoteBeforeFinalSync {
+		if err == nil {
+			b.pair.setDemoted(sourceKey(r), b.site, false)
+		} else if !r.GetForce() && status.Code(err) == codes.FailedPrecondition && b.pair.peerDemoted(sourceKey(r), b.site) {
+			r.Force = true
+			resp, err = b.rc.PromoteVolume(ctx, r)
+			if err == nil {
+				b.pair.setDemoted(sourceKey(r), b.site, false)
+			}
+			return resp, err
+		}
+	}
 	if b.rule == breakPromoteIgnoresSync && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "not yet synced") {
 		r.Force = true
 		return b.rc.PromoteVolume(ctx, r)
@@ -293,6 +334,9 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 
 func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
 	resp, err := b.rc.DemoteVolume(ctx, r)
+	if err == nil && b.rule == breakPromoteBeforeFinalSync {
+		b.pair.setDemoted(sourceKey(r), b.site, true)
+	}
 	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
 		b.pair.mu.Lock()
 		b.pair.forced[b.site+sourceKey(r)] = true
@@ -421,6 +465,9 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			{breakPromoteDisabled, both("promote-disabled-refused"), "", nil},
 			{breakEmptySource, []string{"replication/empty-source-refused"}, "", nil},
 			{breakNoSyncTime, both("info-after-sync"), "without last_sync_time", nil},
+			// The same driver promotes a diverged copy while its peer is
+			// demoted: that check may fail too, when the flow gets there.
+			{breakPromoteBeforeFinalSync, both("promote-before-final-sync-refused"), "", both("promote-unforced-diverged-refused")},
 		} {
 			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
 				// The sync time's rules do not depend on the profile: the
@@ -447,7 +494,7 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 				if driver == sim.DriverCephCSI {
 					known = append(known, cephVolume)
 				}
-				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}}
+				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}, demoted: map[string]map[string]bool{}}
 				eastRule := c.rule
 				if c.rule == breakDisablePeerNoop {
 					eastRule = ""

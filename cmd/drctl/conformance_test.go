@@ -182,9 +182,9 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		// And a second run, without hooks, passes as well, and lists
 		// what it did not check; with --require-hooks those fail.
 		hooked := []string{"replication/group/diverge-write", "replication/group/info-link-down", "replication/group/promote-unforced-peer-unreachable-refused",
-			"replication/group/promote-unforced-diverged-refused", "replication/group/resync-force-link-down",
+			"replication/group/promote-unforced-diverged-refused", "replication/group/resync-force-link-down", "replication/group/promote-before-final-sync-refused",
 			"replication/volume/diverge-write", "replication/volume/info-link-down", "replication/volume/promote-unforced-peer-unreachable-refused",
-			"replication/volume/promote-unforced-diverged-refused", "replication/volume/resync-force-link-down"}
+			"replication/volume/promote-unforced-diverged-refused", "replication/volume/resync-force-link-down", "replication/volume/promote-before-final-sync-refused"}
 		sort.Strings(hooked)
 		r2 := runConformance(t, bins, p)
 		if r2.code != 0 {

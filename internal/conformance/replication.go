@@ -37,6 +37,7 @@ const (
 	specDiverged      = specRepl + "ResyncVolume force; design invariant 11: a split-brain resync needs force, and only force discards the copy's own writes"
 	specIdempotent    = specRepl + "service Controller: all the methods it exposes should be idempotent"
 	specSplitPromote  = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; design invariant 11: a copy that diverged (split-brain) is promoted only with force"
+	specFinalSync     = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; wire-notes.md: a planned promotion waits for the demoted peer's final sync"
 	specReadyAfter    = specRepl + "ResyncVolume: ready is true once the copy follows its primary; a forced resync discards the copy, so it is not ready before a sync has landed"
 	specDestination   = "csi-addons/spec replication: GetReplicationDestinationInfo (a group's volume_ids maps every volume of the group; the scratch group holds two or more)"
 	specSource        = specRepl + "ReplicationSource; wire-notes.md: volume_id only beside a volume source"
@@ -645,7 +646,40 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		return fmt.Sprintf("volume %q", d.GetVolume().GetVolumeId()), nil
 	})
 
-	// Planned move A -> B.
+	// Planned move A -> B. First with the link cut: A demoted, its final
+	// sync cannot land on B, so B's unforced promotion must be refused
+	// (a driver that checks only that the peer is no longer primary
+	// promotes it, without A's last writes). The demote step then finds
+	// A demoted, and the promotion waits for the final sync.
+	f.step("promote-before-final-sync-refused", specFinalSync, 3*call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		up, err := r.linkDown(ctx, f, kind, id, "the demoted copy's final sync held back")
+		if err != nil {
+			return "", err
+		}
+		defer up()
+		how := ""
+		err = p.demote(ctx, a, false)
+		if r.means(activities.RPCDemoteVolume, err) == codes.FailedPrecondition {
+			// A driver that demotes without force only while the final
+			// sync can ship: with force, A's changes still ship once the
+			// link is back.
+			how = " (with force: " + ok("unforced", err).Error() + ")"
+			err = p.demote(ctx, a, true)
+		}
+		if err := ok("DemoteVolume on "+a.Name+" with the link down", err); err != nil {
+			return "", err
+		}
+		if err := p.holds(ctx, a, false, "DemoteVolume on "+a.Name); err != nil {
+			return "", err
+		}
+		d, err := r.refusesPromote(ctx, p, "before the final sync of "+a.Name+"'s demotion could land (the link cut): promoted without "+a.Name+"'s last writes")
+		if err != nil {
+			f.block("not run: " + pre + "promote-before-final-sync-refused left " + b.Name + "'s copy primary")
+			st.diverged = true
+			return "", err
+		}
+		return a.Name + " demoted" + how + "; " + d, nil
+	})
 	f.need("demote", specDemote+" (read back: the copy refuses replication info as a secondary)", call, func(ctx context.Context) (string, error) {
 		if err := ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false)); err != nil {
 			return "", err
@@ -764,7 +798,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 			f.block(blocked)
 			return "", err
 		}
-		d, err := r.refusesDivergedPromote(ctx, p)
+		d, err := r.refusesPromote(ctx, p, "a copy that diverged while both were primary was promoted without force, over "+a.Name+"'s writes since the split")
 		if err != nil {
 			f.block(blocked)
 			return "", err
@@ -905,12 +939,12 @@ func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool, primaryR
 	}
 }
 
-// refusesDivergedPromote watches PromoteVolume without force on B, whose
-// copy diverged, for Observe while A's copy is demoted too: every answer
-// must refuse it (FAILED_PRECONDITION, or a code Drover's calls retry).
-// An OK leaves B primary over A's writes since the split: the check fails
-// and the clean-up puts A back.
-func (r *runner) refusesDivergedPromote(ctx context.Context, p repl) (string, error) {
+// refusesPromote watches PromoteVolume without force on B for Observe
+// while A's copy is demoted, when B's copy must not be promoted so (it
+// diverged, or A's final sync has not reached it): every answer must
+// refuse it (FAILED_PRECONDITION, or a code Drover's calls retry). An OK
+// fails the check, saying what it did (harm); the clean-up puts A back.
+func (r *runner) refusesPromote(ctx context.Context, p repl, harm string) (string, error) {
 	b := r.cfg.B
 	start := time.Now()
 	var last string
@@ -921,8 +955,8 @@ func (r *runner) refusesDivergedPromote(ctx context.Context, p repl) (string, er
 		}
 		switch {
 		case err == nil:
-			return "", fmt.Errorf("PromoteVolume without force on %s answered OK (call %d, %s after %s's demotion): a copy that diverged while both were primary was promoted without force, over %s's writes since the split",
-				b.Name, calls, time.Since(start).Round(time.Millisecond), r.cfg.A.Name, r.cfg.A.Name)
+			return "", fmt.Errorf("PromoteVolume without force on %s answered OK (call %d, %s after %s's demotion): %s",
+				b.Name, calls, time.Since(start).Round(time.Millisecond), r.cfg.A.Name, harm)
 		case r.means(activities.RPCPromoteVolume, err) == codes.FailedPrecondition, r.retryable(activities.RPCPromoteVolume, err):
 			last = ok("PromoteVolume", err).Error()
 		default:
