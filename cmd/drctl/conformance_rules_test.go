@@ -125,6 +125,7 @@ type pairMemo struct {
 	// demoted: the sources whose copy a site demoted and has not promoted
 	// since, by source and site endpoint.
 	demoted map[string]map[string]bool
+	seen    map[string]bool
 }
 
 // peerDemoted tells whether a site other than site demoted its copy of
@@ -138,6 +139,17 @@ func (m *pairMemo) peerDemoted(source, site string) bool {
 		}
 	}
 	return false
+}
+
+// once tells whether what is new: true the first time only.
+func (m *pairMemo) once(what string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen[what] {
+		return false
+	}
+	m.seen[what] = true
+	return true
 }
 
 func (m *pairMemo) setDemoted(source, site string, d bool) {
@@ -196,6 +208,14 @@ const (
 	// made anyway (with force): the driver checks only that the peer is
 	// no longer primary, not that its final sync landed.
 	breakPromoteBeforeFinalSync = "promote-before-final-sync"
+	// GetCapabilities leaves out NETWORK_FENCE, whose RPCs still answer.
+	breakUnadvertisedAnswers = "unadvertised-answers"
+	// GetVolumeReplicationInfo on a secondary answers INTERNAL, not the
+	// table's FAILED_PRECONDITION.
+	breakSecondaryInfoCode = "secondary-info-code"
+	// An unforced PromoteVolume while the peer's copy is demoted answers
+	// OK and changes nothing.
+	breakPlannedPromoteNoop = "planned-promote-noop"
 )
 
 // sourceID is a request's volume or group ID.
@@ -262,7 +282,11 @@ func (b *ruleBreaker) GetIdentity(ctx context.Context, r *identity.GetIdentityRe
 }
 
 func (b *ruleBreaker) GetCapabilities(ctx context.Context, r *identity.GetCapabilitiesRequest) (*identity.GetCapabilitiesResponse, error) {
-	return b.id.GetCapabilities(ctx, r)
+	resp, err := b.id.GetCapabilities(ctx, r)
+	if err == nil && b.rule == breakUnadvertisedAnswers {
+		resp.Capabilities = slices.DeleteFunc(resp.Capabilities, func(c *identity.Capability) bool { return c.GetNetworkFence() != nil })
+	}
+	return resp, err
 }
 
 func (b *ruleBreaker) Probe(ctx context.Context, r *identity.ProbeRequest) (*identity.ProbeResponse, error) {
@@ -301,6 +325,10 @@ func (b *ruleBreaker) DisableVolumeReplication(ctx context.Context, r *replicati
 }
 
 func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteVolumeRequest) (*replication.PromoteVolumeResponse, error) {
+	if b.rule == breakPlannedPromoteNoop && !r.GetForce() && b.pair.peerDemoted(sourceKey(r), b.site) && b.pair.once("noop "+sourceKey(r)) {
+		// The first planned promotion of each source: OK, and nothing done.
+		return &replication.PromoteVolumeResponse{}, nil
+	}
 	resp, err := b.rc.PromoteVolume(ctx, r)
 	if b.rule == breakPromoteUnreachable && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "unreachable") {
 		r.Force = true
@@ -312,6 +340,9 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 	}
 	if b.rule == breakPromoteDisabled && err != nil && strings.Contains(status.Convert(err).Message(), "not enabled") {
 		return &replication.PromoteVolumeResponse{}, nil
+	}
+	if b.rule == breakPlannedPromoteNoop && err == nil {
+		b.pair.setDemoted(sourceKey(r), b.site, false)
 	}
 	if b.rule == breakPromoteBeforeFinalSync {
 		if err == nil {
@@ -334,7 +365,7 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 
 func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
 	resp, err := b.rc.DemoteVolume(ctx, r)
-	if err == nil && b.rule == breakPromoteBeforeFinalSync {
+	if err == nil && (b.rule == breakPromoteBeforeFinalSync || b.rule == breakPlannedPromoteNoop) {
 		b.pair.setDemoted(sourceKey(r), b.site, true)
 	}
 	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
@@ -375,6 +406,9 @@ func (b *ruleBreaker) ResyncVolume(ctx context.Context, r *replication.ResyncVol
 
 func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
 	resp, err := b.rc.GetVolumeReplicationInfo(ctx, r)
+	if msg := status.Convert(err).Message(); b.rule == breakSecondaryInfoCode && (strings.Contains(msg, "not primary") || strings.Contains(msg, "not in primary state")) {
+		return nil, status.Error(codes.Internal, "failed to get mirroring info: "+status.Convert(err).Message())
+	}
 	if err == nil && b.rule == breakFutureSync && resp.GetLastSyncTime() != nil {
 		resp.LastSyncTime = timestamppb.New(resp.GetLastSyncTime().AsTime().Add(time.Hour))
 	}
@@ -445,29 +479,39 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			// also: checks that may fail too, besides want (a rule whose
 			// breakage other checks may see, depending on timing).
 			also []string
+			// bare: run without hooks (a check that needs them would see
+			// the breakage first, and skip the rest).
+			bare bool
 		}{
-			{breakResyncForces, both("resync-unforced-keeps-diverged"), "", nil},
-			{breakPromoteUnreachable, both("promote-unforced-peer-unreachable-refused"), "", nil},
-			{breakFutureSync, both("info-after-sync"), "in the future", nil},
-			{breakUnknownIDCode, both(unknown...), "", nil},
-			{breakSyncIsNow, both("info-link-down"), "", nil},
+			{breakResyncForces, both("resync-unforced-keeps-diverged"), "", nil, false},
+			{breakPromoteUnreachable, both("promote-unforced-peer-unreachable-refused"), "", nil, false},
+			{breakFutureSync, both("info-after-sync"), "in the future", nil, false},
+			{breakUnknownIDCode, both(unknown...), "", nil, false},
+			{breakSyncIsNow, both("info-link-down"), "", nil, false},
 			// A frozen sync time fails info-advances; where the resync
 			// answers ready=false while its copy replays (ceph-csi), the
 			// resync may fail too: it waits for a newer sync, and none is
 			// reported.
-			{breakSyncFrozen, both("info-advances"), "", both("resync")},
-			{breakResyncReadyAtOnce, both("resync-force-link-down"), "", nil},
-			{breakPromoteIgnoresSync, both("promote-unforced-diverged-refused"), "", nil},
-			{breakResyncRefusedAsPrimary, both("resync-unforced-keeps-diverged"), "", nil},
-			{breakDestinationEmpty, []string{"replication/group/destination-info"}, "", nil},
-			{breakDisablePeerNoop, both("disable"), "", nil},
-			{breakPromoteOverPrimary, both("promote-unforced-refused"), "", nil},
-			{breakPromoteDisabled, both("promote-disabled-refused"), "", nil},
-			{breakEmptySource, []string{"replication/empty-source-refused"}, "", nil},
-			{breakNoSyncTime, both("info-after-sync"), "without last_sync_time", nil},
+			{breakSyncFrozen, both("info-advances"), "", both("resync"), false},
+			{breakResyncReadyAtOnce, both("resync-force-link-down"), "", nil, false},
+			{breakPromoteIgnoresSync, both("promote-unforced-diverged-refused"), "", nil, false},
+			{breakResyncRefusedAsPrimary, both("resync-unforced-keeps-diverged"), "", nil, false},
+			{breakDestinationEmpty, []string{"replication/group/destination-info"}, "", nil, false},
+			{breakDisablePeerNoop, both("disable"), "", nil, false},
+			{breakPromoteOverPrimary, both("promote-unforced-refused"), "", nil, false},
+			{breakPromoteDisabled, both("promote-disabled-refused"), "", nil, false},
+			{breakEmptySource, []string{"replication/empty-source-refused"}, "", nil, false},
+			{breakNoSyncTime, both("info-after-sync"), "without last_sync_time", nil, false},
 			// The same driver promotes a diverged copy while its peer is
 			// demoted: that check may fail too, when the flow gets there.
-			{breakPromoteBeforeFinalSync, both("promote-before-final-sync-refused"), "", both("promote-unforced-diverged-refused")},
+			{breakPromoteBeforeFinalSync, both("promote-before-final-sync-refused"), "", both("promote-unforced-diverged-refused"), false},
+			// With hooks, the check before the planned promotion sees its
+			// OK as a promotion made too early and the flow stops there.
+			{breakPlannedPromoteNoop, both("promote"), "", nil, true},
+			{breakUnadvertisedAnswers, []string{"identity/endpoint/unadvertised-unimplemented", "identity/peer/unadvertised-unimplemented"}, "", nil, false},
+			// The suite reads a demotion back from this refusal: the first
+			// demotion of the flow fails with it, and the rest is skipped.
+			{breakSecondaryInfoCode, both("info-secondary-refused"), "", both("promote-before-final-sync-refused", "demote"), false},
 		} {
 			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
 				// The sync time's rules do not depend on the profile: the
@@ -494,14 +538,18 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 				if driver == sim.DriverCephCSI {
 					known = append(known, cephVolume)
 				}
-				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}, demoted: map[string]map[string]bool{}}
+				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}, demoted: map[string]map[string]bool{}, seen: map[string]bool{}}
 				eastRule := c.rule
 				if c.rule == breakDisablePeerNoop {
 					eastRule = ""
 				}
 				broken.east = serveBreaker(t, p.east, eastRule, memo, known...)
 				broken.west = serveBreaker(t, p.west, c.rule, memo, known...)
-				r := runConformance(t, bins, broken, append(slices.Clone(params), simHooks(t, p)...)...)
+				args := slices.Clone(params)
+				if !c.bare {
+					args = append(args, simHooks(t, p)...)
+				}
+				r := runConformance(t, bins, broken, args...)
 				if r.code != 1 {
 					for _, id := range c.want {
 						t.Logf("%s: %s %s", id, r.result(id).Status, r.result(id).Detail)
