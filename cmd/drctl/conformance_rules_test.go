@@ -119,9 +119,12 @@ type pairMemo struct {
 	// refusal is each source's first refusal of a ResyncVolume
 	// (breakResyncRefusedAsPrimary): the primary's, in the suite's order.
 	refusal map[string]error
-	// forced: the sources whose copy a site demoted with force and has
-	// not resynced with force since, by site endpoint and source.
+	// forced: the sources whose copy a site demoted with force after the
+	// other site's was promoted with force, and has not resynced with
+	// force since, by site endpoint and source.
 	forced map[string]bool
+	// forcedPromote: the site that last promoted each source with force.
+	forcedPromote map[string]string
 	// demoted: the sources whose copy a site demoted and has not promoted
 	// since, by source and site endpoint.
 	demoted map[string]map[string]bool
@@ -330,6 +333,11 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 		return &replication.PromoteVolumeResponse{}, nil
 	}
 	resp, err := b.rc.PromoteVolume(ctx, r)
+	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
+		b.pair.mu.Lock()
+		b.pair.forcedPromote[sourceKey(r)] = b.site
+		b.pair.mu.Unlock()
+	}
 	if b.rule == breakPromoteUnreachable && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "unreachable") {
 		r.Force = true
 		return b.rc.PromoteVolume(ctx, r)
@@ -369,8 +377,12 @@ func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVol
 		b.pair.setDemoted(sourceKey(r), b.site, true)
 	}
 	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
+		// Diverged: demoted with force after the other site's copy was
+		// promoted with force (a split brain).
 		b.pair.mu.Lock()
-		b.pair.forced[b.site+sourceKey(r)] = true
+		if by := b.pair.forcedPromote[sourceKey(r)]; by != "" && by != b.site {
+			b.pair.forced[b.site+sourceKey(r)] = true
+		}
 		b.pair.mu.Unlock()
 	}
 	return resp, b.unknownID(r, err)
@@ -538,7 +550,7 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 				if driver == sim.DriverCephCSI {
 					known = append(known, cephVolume)
 				}
-				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}, demoted: map[string]map[string]bool{}, seen: map[string]bool{}}
+				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}, forcedPromote: map[string]string{}, demoted: map[string]map[string]bool{}, seen: map[string]bool{}}
 				eastRule := c.rule
 				if c.rule == breakDisablePeerNoop {
 					eastRule = ""

@@ -674,7 +674,8 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		}
 		d, err := r.refusesPromote(ctx, p, "before the final sync of "+a.Name+"'s demotion could land (the link cut): promoted without "+a.Name+"'s last writes")
 		if err != nil {
-			f.block("not run: " + pre + "promote-before-final-sync-refused left " + b.Name + "'s copy primary")
+			// B's copy may be primary now, without A's last writes.
+			f.block("not run: " + pre + "promote-before-final-sync-refused did not pass: " + b.Name + "'s copy may be primary")
 			st.diverged = true
 			return "", err
 		}
@@ -777,8 +778,11 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		}
 		return "", p.holds(ctx, b, false, "DemoteVolume force on "+b.Name)
 	})
+	kept := false
 	f.step("resync-unforced-keeps-diverged", specDiverged, call+r.cfg.Observe, func(ctx context.Context) (string, error) {
-		return r.keepsDiverged(ctx, p, wrote, primaryRefusal)
+		d, err := r.keepsDiverged(ctx, p, wrote, primaryRefusal)
+		kept = err == nil
+		return d, err
 	})
 	// Both copies secondary, B's diverged: an unforced promotion of B
 	// would keep its own writes and drop A's since the split. A is then
@@ -788,6 +792,9 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 	f.step("promote-unforced-diverged-refused", specSplitPromote, 3*call+r.cfg.Observe, func(ctx context.Context) (string, error) {
 		if !wrote && !r.cfg.DryRun {
 			return "", hookSkip("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, so it may not have diverged")
+		}
+		if !kept && !r.cfg.DryRun {
+			return "", skipError("not run: " + pre + "resync-unforced-keeps-diverged did not pass, so " + b.Name + "'s copy may no longer be diverged")
 		}
 		blocked := "not run: " + pre + "promote-unforced-diverged-refused left " + a.Name + "'s copy demoted"
 		if err := ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false)); err != nil {
@@ -814,6 +821,14 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		return d + "; " + a.Name + " promoted back with force", nil
 	})
 	f.step("resync-force-link-down", specReadyAfter+" (the link down)", call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		// A copy that follows its primary already may rightly be ready.
+		switch {
+		case r.cfg.DryRun || r.cfg.Hooks.LinkDown == "":
+		case !wrote:
+			return "", hookSkip("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, so it may follow " + a.Name + "'s already")
+		case !kept:
+			return "", skipError("not run: " + pre + "resync-unforced-keeps-diverged did not pass, so " + b.Name + "'s copy may follow " + a.Name + "'s already")
+		}
 		up, err := r.linkDown(ctx, f, kind, id, "the replication link cut")
 		if err != nil {
 			return "", err
