@@ -18,7 +18,9 @@
 //     driver's own ID format where the scratch ID is ceph-csi's; an empty
 //     source, info on a secondary, resync of a primary, promote without
 //     force while the peer is primary, and while it is also unreachable),
-//     demote twice, a planned promotion twice, resync until the copy
+//     with the link cut an unforced promotion of the peer refused while
+//     the demoted copy's final sync cannot land, demote twice, a planned
+//     promotion twice, resync until the copy
 //     follows, a forced promotion while the peer is primary (a split
 //     brain), a resync without force that must not discard the diverged
 //     copy (a refusal counts only from a copy read back as secondary, and
