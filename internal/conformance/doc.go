@@ -20,9 +20,8 @@
 //     force while the peer is primary, and while it is also unreachable),
 //     with the link cut an unforced promotion of the peer refused while
 //     the demoted copy's final sync cannot land, demote twice, a planned
-//     promotion twice, resync until the copy
-//     follows, a forced promotion while the peer is primary (a split
-//     brain), a resync without force that must not discard the diverged
+//     promotion twice, resync until the copy follows, a forced
+//     promotion while the peer is primary (a split brain), a resync without force that must not discard the diverged
 //     copy (a refusal counts only from a copy read back as secondary, and
 //     not the refusal a primary's resync got), with both copies demoted
 //     an unforced promotion of the diverged copy refused, with the link
