@@ -107,6 +107,61 @@ type ruleBreaker struct {
 	// first: the first last sync reported of each source (breakSyncFrozen).
 	mu    sync.Mutex
 	first map[string]*timestamppb.Timestamp
+	// pair is shared by the breakers of a pair's two sites; site names
+	// this one in it.
+	pair *pairMemo
+	site string
+}
+
+// pairMemo is what the breakers of a pair remember together.
+type pairMemo struct {
+	mu sync.Mutex
+	// refusal is each source's first refusal of a ResyncVolume
+	// (breakResyncRefusedAsPrimary): the primary's, in the suite's order.
+	refusal map[string]error
+	// forced: the sources whose copy a site demoted with force after the
+	// other site's was promoted with force, and has not resynced with
+	// force since, by site endpoint and source.
+	forced map[string]bool
+	// forcedPromote: the site that last promoted each source with force.
+	forcedPromote map[string]string
+	// demoted: the sources whose copy a site demoted and has not promoted
+	// since, by source and site endpoint.
+	demoted map[string]map[string]bool
+	seen    map[string]bool
+}
+
+// peerDemoted tells whether a site other than site demoted its copy of
+// source and has not promoted it since.
+func (m *pairMemo) peerDemoted(source, site string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for s, d := range m.demoted[source] {
+		if s != site && d {
+			return true
+		}
+	}
+	return false
+}
+
+// once tells whether what is new: true the first time only.
+func (m *pairMemo) once(what string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen[what] {
+		return false
+	}
+	m.seen[what] = true
+	return true
+}
+
+func (m *pairMemo) setDemoted(source, site string, d bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.demoted[source] == nil {
+		m.demoted[source] = map[string]bool{}
+	}
+	m.demoted[source][site] = d
 }
 
 // The rules the breakers break.
@@ -126,18 +181,68 @@ const (
 	breakSyncIsNow = "last-sync-is-now"
 	// The last sync time stays at the first one reported.
 	breakSyncFrozen = "last-sync-frozen"
+	// A forced resync answers ready=true at once, whether a sync landed or
+	// not: OK ready=false, or ceph-csi's "no snapshot details" (its way of
+	// saying the copy is not there yet), become OK ready=true.
+	breakResyncReadyAtOnce = "resync-ready-at-once"
+	// An unforced promotion refused because the copy has not synced with
+	// its demoted peer is made anyway (with force): a diverged copy, or one
+	// the peer's final sync has not reached, is promoted.
+	breakPromoteIgnoresSync = "promote-ignores-sync"
+	// An unforced resync of a copy demoted with force (diverged, in the
+	// suite's order) that is refused or told to call again carries instead
+	// the refusal a primary's resync gets ("source is primary").
+	breakResyncRefusedAsPrimary = "resync-refused-as-primary"
+	// GetReplicationDestinationInfo of a group maps none of its volumes.
+	breakDestinationEmpty = "destination-empty-map"
+	// DisableVolumeReplication on the peer answers OK and leaves its copy
+	// replicated (the first site's breaker passes every call through).
+	breakDisablePeerNoop = "disable-peer-noop"
+	// An unforced promotion refused because the peer is still primary is
+	// made anyway (with force): a split brain on request.
+	breakPromoteOverPrimary = "promote-over-primary"
+	// PromoteVolume of a copy not replicated answers OK.
+	breakPromoteDisabled = "promote-disabled"
+	// EnableVolumeReplication without a source answers OK.
+	breakEmptySource = "empty-source-accepted"
+	// GetVolumeReplicationInfo answers OK without last_sync_time.
+	breakNoSyncTime = "no-last-sync-time"
+	// An unforced promotion refused while the peer's copy is demoted is
+	// made anyway (with force): the driver checks only that the peer is
+	// no longer primary, not that its final sync landed.
+	breakPromoteBeforeFinalSync = "promote-before-final-sync"
+	// GetCapabilities leaves out NETWORK_FENCE, whose RPCs still answer.
+	breakUnadvertisedAnswers = "unadvertised-answers"
+	// GetVolumeReplicationInfo on a secondary answers INTERNAL, not the
+	// table's FAILED_PRECONDITION.
+	breakSecondaryInfoCode = "secondary-info-code"
+	// An unforced PromoteVolume while the peer's copy is demoted answers
+	// OK and changes nothing.
+	breakPlannedPromoteNoop = "planned-promote-noop"
 )
+
+// sourceID is a request's volume or group ID.
+func sourceID(r sourced) string {
+	src := r.GetReplicationSource()
+	return src.GetVolume().GetVolumeId() + src.GetVolumegroup().GetVolumeGroupId()
+}
+
+// sourceKey names a request's source.
+func sourceKey(r sourced) string {
+	src := r.GetReplicationSource()
+	return r.GetVolumeId() + src.GetVolume().GetVolumeId() + "/" + src.GetVolumegroup().GetVolumeGroupId()
+}
 
 // serveBreaker serves a breaker of rule in front of the site at target
 // (unix://path), whose scratch sources are known, and returns its endpoint.
-func serveBreaker(t *testing.T, target, rule string, known ...string) string {
+func serveBreaker(t *testing.T, target, rule string, pair *pairMemo, known ...string) string {
 	t.Helper()
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule, known: known, first: map[string]*timestamppb.Timestamp{}}
+	b := &ruleBreaker{id: identity.NewIdentityClient(conn), fc: fence.NewFenceControllerClient(conn), rc: replication.NewControllerClient(conn), rule: rule, known: known, first: map[string]*timestamppb.Timestamp{}, pair: pair, site: target}
 	sock := filepath.Join(simtest.SockDir(t), "breaker.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -180,7 +285,11 @@ func (b *ruleBreaker) GetIdentity(ctx context.Context, r *identity.GetIdentityRe
 }
 
 func (b *ruleBreaker) GetCapabilities(ctx context.Context, r *identity.GetCapabilitiesRequest) (*identity.GetCapabilitiesResponse, error) {
-	return b.id.GetCapabilities(ctx, r)
+	resp, err := b.id.GetCapabilities(ctx, r)
+	if err == nil && b.rule == breakUnadvertisedAnswers {
+		resp.Capabilities = slices.DeleteFunc(resp.Capabilities, func(c *identity.Capability) bool { return c.GetNetworkFence() != nil })
+	}
+	return resp, err
 }
 
 func (b *ruleBreaker) Probe(ctx context.Context, r *identity.ProbeRequest) (*identity.ProbeResponse, error) {
@@ -204,17 +313,58 @@ func (b *ruleBreaker) GetFenceClients(ctx context.Context, r *fence.GetFenceClie
 }
 
 func (b *ruleBreaker) EnableVolumeReplication(ctx context.Context, r *replication.EnableVolumeReplicationRequest) (*replication.EnableVolumeReplicationResponse, error) {
+	if b.rule == breakEmptySource && r.GetReplicationSource().GetType() == nil {
+		return &replication.EnableVolumeReplicationResponse{}, nil
+	}
 	return b.rc.EnableVolumeReplication(ctx, r)
 }
 
 func (b *ruleBreaker) DisableVolumeReplication(ctx context.Context, r *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
+	if b.rule == breakDisablePeerNoop && slices.Contains(b.known, sourceID(r)) {
+		return &replication.DisableVolumeReplicationResponse{}, nil
+	}
 	resp, err := b.rc.DisableVolumeReplication(ctx, r)
 	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteVolumeRequest) (*replication.PromoteVolumeResponse, error) {
+	if b.rule == breakPlannedPromoteNoop && !r.GetForce() && b.pair.peerDemoted(sourceKey(r), b.site) && b.pair.once("noop "+sourceKey(r)) {
+		// The first planned promotion of each source: OK, and nothing done.
+		return &replication.PromoteVolumeResponse{}, nil
+	}
 	resp, err := b.rc.PromoteVolume(ctx, r)
+	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
+		b.pair.mu.Lock()
+		b.pair.forcedPromote[sourceKey(r)] = b.site
+		b.pair.mu.Unlock()
+	}
 	if b.rule == breakPromoteUnreachable && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "unreachable") {
+		r.Force = true
+		return b.rc.PromoteVolume(ctx, r)
+	}
+	if b.rule == breakPromoteOverPrimary && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "still primary") {
+		r.Force = true
+		return b.rc.PromoteVolume(ctx, r)
+	}
+	if b.rule == breakPromoteDisabled && err != nil && strings.Contains(status.Convert(err).Message(), "not enabled") {
+		return &replication.PromoteVolumeResponse{}, nil
+	}
+	if b.rule == breakPlannedPromoteNoop && err == nil {
+		b.pair.setDemoted(sourceKey(r), b.site, false)
+	}
+	if b.rule == breakPromoteBeforeFinalSync {
+		if err == nil {
+			b.pair.setDemoted(sourceKey(r), b.site, false)
+		} else if !r.GetForce() && status.Code(err) == codes.FailedPrecondition && b.pair.peerDemoted(sourceKey(r), b.site) {
+			r.Force = true
+			resp, err = b.rc.PromoteVolume(ctx, r)
+			if err == nil {
+				b.pair.setDemoted(sourceKey(r), b.site, false)
+			}
+			return resp, err
+		}
+	}
+	if b.rule == breakPromoteIgnoresSync && !r.GetForce() && status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "not yet synced") {
 		r.Force = true
 		return b.rc.PromoteVolume(ctx, r)
 	}
@@ -223,6 +373,18 @@ func (b *ruleBreaker) PromoteVolume(ctx context.Context, r *replication.PromoteV
 
 func (b *ruleBreaker) DemoteVolume(ctx context.Context, r *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
 	resp, err := b.rc.DemoteVolume(ctx, r)
+	if err == nil && (b.rule == breakPromoteBeforeFinalSync || b.rule == breakPlannedPromoteNoop) {
+		b.pair.setDemoted(sourceKey(r), b.site, true)
+	}
+	if err == nil && r.GetForce() && b.rule == breakResyncRefusedAsPrimary {
+		// Diverged: demoted with force after the other site's copy was
+		// promoted with force (a split brain).
+		b.pair.mu.Lock()
+		if by := b.pair.forcedPromote[sourceKey(r)]; by != "" && by != b.site {
+			b.pair.forced[b.site+sourceKey(r)] = true
+		}
+		b.pair.mu.Unlock()
+	}
 	return resp, b.unknownID(r, err)
 }
 
@@ -231,13 +393,39 @@ func (b *ruleBreaker) ResyncVolume(ctx context.Context, r *replication.ResyncVol
 		r.Force = true
 	}
 	resp, err := b.rc.ResyncVolume(ctx, r)
+	if b.rule == breakResyncReadyAtOnce && r.GetForce() && (err == nil || strings.Contains(status.Convert(err).Message(), "no snapshot details")) {
+		return &replication.ResyncVolumeResponse{Ready: true}, nil
+	}
+	if b.rule == breakResyncRefusedAsPrimary {
+		code := status.Code(err)
+		key := b.site + sourceKey(r)
+		b.pair.mu.Lock()
+		first, seen := b.pair.refusal[sourceKey(r)]
+		if !seen && err != nil && code != codes.NotFound && code != codes.Aborted && code != codes.Unavailable {
+			b.pair.refusal[sourceKey(r)] = err
+		}
+		diverged := b.pair.forced[key]
+		if r.GetForce() && err == nil {
+			delete(b.pair.forced, key)
+		}
+		b.pair.mu.Unlock()
+		if seen && diverged && !r.GetForce() && (err != nil || !resp.GetReady()) {
+			return nil, first
+		}
+	}
 	return resp, b.unknownID(r, err)
 }
 
 func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
 	resp, err := b.rc.GetVolumeReplicationInfo(ctx, r)
+	if msg := status.Convert(err).Message(); b.rule == breakSecondaryInfoCode && (strings.Contains(msg, "not primary") || strings.Contains(msg, "not in primary state")) {
+		return nil, status.Error(codes.Internal, "failed to get mirroring info: "+status.Convert(err).Message())
+	}
 	if err == nil && b.rule == breakFutureSync && resp.GetLastSyncTime() != nil {
 		resp.LastSyncTime = timestamppb.New(resp.GetLastSyncTime().AsTime().Add(time.Hour))
+	}
+	if err == nil && b.rule == breakNoSyncTime {
+		resp.LastSyncTime = nil
 	}
 	if err == nil && b.rule == breakSyncIsNow && resp.GetLastSyncTime() != nil {
 		resp.LastSyncTime = timestamppb.Now()
@@ -256,7 +444,11 @@ func (b *ruleBreaker) GetVolumeReplicationInfo(ctx context.Context, r *replicati
 }
 
 func (b *ruleBreaker) GetReplicationDestinationInfo(ctx context.Context, r *replication.GetReplicationDestinationInfoRequest) (*replication.GetReplicationDestinationInfoResponse, error) {
-	return b.rc.GetReplicationDestinationInfo(ctx, r)
+	resp, err := b.rc.GetReplicationDestinationInfo(ctx, r)
+	if g := resp.GetReplicationDestination().GetVolumegroup(); err == nil && g != nil && b.rule == breakDestinationEmpty {
+		g.VolumeIds = map[string]string{}
+	}
+	return resp, err
 }
 
 // cephVolume is a scratch volume ID in ceph-csi's format, so that the
@@ -299,22 +491,49 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 			// also: checks that may fail too, besides want (a rule whose
 			// breakage other checks may see, depending on timing).
 			also []string
+			// bare: run without hooks (a check that needs them would see
+			// the breakage first, and skip the rest).
+			bare bool
 		}{
-			{breakResyncForces, both("resync-unforced-keeps-diverged"), "", nil},
-			{breakPromoteUnreachable, both("promote-unforced-peer-unreachable-refused"), "", nil},
-			{breakFutureSync, both("info-after-sync"), "in the future", nil},
-			{breakUnknownIDCode, both(unknown...), "", nil},
-			{breakSyncIsNow, both("info-link-down"), "", nil},
+			{breakResyncForces, both("resync-unforced-keeps-diverged"), "", nil, false},
+			{breakPromoteUnreachable, both("promote-unforced-peer-unreachable-refused"), "", nil, false},
+			{breakFutureSync, both("info-after-sync"), "in the future", nil, false},
+			{breakUnknownIDCode, both(unknown...), "", nil, false},
+			{breakSyncIsNow, both("info-link-down"), "", nil, false},
 			// A frozen sync time fails info-advances; where the resync
 			// answers ready=false while its copy replays (ceph-csi), the
 			// resync may fail too: it waits for a newer sync, and none is
 			// reported.
-			{breakSyncFrozen, both("info-advances"), "", both("resync")},
+			{breakSyncFrozen, both("info-advances"), "", both("resync"), false},
+			{breakResyncReadyAtOnce, both("resync-force-link-down"), "", nil, false},
+			{breakPromoteIgnoresSync, both("promote-unforced-diverged-refused"), "", nil, false},
+			{breakResyncRefusedAsPrimary, both("resync-unforced-keeps-diverged"), "", nil, false},
+			{breakDestinationEmpty, []string{"replication/group/destination-info"}, "", nil, false},
+			{breakDisablePeerNoop, both("disable"), "", nil, false},
+			{breakPromoteOverPrimary, both("promote-unforced-refused"), "", nil, false},
+			{breakPromoteDisabled, both("promote-disabled-refused"), "", nil, false},
+			{breakEmptySource, []string{"replication/empty-source-refused"}, "", nil, false},
+			{breakNoSyncTime, both("info-after-sync"), "without last_sync_time", nil, false},
+			// The same driver promotes a diverged copy while its peer is
+			// demoted: that check may fail too, when the flow gets there.
+			{breakPromoteBeforeFinalSync, both("promote-before-final-sync-refused"), "", both("promote-unforced-diverged-refused"), false},
+			// With hooks, the check before the planned promotion sees its
+			// OK as a promotion made too early and the flow stops there.
+			{breakPlannedPromoteNoop, both("promote"), "", nil, true},
+			{breakUnadvertisedAnswers, []string{"identity/endpoint/unadvertised-unimplemented", "identity/peer/unadvertised-unimplemented"}, "", nil, false},
+			// The suite reads a demotion back from this refusal: the first
+			// demotion of the flow fails with it, and the rest is skipped.
+			{breakSecondaryInfoCode, both("info-secondary-refused"), "", both("promote-before-final-sync-refused", "demote"), false},
 		} {
 			if driver == sim.DriverCephCSI && (c.rule == breakSyncIsNow || c.rule == breakSyncFrozen) {
 				// The sync time's rules do not depend on the profile: the
 				// spec's sites, a minute quicker, carry them (the ceph-csi
 				// profile's honest run passes both checks).
+				continue
+			}
+			if driver == sim.DriverCephCSI && c.rule == breakDestinationEmpty {
+				// ceph-csi does not advertise GET_REPLICATION_DESTINATION_INFO:
+				// its profile's destination-info skips.
 				continue
 			}
 			t.Run(driver+" "+c.rule, func(t *testing.T) {
@@ -331,10 +550,22 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 				if driver == sim.DriverCephCSI {
 					known = append(known, cephVolume)
 				}
-				broken.east = serveBreaker(t, p.east, c.rule, known...)
-				broken.west = serveBreaker(t, p.west, c.rule, known...)
-				r := runConformance(t, bins, broken, append(slices.Clone(params), simHooks(t, p)...)...)
+				memo := &pairMemo{refusal: map[string]error{}, forced: map[string]bool{}, forcedPromote: map[string]string{}, demoted: map[string]map[string]bool{}, seen: map[string]bool{}}
+				eastRule := c.rule
+				if c.rule == breakDisablePeerNoop {
+					eastRule = ""
+				}
+				broken.east = serveBreaker(t, p.east, eastRule, memo, known...)
+				broken.west = serveBreaker(t, p.west, c.rule, memo, known...)
+				args := slices.Clone(params)
+				if !c.bare {
+					args = append(args, simHooks(t, p)...)
+				}
+				r := runConformance(t, bins, broken, args...)
 				if r.code != 1 {
+					for _, id := range c.want {
+						t.Logf("%s: %s %s", id, r.result(id).Status, r.result(id).Detail)
+					}
 					t.Fatalf("exit %d, want 1 (a check failed)\n%s", r.code, r.stderr)
 				}
 				got := r.with(conformance.Fail)
@@ -380,8 +611,31 @@ func TestConformanceCatchesBrokenRules(t *testing.T) {
 						at = i
 					}
 				}
+				if c.rule == breakDisablePeerNoop {
+					// The peer's copy stays replicated whatever is asked:
+					// the clean-up says so, and does not report it done.
+					for _, kind := range []string{"volume", "group"} {
+						want := kind + " disable peer: DisableVolumeReplication on peer answered OK, but peer's copy still takes ResyncVolume without force (OK): its replication is still on"
+						if !slices.Contains(r.report.Cleanup, want) {
+							t.Errorf("the clean-up does not report the peer's replication still on (%q):\n%s", want, strings.Join(r.report.Cleanup, "\n"))
+						}
+					}
+					return
+				}
+				if cl := strings.Join(r.report.Cleanup, "\n"); c.rule == breakNoSyncTime && strings.Contains(cl, "disable: NOT done") {
+					// Without sync times the clean-up cannot see the peer's
+					// copy follow the first's, so leaves replication on; it
+					// says so, with the roles it read back.
+					if !strings.Contains(cl, "replication left on, as read back: endpoint's copy answers replication info as a primary's; peer's copy refuses replication info") {
+						t.Errorf("the clean-up left replication on without the roles read back:\n%s", cl)
+					}
+					return
+				}
 				// Whatever broke, the clean-up left the pair as found.
 				assertLeftAsFound(t, p)
+				if t.Failed() {
+					t.Logf("clean-up:\n%s", strings.Join(r.report.Cleanup, "\n"))
+				}
 			})
 		}
 	}

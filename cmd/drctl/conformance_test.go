@@ -182,7 +182,10 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 		// And a second run, without hooks, passes as well, and lists
 		// what it did not check; with --require-hooks those fail.
 		hooked := []string{"replication/group/diverge-write", "replication/group/info-link-down", "replication/group/promote-unforced-peer-unreachable-refused",
-			"replication/volume/diverge-write", "replication/volume/info-link-down", "replication/volume/promote-unforced-peer-unreachable-refused"}
+			"replication/group/promote-unforced-diverged-refused", "replication/group/resync-force-link-down", "replication/group/promote-before-final-sync-refused",
+			"replication/volume/diverge-write", "replication/volume/info-link-down", "replication/volume/promote-unforced-peer-unreachable-refused",
+			"replication/volume/promote-unforced-diverged-refused", "replication/volume/resync-force-link-down", "replication/volume/promote-before-final-sync-refused"}
+		sort.Strings(hooked)
 		r2 := runConformance(t, bins, p)
 		if r2.code != 0 {
 			t.Fatalf("second run: exit %d, failed %v", r2.code, r2.with(conformance.Fail))
@@ -232,6 +235,17 @@ func TestConformanceAgainstSimulator(t *testing.T) {
 	}{
 		{sim.DriverSpec, "nonidempotent:EnableVolumeReplication", nil,
 			[]string{"replication/group/enable-idempotent", "replication/volume/enable-idempotent"}},
+		{sim.DriverSpec, "nonidempotent:PromoteVolume", nil,
+			[]string{"replication/group/promote-idempotent", "replication/volume/promote-idempotent"}},
+		{sim.DriverSpec, "nonidempotent:DisableVolumeReplication", nil,
+			[]string{"replication/group/disable-idempotent", "replication/volume/disable-idempotent"}},
+		{sim.DriverSpec, "noop:PromoteVolume", nil,
+			[]string{"replication/group/promote-unforced-refused", "replication/group/unknown-id/PromoteVolume",
+				"replication/volume/promote-unforced-refused", "replication/volume/unknown-id/PromoteVolume"}},
+		{sim.DriverSpec, "nonidempotent:FenceClusterNetwork", nil, []string{"fence/fence-idempotent"}},
+		{sim.DriverSpec, "nonidempotent:UnfenceClusterNetwork", nil, []string{"fence/unfence-idempotent"}},
+		{sim.DriverSpec, "ignoreforce:DemoteVolume", nil,
+			[]string{"replication/group/demote-force", "replication/volume/demote-force"}},
 		{sim.DriverSpec, "wrongcode:ResyncVolume:INTERNAL", nil,
 			[]string{"replication/group/resync-primary-refused", "replication/group/unknown-id/ResyncVolume",
 				"replication/volume/resync-primary-refused", "replication/volume/unknown-id/ResyncVolume"}},

@@ -18,12 +18,19 @@
 //     driver's own ID format where the scratch ID is ceph-csi's; an empty
 //     source, info on a secondary, resync of a primary, promote without
 //     force while the peer is primary, and while it is also unreachable),
-//     demote twice, a planned promotion twice, resync until the copy
-//     follows, a forced promotion while the peer is primary (a split
-//     brain), a resync without force that must not discard the diverged
-//     copy, forced demote and resync back to the starting roles,
-//     GetReplicationDestinationInfo when advertised, and disable twice
-//     (NOT_FOUND counts as done).
+//     with the link cut an unforced promotion of the peer refused while
+//     the demoted copy's final sync cannot land, demote twice, a planned
+//     promotion twice, resync until the copy follows, a forced
+//     promotion while the peer is primary (a split brain), a resync without force that must not discard the diverged
+//     copy (a refusal counts only from a copy read back as secondary, and
+//     not the refusal a primary's resync got), with both copies demoted
+//     an unforced promotion of the diverged copy refused, with the link
+//     cut a forced resync never ready, forced demote and resync back to
+//     the starting roles, GetReplicationDestinationInfo when advertised (a
+//     group's map holds two or more volumes), and disable twice
+//     (NOT_FOUND counts as done). Every call that changes a role or
+//     disables replication is read back from the storage and judged by
+//     what it did.
 //   - fence: fence twice, list, get clients, unfence twice on a
 //     documentation CIDR (default 192.0.2.1/32, TEST-NET-1), fence and
 //     unfence beside it two blocks of other lengths in one call each
@@ -43,7 +50,8 @@
 // an order that leaves no split brain and no orphan copy: B demoted, A
 // primary (forced only if B's demotion never reaches it), B resynced to
 // follow A (forced only if its copy diverged), A's replication disabled
-// before B's.
+// before B's. Each step is read back and reported as the storage answers
+// it; replication left on is reported with the roles read back.
 //
 // # A driver that hangs
 //

@@ -36,7 +36,10 @@ const (
 	specUnreachable   = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; wire-notes.md: without force when the peer cannot be demoted first"
 	specDiverged      = specRepl + "ResyncVolume force; design invariant 11: a split-brain resync needs force, and only force discards the copy's own writes"
 	specIdempotent    = specRepl + "service Controller: all the methods it exposes should be idempotent"
-	specDestination   = "csi-addons/spec replication: GetReplicationDestinationInfo"
+	specSplitPromote  = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; design invariant 11: a copy that diverged (split-brain) is promoted only with force"
+	specFinalSync     = specRepl + "PromoteVolume error table: volume cannot be promoted without force option, 9 FAILED_PRECONDITION; wire-notes.md: a planned promotion waits for the demoted peer's final sync"
+	specReadyAfter    = specRepl + "ResyncVolume: ready is true once the copy follows its primary; a forced resync discards the copy, so it is not ready before a sync has landed"
+	specDestination   = "csi-addons/spec replication: GetReplicationDestinationInfo (a group's volume_ids maps every volume of the group; the scratch group holds two or more)"
 	specSource        = specRepl + "ReplicationSource; wire-notes.md: volume_id only beside a volume source"
 )
 
@@ -124,6 +127,46 @@ func (p repl) holds(ctx context.Context, s *Site, primary bool, call string) err
 		return fmt.Errorf("%s answered OK, but %s's copy still answers replication info as a primary's (GetVolumeReplicationInfo: %s)", call, s.Name, answer)
 	}
 	return fmt.Errorf("%s answered OK, and %s's copy could not be read back: GetVolumeReplicationInfo: %s", call, s.Name, answer)
+}
+
+// offHolds reads a disable of s's copy back: a primary's copy still
+// replicated answers replication info (OK), a secondary's still replicated
+// takes a resync without force (OK; it discards nothing). Any refusal is
+// a copy no longer replicated (or gone, as RBD mirroring removes the
+// secondary's image).
+func (p repl) offHolds(ctx context.Context, s *Site, primary bool, call string) error {
+	if p.r.cfg.DryRun {
+		return nil
+	}
+	if primary {
+		if _, err := p.info(ctx, s); err == nil {
+			return fmt.Errorf("%s answered OK, but %s's copy still answers replication info (OK): its replication is still on", call, s.Name)
+		}
+		return nil
+	}
+	if _, err := p.resync(ctx, s, false); err == nil {
+		return fmt.Errorf("%s answered OK, but %s's copy still takes ResyncVolume without force (OK): its replication is still on", call, s.Name)
+	}
+	return nil
+}
+
+// roles reads back the roles of both copies, for the clean-up's report:
+// what the storage says, whatever the calls answered.
+func (p repl) roles(ctx context.Context) string {
+	var parts []string
+	for _, s := range []*Site{&p.r.cfg.A, p.r.cfg.B} {
+		_, err := p.info(ctx, s)
+		code := p.r.means(activities.RPCGetVolumeReplicationInfo, err)
+		switch {
+		case code == codes.OK || code == codes.NotFound:
+			parts = append(parts, s.Name+"'s copy answers replication info as a primary's")
+		case code == codes.FailedPrecondition:
+			parts = append(parts, s.Name+"'s copy refuses replication info (a secondary, or not replicated)")
+		default:
+			parts = append(parts, fmt.Sprintf("%s's copy could not be read (%s)", s.Name, ok("GetVolumeReplicationInfo", err)))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (p repl) info(ctx context.Context, s *Site) (*replication.GetVolumeReplicationInfoResponse, error) {
@@ -528,8 +571,14 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		_, err := p.info(ctx, b)
 		return r.want(activities.RPCGetVolumeReplicationInfo, err, codes.FailedPrecondition)
 	})
+	// primaryRefusal is how the driver refuses a primary's resync: the
+	// refusal that keeps a diverged copy must be another.
+	var primaryRefusal string
 	f.step("resync-primary-refused", specResyncErrors, call, func(ctx context.Context) (string, error) {
 		_, err := p.resync(ctx, a, false)
+		if err != nil {
+			primaryRefusal = status.Convert(err).Message()
+		}
 		return r.want(activities.RPCResyncVolume, err, codes.FailedPrecondition)
 	})
 	f.step("promote-unforced-refused", specPromoteErrors+" (cannot be promoted without force option: the peer is primary)", call, func(ctx context.Context) (string, error) {
@@ -583,17 +632,55 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		case kind == "group" && d.GetVolumegroup().GetVolumeGroupId() == "":
 			return "", errors.New("no destination volume_group_id for a volume group source (REQUIRED)")
 		case kind == "group":
-			for src, dst := range d.GetVolumegroup().GetVolumeIds() {
+			ids := d.GetVolumegroup().GetVolumeIds()
+			for src, dst := range ids {
 				if src == "" || dst == "" {
 					return "", fmt.Errorf("volume_ids maps %q to %q: an entry without an ID", src, dst)
 				}
+			}
+			if len(ids) < 2 {
+				return "", fmt.Errorf("group %q: volume_ids maps %d volume(s); it must map every volume of the group, and the scratch group holds two or more", d.GetVolumegroup().GetVolumeGroupId(), len(ids))
 			}
 			return fmt.Sprintf("group %q, %d volume(s) mapped", d.GetVolumegroup().GetVolumeGroupId(), len(d.GetVolumegroup().GetVolumeIds())), nil
 		}
 		return fmt.Sprintf("volume %q", d.GetVolume().GetVolumeId()), nil
 	})
 
-	// Planned move A -> B.
+	// Planned move A -> B. First with the link cut: A demoted, its final
+	// sync cannot land on B, so B's unforced promotion must be refused
+	// (a driver that checks only that the peer is no longer primary
+	// promotes it, without A's last writes). The demote step then finds
+	// A demoted, and the promotion waits for the final sync.
+	f.step("promote-before-final-sync-refused", specFinalSync, 3*call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		up, err := r.linkDown(ctx, f, kind, id, "the demoted copy's final sync held back")
+		if err != nil {
+			return "", err
+		}
+		defer up()
+		how := ""
+		err = p.demote(ctx, a, false)
+		if r.means(activities.RPCDemoteVolume, err) == codes.FailedPrecondition {
+			// A driver that demotes without force only while the final
+			// sync can ship: with force, A's changes still ship once the
+			// link is back.
+			how = " (with force: " + ok("unforced", err).Error() + ")"
+			err = p.demote(ctx, a, true)
+		}
+		if err := ok("DemoteVolume on "+a.Name+" with the link down", err); err != nil {
+			return "", err
+		}
+		if err := p.holds(ctx, a, false, "DemoteVolume on "+a.Name); err != nil {
+			return "", err
+		}
+		d, err := r.refusesPromote(ctx, p, "before the final sync of "+a.Name+"'s demotion could land (the link cut): promoted without "+a.Name+"'s last writes")
+		if err != nil {
+			// B's copy may be primary now, without A's last writes.
+			f.block("not run: " + pre + "promote-before-final-sync-refused did not pass: " + b.Name + "'s copy may be primary")
+			st.diverged = true
+			return "", err
+		}
+		return a.Name + " demoted" + how + "; " + d, nil
+	})
 	f.need("demote", specDemote+" (read back: the copy refuses replication info as a secondary)", call, func(ctx context.Context) (string, error) {
 		if err := ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false)); err != nil {
 			return "", err
@@ -691,8 +778,63 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		}
 		return "", p.holds(ctx, b, false, "DemoteVolume force on "+b.Name)
 	})
+	kept := false
 	f.step("resync-unforced-keeps-diverged", specDiverged, call+r.cfg.Observe, func(ctx context.Context) (string, error) {
-		return r.keepsDiverged(ctx, p, wrote)
+		d, err := r.keepsDiverged(ctx, p, wrote, primaryRefusal)
+		kept = err == nil
+		return d, err
+	})
+	// Both copies secondary, B's diverged: an unforced promotion of B
+	// would keep its own writes and drop A's since the split. A is then
+	// promoted back with force (B made no final sync for it to wait on).
+	// Without the write, B's copy may hold nothing of its own, and a
+	// driver that compares data may rightly promote it: a hook skip.
+	f.step("promote-unforced-diverged-refused", specSplitPromote, 3*call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		if !wrote && !r.cfg.DryRun {
+			return "", hookSkip("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, so it may not have diverged")
+		}
+		if !kept && !r.cfg.DryRun {
+			return "", skipError("not run: " + pre + "resync-unforced-keeps-diverged did not pass, so " + b.Name + "'s copy may no longer be diverged")
+		}
+		blocked := "not run: " + pre + "promote-unforced-diverged-refused left " + a.Name + "'s copy demoted"
+		if err := ok("DemoteVolume on "+a.Name, p.demote(ctx, a, false)); err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		if err := p.holds(ctx, a, false, "DemoteVolume on "+a.Name); err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		d, err := r.refusesPromote(ctx, p, "a copy that diverged while both were primary was promoted without force, over "+a.Name+"'s writes since the split")
+		if err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		if err := ok("PromoteVolume force on "+a.Name, p.promote(ctx, a, true)); err != nil {
+			f.block(blocked)
+			return "", fmt.Errorf("%s; %s's copy is demoted: %w", d, a.Name, err)
+		}
+		if err := p.holds(ctx, a, true, "PromoteVolume force on "+a.Name); err != nil {
+			f.block(blocked)
+			return "", err
+		}
+		return d + "; " + a.Name + " promoted back with force", nil
+	})
+	f.step("resync-force-link-down", specReadyAfter+" (the link down)", call+r.cfg.Observe, func(ctx context.Context) (string, error) {
+		// A copy that follows its primary already may rightly be ready.
+		switch {
+		case r.cfg.DryRun || r.cfg.Hooks.LinkDown == "":
+		case !wrote:
+			return "", hookSkip("no write hook (--write-cmd): " + b.Name + "'s copy holds no write of its own, so it may follow " + a.Name + "'s already")
+		case !kept:
+			return "", skipError("not run: " + pre + "resync-unforced-keeps-diverged did not pass, so " + b.Name + "'s copy may follow " + a.Name + "'s already")
+		}
+		up, err := r.linkDown(ctx, f, kind, id, "the replication link cut")
+		if err != nil {
+			return "", err
+		}
+		defer up()
+		return r.notReadyLinkDown(ctx, p)
 	})
 	f.need("resync-force", specResync+" (force)", wait, func(ctx context.Context) (string, error) {
 		d, err := r.follow(ctx, p, b, a, true, false)
@@ -706,6 +848,9 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		if err := ok("DisableVolumeReplication on "+a.Name, p.disable(ctx, a)); err != nil {
 			return "", err
 		}
+		if err := p.offHolds(ctx, a, true, "DisableVolumeReplication on "+a.Name); err != nil {
+			return "", err
+		}
 		st.disabledA = true
 		err := r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
 			err := p.disable(ctx, b)
@@ -713,6 +858,9 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 		})
 		if err != nil {
 			return "", ok("DisableVolumeReplication on "+b.Name, err)
+		}
+		if err := p.offHolds(ctx, b, false, "DisableVolumeReplication on "+b.Name); err != nil {
+			return "", err
 		}
 		st.disabled = true
 		return "", nil
@@ -738,7 +886,7 @@ func (r *runner) replication(ctx context.Context, kind, id string) {
 // writes of its own only when the write hook made one; without it, a copy
 // that took A's sync may simply have had nothing to discard, and the check
 // says so and skips.
-func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string, error) {
+func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool, primaryRefusal string) (string, error) {
 	a, b := &r.cfg.A, r.cfg.B
 	base := r.lastSync(ctx, p, a)
 	start := time.Now()
@@ -759,6 +907,15 @@ func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string,
 		case err == nil:
 			last = "OK, ready=false"
 		case r.means(activities.RPCResyncVolume, err) == codes.FailedPrecondition:
+			// A refusal keeps the copy only when it is the divergence's:
+			// the copy read back as a secondary's, and not refused as a
+			// primary's resync is ("source is primary").
+			if m := status.Convert(err).Message(); primaryRefusal != "" && m == primaryRefusal {
+				return "", fmt.Errorf("ResyncVolume without force on %s was refused as a primary's resync is (%q, the answer of resync-primary-refused), not for its divergence: the copy's demotion did not hold, or the driver does not tell a diverged copy from a primary", b.Name, m)
+			}
+			if herr := p.holds(ctx, b, false, "DemoteVolume force on "+b.Name); herr != nil {
+				return "", fmt.Errorf("ResyncVolume without force on %s refused (%s), but: %w", b.Name, status.Convert(err).Message(), herr)
+			}
 			msg := "refused without force: " + ok("ResyncVolume", err).Error()
 			if d, ok := r.deviation(activities.RPCResyncVolume, err); ok {
 				msg += "; " + describeDeviation(d)
@@ -797,6 +954,73 @@ func (r *runner) keepsDiverged(ctx context.Context, p repl, wrote bool) (string,
 	}
 }
 
+// refusesPromote watches PromoteVolume without force on B for Observe
+// while A's copy is demoted, when B's copy must not be promoted so (it
+// diverged, or A's final sync has not reached it): every answer must
+// refuse it (FAILED_PRECONDITION, or a code Drover's calls retry). An OK
+// fails the check, saying what it did (harm); the clean-up puts A back.
+func (r *runner) refusesPromote(ctx context.Context, p repl, harm string) (string, error) {
+	b := r.cfg.B
+	start := time.Now()
+	var last string
+	for calls := 1; ; calls++ {
+		err := p.promote(ctx, b, false)
+		if r.cfg.DryRun {
+			return "", nil
+		}
+		switch {
+		case err == nil:
+			return "", fmt.Errorf("PromoteVolume without force on %s answered OK (call %d, %s after %s's demotion): %s",
+				b.Name, calls, time.Since(start).Round(time.Millisecond), r.cfg.A.Name, harm)
+		case r.means(activities.RPCPromoteVolume, err) == codes.FailedPrecondition, r.retryable(activities.RPCPromoteVolume, err):
+			last = ok("PromoteVolume", err).Error()
+		default:
+			_, werr := r.want(activities.RPCPromoteVolume, err, codes.FailedPrecondition)
+			return "", werr
+		}
+		if time.Since(start) >= r.cfg.Observe {
+			return fmt.Sprintf("%d call(s) over %s refused (%s)", calls, r.cfg.Observe, last), nil
+		}
+		if err := r.pause(ctx); err != nil {
+			return "", fmt.Errorf("watching PromoteVolume without force: %w", err)
+		}
+	}
+}
+
+// notReadyLinkDown watches ResyncVolume with force on B, whose copy
+// diverged, for Observe with the replication link cut: a forced resync
+// discards the copy and can be ready only once a sync from A has landed,
+// which none can. Ready=true then is a driver that says ready without a
+// sync.
+func (r *runner) notReadyLinkDown(ctx context.Context, p repl) (string, error) {
+	b := r.cfg.B
+	start := time.Now()
+	var last string
+	for calls := 1; ; calls++ {
+		ready, err := p.resync(ctx, b, true)
+		if r.cfg.DryRun {
+			return "", nil
+		}
+		switch {
+		case err == nil && ready:
+			return "", fmt.Errorf("ResyncVolume force on %s answered ready=true (call %d, %s after the link was cut), when no sync could land: ready does not mean the copy follows its primary",
+				b.Name, calls, time.Since(start).Round(time.Millisecond))
+		case err == nil:
+			last = "OK, ready=false"
+		case r.retryable(activities.RPCResyncVolume, err):
+			last = ok("ResyncVolume", err).Error()
+		default:
+			return "", ok("ResyncVolume force on "+b.Name+" with the link down", err)
+		}
+		if time.Since(start) >= r.cfg.Observe {
+			return fmt.Sprintf("%d call(s) over %s with the link down answered %s, never ready", calls, r.cfg.Observe, last), nil
+		}
+		if err := r.pause(ctx); err != nil {
+			return "", fmt.Errorf("watching ResyncVolume force with the link down: %w", err)
+		}
+	}
+}
+
 // cleanupReplication puts a scratch source back after a run cut short or a
 // failed step, on a context of its own (Ctrl-C does not stop it), in the
 // order that leaves neither a split brain nor an orphan copy: B demoted; A
@@ -821,6 +1045,9 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 	ctx, cancel := context.WithTimeout(r.cleanupBase(), 2*r.cfg.SyncTimeout+4*r.cfg.CallTimeout)
 	defer cancel()
 	result := func(err error) string {
+		if _, isStatus := status.FromError(err); err != nil && !isStatus {
+			return err.Error() // a read-back: the storage's own answer is in it
+		}
 		if err != nil {
 			return ok("", err).Error()[2:]
 		}
@@ -834,10 +1061,14 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 
 	disableB := func() {
 		err := bounded(r.cfg.SyncTimeout, func(ctx context.Context) error {
-			return r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
+			err := r.poll(ctx, activities.RPCDisableVolumeReplication, func() (bool, error) {
 				err := p.disable(ctx, b)
 				return err == nil, err
 			})
+			if err != nil {
+				return err
+			}
+			return p.offHolds(ctx, b, false, "DisableVolumeReplication on "+b.Name)
 		})
 		note("disable "+b.Name, result(err))
 	}
@@ -916,12 +1147,20 @@ func (r *runner) cleanupReplication(p repl, kind, id string, st *pairState) {
 		// Disabling A now would leave B's copy, which does not follow
 		// it, behind on its own: an orphan. Better left replicated.
 		note(what, result(err))
+		var found string
+		_ = bounded(r.cfg.CallTimeout, func(ctx context.Context) error { found = p.roles(ctx); return nil })
 		note("disable", fmt.Sprintf("NOT done: %s's copy does not follow %s's yet, and disabling %s now would leave it behind as an orphan; "+
-			"replication stays on (A primary): once %s's ResyncVolume answers OK, disable %s, then %s", b.Name, a.Name, a.Name, b.Name, a.Name, b.Name))
+			"replication left on, as read back: %s. Once %s's copy is the only primary and %s's ResyncVolume answers OK, disable %s, then %s",
+			b.Name, a.Name, a.Name, found, a.Name, b.Name, a.Name, b.Name))
 		return
 	}
 	note(what, d)
 
-	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error { return p.disable(ctx, a) })))
+	note("disable "+a.Name, result(bounded(r.cfg.CallTimeout, func(ctx context.Context) error {
+		if err := p.disable(ctx, a); err != nil {
+			return err
+		}
+		return p.offHolds(ctx, a, true, "DisableVolumeReplication on "+a.Name)
+	})))
 	disableB()
 }
