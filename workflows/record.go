@@ -101,7 +101,8 @@ type PlanRecord struct {
 	Plan string `json:"plan"`
 	// Rebuilt is set when this run of the record started anew and took
 	// over the last run under its ID (takeover.go), or found none to
-	// take.
+	// take, or found runs and none it could trust (Rebuilt.Unproven: it
+	// refuses plan versions until the plan is signed again).
 	Rebuilt *Rebuilt `json:"rebuilt,omitempty"`
 	// Primary is the site whose copies are primary ("" until an action
 	// or protection says).

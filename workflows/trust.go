@@ -208,6 +208,25 @@ func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*P
 	from := v.WorkflowID
 	v.Proof, v.View = nil, nil
 	v.Accepted = workflow.Now(ctx)
+	if b := r.Rebuilt; b != nil && b.Unproven {
+		// Nothing the record knew could be proven (takeover.go): only a
+		// version signed since it found so, a key holder's approval of
+		// the plan as it is now, restores it.
+		if !v.SignedAt.After(b.At) {
+			reason := fmt.Sprintf("the record started anew at %s and found nothing it can trust to take over (%s); it takes no plan version signed before then",
+				b.At.UTC().Format(time.RFC3339), b.Note)
+			r.refuse(RefusedEntry{What: what, Reason: reason, From: from, At: workflow.Now(ctx)})
+			workflow.GetLogger(ctx).Warn("the plan's record, with nothing proven, refused a plan version", "plan", r.Plan, "workflowId", from)
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"%s. What it knew (the newest plan version, fences, holds, points, restored volumes) is lost or cannot be proven, and an older signature could otherwise run again. "+
+					"To restore it: check the storage (drctl status %s --verify), sign the plan again (drctl plan sign FILE --key KEY) and start the action with the new signature: "+
+					"the record starts from that version, naming who restored it", reason, r.Plan), ErrRecordUnproven, nil)
+		}
+		b.Unproven = false
+		restored := v
+		b.Restored = &restored
+		workflow.GetLogger(ctx).Warn("the plan's record was restored by a plan version signed since it found nothing to trust", "plan", r.Plan, "workflowId", from, "by", v.By)
+	}
 	cur := r.Version
 	switch {
 	case cur == nil || v.SignedAt.After(cur.SignedAt):
@@ -291,6 +310,9 @@ func (s *RecordSender) AcceptPlanVersion(ctx context.Context, in VersionRequest)
 	if errors.As(err, &ae) && (ae.Type() == ErrOlderPlan || ae.Type() == ErrRecordRefused) {
 		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s refused plan %q: %s", in.Version.Workflow, in.Plan, ae.Message()), activities.ErrUntrustedPlan, nil)
 	}
+	if errors.As(err, &ae) && ae.Type() == ErrRecordUnproven {
+		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the record of plan %q refused %s's plan version: %s", in.Plan, in.Version.Workflow, ae.Message()), ErrRecordUnproven, nil)
+	}
 	mu.Lock()
 	notOurs := why
 	mu.Unlock()
@@ -368,7 +390,7 @@ type VersionRequest struct {
 var acceptOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout:    20 * time.Second,
 	ScheduleToCloseTimeout: time.Minute,
-	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan, ErrRecordNotDrovers}},
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan, ErrRecordNotDrovers, ErrRecordUnproven}},
 }
 
 // acceptVersion presents the run's plan version to the plan's record,
@@ -390,8 +412,8 @@ func acceptVersion(ctx workflow.Context, p *plans.Plan, o Origin) (RecordView, e
 	err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, acceptOptions), rs.AcceptPlanVersion,
 		VersionRequest{Plan: p.Metadata.Name, Version: v}).Get(ctx, &out)
 	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && ae.Type() == activities.ErrUntrustedPlan {
-		return RecordView{}, temporal.NewNonRetryableApplicationError(ae.Message(), activities.ErrUntrustedPlan, nil)
+	if errors.As(err, &ae) && (ae.Type() == activities.ErrUntrustedPlan || ae.Type() == ErrRecordUnproven) {
+		return RecordView{}, temporal.NewNonRetryableApplicationError(ae.Message(), ae.Type(), nil)
 	}
 	if err != nil || out.View == nil {
 		return RecordView{}, err
