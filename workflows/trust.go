@@ -37,6 +37,13 @@ type Origin struct {
 	// (checkedBySiteAction); any other workflow reads the record itself
 	// and ignores it.
 	View *RecordView `json:"view,omitempty"`
+	// RecordOverride is the operator's reason to run a failover without
+	// its plan's record's answer (drctl failover --override), when a
+	// workflow that is not Drover's record holds its ID or the record
+	// does not answer: the failover goes on with the plan's signature
+	// checked, says so, and its changes go to the record once one
+	// answers (RecordLater). Every other action ignores it.
+	RecordOverride string `json:"recordOverride,omitempty"`
 }
 
 // MemoBy is the memo field where Start and StartProtect record who
@@ -88,6 +95,14 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 		// Signed and trusted: the newest version of the plan, or refused.
 		// (A worker that runs unsigned plans has nothing to compare.)
 		view, err = acceptVersion(ctx, p, o)
+		if err != nil && o.RecordOverride != "" && !bySite && recordUnanswered(err) &&
+			workflow.GetInfo(ctx).WorkflowType.Name == names.Failover &&
+			workflow.GetVersion(ctx, recordOverrideVersion, workflow.DefaultVersion, 1) >= 1 {
+			// The operator's word: an emergency failover goes on without
+			// the record (begin says so in a step of its own).
+			workflow.GetLogger(ctx).Warn("the failover goes on without the plan's record, by the operator's override", "plan", p.Metadata.Name, "reason", o.RecordOverride, "error", err)
+			view, err = RecordView{Without: ErrorText(err)}, nil
+		}
 	default:
 		view, err = readView(ctx, p)
 	}
@@ -100,6 +115,26 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 		p.ApplyDefaults()
 	}
 	return note, view, err
+}
+
+// recordOverrideVersion marks a failover that may go on without its
+// plan's record's answer by the operator's override (Origin.RecordOverride).
+const recordOverrideVersion = "failover-record-override"
+
+// recordUnanswered tells an error of the record's acceptance that is no
+// answer (a workflow at its ID that is not Drover's record, a record that
+// did not answer in time) from the record's refusals, which no override
+// passes: an older version, an unsealed one, a record with nothing to
+// trust.
+func recordUnanswered(err error) bool {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		switch ae.Type() {
+		case activities.ErrUntrustedPlan, ErrRecordUnproven, ErrOlderPlan, ErrRecordRefused:
+			return false
+		}
+	}
+	return true
 }
 
 // childChecksVersion marks a site action's child that checks its plan
