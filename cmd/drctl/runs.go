@@ -1030,6 +1030,9 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		if x.Error != "" {
 			fmt.Fprintf(w, "    error: %s\n", x.Error)
 		}
+		if x.WithoutRecord != "" {
+			fmt.Fprintf(w, "    WITHOUT THE RECORD: %s\n", oneLine(x.WithoutRecord))
+		}
 	}
 	if x := r.Restored; x != nil {
 		fmt.Fprintf(w, "  running on volumes restored from point %s at %s (by %s at %s); the replicas are kept\n", x.Point, x.Site, x.By, x.At.Local().Format(time.DateTime))
