@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/drover-dr/drover/activities"
 	"github.com/drover-dr/drover/internal/simtest"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
@@ -19,7 +20,9 @@ import (
 // TestFailoverGoesOnWithoutARecordByOverride: a namespace writer ended
 // the plan's record and holds its ID with a PlanRecorder on a task queue
 // nobody polls. A failover ends with RecordNotDrovers, as a drill does
-// even with the override; with the operator's override it goes on, its
+// even with the override; with the override, an older signed version
+// is still refused (read from the last Drover run's history); the
+// current version with the operator's override goes on, its
 // first step saying it runs without the record, why, the operator's
 // reason and the version it ran, and promotes west. Nothing of it goes
 // to the writer's workflow; once that is gone, the record (a new run,
@@ -28,8 +31,13 @@ import (
 func TestFailoverGoesOnWithoutARecordByOverride(t *testing.T) {
 	defer workflows.SetRecordLaterRetry(time.Second, 3*time.Second)()
 	srv, f, key := trustingWorker(t)
+	old := *f.plan
+	old.Policy.Parallelism = 3
+	old.ApplyDefaults()
 	f.plan.ApplyDefaults()
 	sig, err := plans.Sign(f.plan, key, time.Now().Add(-time.Minute), 0)
+	mustOK(t, err)
+	oldSig, err := plans.Sign(&old, key, time.Now().Add(-time.Hour), 0)
 	mustOK(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -57,7 +65,11 @@ func TestFailoverGoesOnWithoutARecordByOverride(t *testing.T) {
 	f.east.Down()
 	failover := func(o workflows.Origin) (workflows.FailoverResult, client.WorkflowRun, error) {
 		var res workflows.FailoverResult
-		run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west", Origin: o})
+		p := f.plan
+		if o.Signature == oldSig {
+			p = &old
+		}
+		run, err := workflows.Start(ctx, srv.Client, "shop", workflows.Failover, workflows.FailoverInput{Plan: p, From: "east", To: "west", Origin: o})
 		if err != nil {
 			return res, nil, err
 		}
@@ -66,13 +78,19 @@ func TestFailoverGoesOnWithoutARecordByOverride(t *testing.T) {
 	if _, _, err := failover(workflows.Origin{Signature: sig, By: "alice@ops"}); !notDrovers(err) {
 		t.Fatalf("a failover without the override beside a squatted record: %v; want %s", err, workflows.ErrRecordNotDrovers)
 	}
+	var ae *temporal.ApplicationError
+	if _, _, err := failover(workflows.Origin{Signature: oldSig, By: "mallory", RecordOverride: reason}); !errors.As(err, &ae) || ae.Type() != activities.ErrUntrustedPlan ||
+		!strings.Contains(err.Error(), "the last run of its record a Drover worker made (run "+drovers+") had accepted a version signed at") {
+		t.Fatalf("an older version with the override: %v; want refused, naming the version the record's last Drover run had accepted", err)
+	}
 	fo, foRun, err := failover(workflows.Origin{Signature: sig, By: "alice@ops", RecordOverride: reason})
 	mustOK(t, err)
 	record(t, ctx, srv.Client, foRun, "failover-without-record")
 	allDone(t, fo.Progress)
 	s := stepOf(t, fo.Progress, "without-record")
 	if !strings.Contains(s.Output, `by the operator's override ("`+reason+`")`) || !strings.Contains(s.Output, "is not Drover's record") ||
-		!strings.Contains(s.Output, "by key "+sig.KeyID()) || !strings.Contains(fo.Trust, "WITHOUT THE PLAN'S RECORD") {
+		!strings.Contains(s.Output, "by key "+sig.KeyID()) || !strings.Contains(fo.Trust, "WITHOUT THE PLAN'S RECORD") ||
+		!strings.Contains(s.Output, "its version is not older than the one the last run of the record a Drover worker made (run "+drovers+")") {
 		t.Fatalf("the failover's step without the record: %q, trust %q", s.Output, fo.Trust)
 	}
 	if got := stepOf(t, fo.Progress, "promote/west/db"); got.State != workflows.StateDone {

@@ -19,10 +19,12 @@ import (
 // namespace writer's), or a record whose worker is away. With the
 // operator's override (drctl failover --override REASON,
 // Origin.RecordOverride) the failover goes on without the record's
-// answer: the worker still checks the plan's signature, but cannot ask
-// the record whether a newer version was accepted, nor which volumes
-// stand in for the plan's (it acts on the plan's own). Its first step
-// says so, with the operator's reason and the version it runs; its
+// answer: the worker still checks the plan's signature, and its version
+// against the one the newest run of the record a Drover worker made had
+// accepted, read from that run's history (checkWithoutRecord: an older
+// version is refused), but cannot ask which volumes stand in for the
+// plan's (it acts on the plan's own). Its first step says so, with the
+// operator's reason and the version it runs; its
 // changes (fences made, the primary, its start and end, each carrying
 // the reason and the version) are kept, not sent to whatever holds the
 // record's ID, and at its end go to RecordLater, a child that outlives
@@ -43,8 +45,8 @@ func (r *run) goWithoutRecord(ctx workflow.Context, p *plans.Plan, why string) {
 			v += " (digest " + d[:12] + ")"
 		}
 	}
-	r.without = fmt.Sprintf("run without the plan's record by the operator's override (%q): the record did not answer (%s); it ran %s, checked by its signature, not against the newest version the record accepted",
-		r.origin.RecordOverride, why, v)
+	r.without = fmt.Sprintf("run without the plan's record by the operator's override (%q), with %s: the record did not answer: %s",
+		r.origin.RecordOverride, v, why)
 	s := r.add(withoutRecordStep(), false)
 	now := workflow.Now(ctx)
 	s.State, s.Start, s.End, s.Attempts, s.By = StateDone, now, now, 1, r.origin.By

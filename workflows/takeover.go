@@ -158,12 +158,58 @@ func (s *RecordSender) TakeOverRecord(ctx context.Context, in TakeOverInput) (Ta
 	if s == nil || s.Client == nil {
 		return TakenOver{}, temporal.NewNonRetryableApplicationError("this worker has no client to read the record's earlier runs", "NoRecordClient", nil)
 	}
+	got, err := s.lastDroversRun(ctx, in, false)
+	if err != nil || got.Record != nil || got.Note != "" {
+		return got, err
+	}
+	// No run under the record's ID: a new plan, unless the plan's action
+	// or protection ran to its end, each of which told a record.
+	res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1, Query: fmt.Sprintf(
+		"(WorkflowId = '%s' OR WorkflowId = '%s') AND (ExecutionStatus = 'Completed' OR ExecutionStatus = 'ContinuedAsNew')",
+		names.ActionID(in.Plan), names.ProtectID(in.Plan))})
+	if err != nil {
+		return TakenOver{}, fmt.Errorf("list the plan's ended actions: %w", err)
+	}
+	if xs := res.GetExecutions(); len(xs) > 0 {
+		x := xs[0]
+		return TakenOver{Unproven: true, Note: fmt.Sprintf(
+			"no run is left under the record's ID, yet the plan's %s %s (run %s) ended at %s after telling its record: the record's runs were deleted, or outlived the namespace's retention",
+			x.GetType().GetName(), x.GetExecution().GetWorkflowId(), x.GetExecution().GetRunId(), x.GetCloseTime().AsTime().UTC().Format(time.RFC3339))}, nil
+	}
+	return TakenOver{}, nil
+}
+
+// KnownVersion answers what the newest run under the plan's record ID
+// that a Drover worker made, running or not, had accepted as the plan's
+// newest version, for a failover that goes on without the record's
+// answer (recordlater.go).
+func (s *RecordSender) KnownVersion(ctx context.Context, plan string) (TakenOver, error) {
+	if s == nil || s.Client == nil {
+		return TakenOver{}, temporal.NewNonRetryableApplicationError("this worker has no client to read the record's runs", "NoRecordClient", nil)
+	}
+	got, err := s.lastDroversRun(ctx, TakeOverInput{Plan: plan}, true)
+	if err != nil || got.Record == nil {
+		return got, err
+	}
+	got.Record = &PlanRecord{Plan: plan, Version: got.Record.Version, Rebuilt: got.Record.Rebuilt}
+	got.Seen = nil
+	return got, nil
+}
+
+// lastDroversRun replays the newest run under the plan's record ID,
+// other than in.RunID, that a Drover worker made (with running, the run
+// that runs too): nothing when there is no run at all, a note of what
+// was passed over when none is one.
+func (s *RecordSender) lastDroversRun(ctx context.Context, in TakeOverInput, running bool) (TakenOver, error) {
 	id := RecordID(in.Plan)
+	query := fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'", id)
+	if running {
+		query = fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'ContinuedAsNew'", id)
+	}
 	var runs []*workflowservice.ListWorkflowExecutionsResponse
 	var token []byte
 	for range 10 {
-		res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'", id), NextPageToken: token})
+		res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		if err != nil {
 			return TakenOver{}, fmt.Errorf("list the earlier runs of %s: %w", id, err)
 		}
@@ -201,20 +247,6 @@ func (s *RecordSender) TakeOverRecord(ctx context.Context, in TakeOverInput) (Ta
 	}
 	if len(passed) > 0 {
 		return TakenOver{Note: "no earlier run a Drover worker made could be read; passed over " + strings.Join(passed, "; "), Unproven: true}, nil
-	}
-	// No run under the record's ID: a new plan, unless the plan's action
-	// or protection ran to its end, each of which told a record.
-	res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1, Query: fmt.Sprintf(
-		"(WorkflowId = '%s' OR WorkflowId = '%s') AND (ExecutionStatus = 'Completed' OR ExecutionStatus = 'ContinuedAsNew')",
-		names.ActionID(in.Plan), names.ProtectID(in.Plan))})
-	if err != nil {
-		return TakenOver{}, fmt.Errorf("list the plan's ended actions: %w", err)
-	}
-	if xs := res.GetExecutions(); len(xs) > 0 {
-		x := xs[0]
-		return TakenOver{Unproven: true, Note: fmt.Sprintf(
-			"no run is left under the record's ID, yet the plan's %s %s (run %s) ended at %s after telling its record: the record's runs were deleted, or outlived the namespace's retention",
-			x.GetType().GetName(), x.GetExecution().GetWorkflowId(), x.GetExecution().GetRunId(), x.GetCloseTime().AsTime().UTC().Format(time.RFC3339))}, nil
 	}
 	return TakenOver{}, nil
 }

@@ -101,7 +101,11 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 			// The operator's word: an emergency failover goes on without
 			// the record (begin says so in a step of its own).
 			workflow.GetLogger(ctx).Warn("the failover goes on without the plan's record, by the operator's override", "plan", p.Metadata.Name, "reason", o.RecordOverride, "error", err)
-			view, err = RecordView{Without: ErrorText(err)}, nil
+			why := ErrorText(err)
+			var checked string
+			if checked, err = checkWithoutRecord(ctx, p, o); err == nil {
+				view = RecordView{Without: why + "; " + checked}
+			}
 		}
 	default:
 		view, err = readView(ctx, p)
@@ -120,6 +124,41 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 // recordOverrideVersion marks a failover that may go on without its
 // plan's record's answer by the operator's override (Origin.RecordOverride).
 const recordOverrideVersion = "failover-record-override"
+
+// checkWithoutRecord is an overridden failover's own check of its plan
+// version, with no answer from the record: against the version the
+// newest run under the record's ID that a Drover worker made had
+// accepted (read from its history). An older version is refused as the
+// record would; with no such run to read, the note says so.
+func checkWithoutRecord(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
+	var rs *RecordSender
+	var known TakenOver
+	if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, takeOverOptions), rs.KnownVersion, p.Metadata.Name).Get(ctx, &known); err != nil {
+		return "its version compared with none: the record's runs could not be read (" + ErrorText(err) + ")", nil
+	}
+	if known.Record == nil || known.Record.Version == nil {
+		note := "no run of the record a Drover worker made holds a version"
+		if known.Note != "" {
+			note += " (" + known.Note + ")"
+		}
+		return "its version compared with none: " + note, nil
+	}
+	kv := known.Record.Version
+	// The same canonical JSON as acceptVersion's digest.
+	//workflowcheck:ignore
+	digest, err := planDigest(p)
+	if err != nil {
+		return "", err
+	}
+	at := o.Signature.SignedAt
+	if at.Before(kv.SignedAt) || (at.Equal(kv.SignedAt) && digest != kv.Digest) {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"Failover refused plan %q without its record's answer: the plan was signed at %s; the last run of its record a Drover worker made (run %s) had accepted a version signed at %s by key %s: sign the current plan, or fail over with it",
+			p.Metadata.Name, at.UTC().Format(time.RFC3339Nano), known.From, kv.SignedAt.UTC().Format(time.RFC3339Nano), kv.KeyID), activities.ErrUntrustedPlan, nil)
+	}
+	return fmt.Sprintf("its version is not older than the one the last run of the record a Drover worker made (run %s) had accepted, signed at %s",
+		known.From, kv.SignedAt.UTC().Format(time.RFC3339)), nil
+}
 
 // recordUnanswered tells an error of the record's acceptance that is no
 // answer (a workflow at its ID that is not Drover's record, a record that
