@@ -95,7 +95,7 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 		// Signed and trusted: the newest version of the plan, or refused.
 		// (A worker that runs unsigned plans has nothing to compare.)
 		view, err = acceptVersion(ctx, p, o)
-		if err != nil && o.RecordOverride != "" && !bySite && recordUnanswered(err) &&
+		if err != nil && ctx.Err() == nil && o.RecordOverride != "" && !bySite && recordUnanswered(err) &&
 			workflow.GetInfo(ctx).WorkflowType.Name == names.Failover &&
 			workflow.GetVersion(ctx, recordOverrideVersion, workflow.DefaultVersion, 1) >= 1 {
 			// The operator's word: an emergency failover goes on without
