@@ -169,14 +169,15 @@ $(BIN)/workflowcheck:
 # workflow type and shape (small plans and batches, children, a site
 # action, a failover that waits for a site's worker cut off, a test
 # recovery and its cleanup, the record, Verify, a protection that keeps
-# points in time). Run it after changing
-# what a workflow does on purpose, and commit the files.
+# points in time, a failover run without its record and its hand-over).
+# Run it after changing what a workflow does on purpose, and commit the
+# files.
 # Protect and the record auto-upgrade to a new worker build mid-run: their
 # histories as last committed go to workflows/testdata/upgrade/, named by
 # that commit, and replay there until no run of theirs from that build
 # remains (workflows.Register says how to tell); then delete them, with
 # any patch only they needed.
-HISTORY_TESTS := ^(TestActionsOnDevServer|TestPointsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer|TestSiteWorkerCutOffMidAction|TestReprotectMakesTheRestoredVolumesTheProtectedOnes|TestFailbackPausesProtectionsPoints)$$
+HISTORY_TESTS := ^(TestActionsOnDevServer|TestPointsOnDevServer|TestSiteFailoverLeavesOutUntrustedPlans|TestTestRecoveryOnDevServer|TestSiteWorkerCutOffMidAction|TestReprotectMakesTheRestoredVolumesTheProtectedOnes|TestFailbackPausesProtectionsPoints|TestFailoverGoesOnWithoutARecordByOverride)$$
 histories: $(BIN)/temporal ## record the workflow histories the replay test replays (workflows/testdata)
 	@mkdir -p workflows/testdata/upgrade
 	@for f in workflows/testdata/protect*.json workflows/testdata/record*.json; do \

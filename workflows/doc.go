@@ -142,7 +142,12 @@
 //     step, before any promotion), each sealed by the worker with its
 //     record key (proof.go): the record checks each seal in a local
 //     activity and refuses, and keeps, any change or start without a
-//     valid, fresh, unseen seal. ReadRecord reads it.
+//     valid, fresh, unseen seal. ReadRecord reads it. A new run takes
+//     over the last run a Drover worker made under its ID (takeover.go);
+//     where runs are listed and none can be taken over, or none is left
+//     while the plan's action or protection is listed as ended, it takes
+//     nothing and refuses every plan version signed before it found so
+//     (RecordUnproven), until the plan is signed again.
 //
 //   - Verify (verify.go): compares a record with what storage reports
 //     (ListClusterFence on each site, replication on the recorded
@@ -208,6 +213,12 @@
 // action ends with UntrustedPlan. Each workflow sets its own search
 // attributes and memo (who started it) when its starter did not, so a
 // refused one shows under its plan. GroupBatch runs only as a child.
+// A failover whose record does not answer (a workflow that is not
+// Drover's record at its ID) goes on only with the operator's reason
+// (Origin.RecordOverride, drctl failover --override), its version
+// checked against the record's last Drover run's history; it keeps its
+// changes, and RecordLater, its child, hands them to the record once
+// one of Drover's answers (recordlater.go).
 // Reprotect and Failback ask the storage of the site that must hold the
 // primary copies before they demote anything (holdsPrimary,
 // direction.go), whatever the record says.
@@ -226,7 +237,8 @@
 // GroupBatch child, Protect (and one that keeps points in time), the
 // plan's record, Verify, a site failover
 // and a Failover it runs as its child, a test recovery and its cleanup,
-// and a reprotect of restored volumes and a release (replaced.go).
+// a reprotect of restored volumes and a release (replaced.go), and a
+// failover run without its record with its RecordLater hand-over.
 // TestReplay replays them against the code and fails on a change that
 // would break a running workflow, and when a registered workflow type
 // has no history. A change of behaviour made on purpose is recorded again

@@ -13,3 +13,16 @@ func SetSiteWaitAfter(d time.Duration) (restore func()) {
 }
 
 const OwnPendingPoll = ownPendingPoll
+
+// SetRecordLaterRetry sets, for one test, how often the hand-over of a
+// failover's changes made without its record asks again; the returned
+// func restores it.
+func SetRecordLaterRetry(first, most time.Duration) (restore func()) {
+	old := *recordLaterOptions.RetryPolicy
+	recordLaterOptions.RetryPolicy.InitialInterval, recordLaterOptions.RetryPolicy.MaximumInterval = first, most
+	return func() { *recordLaterOptions.RetryPolicy = old }
+}
+
+// RecordLaterID is the workflow id of the hand-over of a failover run's
+// changes made without its record.
+func RecordLaterID(plan, run string) string { return recordLaterID(plan, run) }

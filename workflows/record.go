@@ -69,6 +69,10 @@ type ActionEntry struct {
 	Error      string    `json:"error,omitempty"`
 	Start      time.Time `json:"start"`
 	End        time.Time `json:"end,omitzero"`
+	// WithoutRecord says the action ran without the record's answer, by
+	// the operator's override: why, the operator's reason and the plan
+	// version it ran (its signature checked, not the record's answer).
+	WithoutRecord string `json:"withoutRecord,omitempty"`
 }
 
 // ProtectionEntry is protection as last reported to the record.
@@ -101,7 +105,8 @@ type PlanRecord struct {
 	Plan string `json:"plan"`
 	// Rebuilt is set when this run of the record started anew and took
 	// over the last run under its ID (takeover.go), or found none to
-	// take.
+	// take, or found runs and none it could trust (Rebuilt.Unproven: it
+	// refuses plan versions until the plan is signed again).
 	Rebuilt *Rebuilt `json:"rebuilt,omitempty"`
 	// Primary is the site whose copies are primary ("" until an action
 	// or protection says).
@@ -624,7 +629,7 @@ func (r *run) noteAction(ctx workflow.Context, outcome, errText string) {
 	}
 	info := workflow.GetInfo(ctx)
 	a := &ActionEntry{Action: r.progress.Action, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
-		From: r.from, To: r.to, Outcome: outcome, Error: errText, Start: r.progress.Start, End: r.progress.End}
+		From: r.from, To: r.to, Outcome: outcome, Error: errText, Start: r.progress.Start, End: r.progress.End, WithoutRecord: r.without}
 	c := RecordChange{Action: a}
 	if outcome == StateRunning {
 		_ = r.record(ctx, c)
@@ -680,6 +685,12 @@ type aside struct {
 // action has its aside), or, without one, waits for Temporal to take it.
 func (r *run) record(ctx workflow.Context, c RecordChange) error {
 	a, plan := r.aside, r.plan.Metadata.Name
+	if r.without != "" {
+		// No record answers: the change waits for one (recordLater).
+		c.At = workflow.Now(ctx)
+		r.held = append(r.held, c)
+		return nil
+	}
 	if a == nil {
 		return note(ctx, plan, c)
 	}
@@ -836,6 +847,9 @@ func (r *run) notePrimary(ctx workflow.Context, site, lost string) error {
 	return r.step(ctx, recordPrimaryStep(site), false, func(ctx workflow.Context) (string, error) {
 		if err := r.record(ctx, RecordChange{Primary: site, Lost: lost}); err != nil {
 			return "", err
+		}
+		if r.without != "" {
+			return "kept for " + RecordID(r.plan.Metadata.Name) + ", which did not answer: it goes there once a record answers (" + recordLaterID(r.plan.Metadata.Name, workflow.GetInfo(ctx).WorkflowExecution.RunID) + ")", nil
 		}
 		if r.aside != nil {
 			return "sent to " + RecordID(r.plan.Metadata.Name) + "; the action ends once it has taken it", nil

@@ -68,6 +68,10 @@ type ReplacedEntry struct {
 type RecordView struct {
 	Replaced *ReplacedEntry `json:"replaced,omitempty"`
 	Restored *RestoredEntry `json:"restored,omitempty"`
+	// Without is set by trust, never by the record: the record did not
+	// answer (why), and the failover goes on without it by the
+	// operator's override (Origin.RecordOverride).
+	Without string `json:"without,omitempty"`
 }
 
 // recordViewVersion is the change that brought the record's view to

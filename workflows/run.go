@@ -140,7 +140,12 @@ type run struct {
 	view      RecordView
 	recording bool
 	aside     *aside // the sender of changes to the record
-	cancelled bool   // the action was cancelled: it records its end regardless
+	// without says the action runs without its plan's record, by the
+	// operator's override, and how; held are the changes it keeps for
+	// the record until one answers (recordlater.go).
+	without   string
+	held      []RecordChange
+	cancelled bool // the action was cancelled: it records its end regardless
 	// overridden are the steps the operator retried with --override (a
 	// start on copies a skipped promotion left as they were).
 	overridden map[string]bool
@@ -163,6 +168,9 @@ func begin(ctx workflow.Context, action string, p *plans.Plan, from, to string, 
 	r.signed, r.view = p, view
 	r.origin, r.progress.By, r.progress.Trust = o, o.By, note
 	r.from, r.to, r.recording, r.aside = from, to, true, &aside{}
+	if view.Without != "" {
+		r.goWithoutRecord(ctx, p, view.Without)
+	}
 	r.noteAction(ctx, StateRunning, "")
 	return r, nil
 }
@@ -353,6 +361,9 @@ func (r *run) finish(ctx workflow.Context, err error) {
 		errText = ErrorText(err)
 	}
 	r.noteAction(ctx, r.progress.State, errText)
+	if r.without != "" {
+		r.recordLater(ctx)
+	}
 }
 
 // ErrorText is the most specific message of an error chain: an activity's

@@ -30,6 +30,9 @@ const (
 	KindApprove       StepKind = "approve"
 	KindRecordState   StepKind = "record-state"
 	KindRecordPrimary StepKind = "record-primary"
+	// A failover's note that it runs without its plan's record, by the
+	// operator's override (recordlater.go).
+	KindWithoutRecord StepKind = "without-record"
 	KindProtect       StepKind = "protect"
 	// After a failover to a point in time: the reprotect's record of the
 	// volumes that stand in for the plan's, and drctl release's steps.
@@ -98,6 +101,10 @@ func startStep(site, workload string) stepRef {
 }
 
 func approveStep(gate string) stepRef { return newRef(KindApprove, "approve "+gate, gate) }
+
+func withoutRecordStep() stepRef {
+	return newRef(KindWithoutRecord, "go on without the plan's record")
+}
 
 func recordStateStep() stepRef { return newRef(KindRecordState, "record the plan's state") }
 

@@ -32,13 +32,36 @@ import (
 // queue that either continued from an earlier run (only the server
 // starts those) or began with a change sealed by the worker's record
 // key. The record says it was rebuilt, from which run, and what it
-// passed over (PlanRecord.Rebuilt). Once the namespace's retention has
-// deleted the last run's history, or the run was deleted, nothing is
-// left to take over and the record starts empty, as for a new plan.
+// passed over (PlanRecord.Rebuilt).
+//
+// Where runs under the record's ID are found but none of them is one a
+// Drover worker made and whose history still reads (a writer's run, the
+// history deleted or past the namespace's retention while the run is
+// still listed, a listing that fails), or where none is left at all but
+// the plan's action or protection ran to its end (which each tell the
+// record), what the record knew cannot be proven (unprovenVersion): the
+// record takes nothing over and refuses every plan version signed before
+// it found so (ErrRecordUnproven), saying what it found and how to
+// restore it: the operator signs the plan again, which approves the
+// plan as it is now, and the first action with that signature restores
+// the record from that version (Rebuilt.Restored names it). A plan
+// that never had a run under its record's ID, nor an action or a
+// protection that ended, starts empty: a new plan. Once the retention
+// has passed over every run of the record and of the plan's actions and
+// protection, or they were all deleted, nothing is left to tell the
+// plan from a new one.
 
 // takeOverVersion marks a record that takes over the last run under its
 // ID when it starts anew.
 const takeOverVersion = "record-take-over"
+
+// unprovenVersion marks a record that refuses to start from empty where
+// earlier runs were found and none could be taken over.
+const unprovenVersion = "record-refuses-unproven"
+
+// ErrRecordUnproven ends an action whose plan's record found nothing it
+// could trust to take over: the plan must be signed again.
+const ErrRecordUnproven = "RecordUnproven"
 
 // QueryRecordSeals answers the seals a record has taken within the
 // seals' window, for a new run that takes it over.
@@ -54,6 +77,12 @@ type Rebuilt struct {
 	At     time.Time `json:"at"`
 	// Note says what was passed over or could not be read.
 	Note string `json:"note,omitempty"`
+	// Unproven: earlier runs were found and none could be taken over
+	// (Note says what was found): the record refuses every plan version
+	// signed before At, until one signed after restores it (Restored,
+	// the version that did).
+	Unproven bool         `json:"unproven,omitempty"`
+	Restored *PlanVersion `json:"restored,omitempty"`
 }
 
 // TakeOverInput names the record and the run that takes it over.
@@ -71,6 +100,9 @@ type TakenOver struct {
 	Status string      `json:"status,omitempty"`
 	Closed time.Time   `json:"closed,omitzero"`
 	Note   string      `json:"note,omitempty"`
+	// Unproven: earlier runs were found, and none a Drover worker made
+	// could be read (Note says what was found).
+	Unproven bool `json:"unproven,omitempty"`
 }
 
 // takeOverOptions bound the look at the earlier runs: a history read and
@@ -89,18 +121,28 @@ func takeOver(ctx workflow.Context, r PlanRecord, ps *proofs) PlanRecord {
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, takeOverOptions), rs.TakeOverRecord,
 		TakeOverInput{Plan: r.Plan, RunID: info.WorkflowExecution.RunID}).Get(ctx, &got)
 	now := workflow.Now(ctx)
+	refuses := workflow.GetVersion(ctx, unprovenVersion, workflow.DefaultVersion, 1) >= 1
 	switch {
+	case err != nil && refuses:
+		r.Rebuilt = &Rebuilt{At: now, Unproven: true, Note: "the earlier runs under the record's ID could not be read (" + ErrorText(err) + ")"}
 	case err != nil:
 		r.Rebuilt = &Rebuilt{At: now, Note: "the earlier runs under the record's ID could not be read (" + ErrorText(err) + "): started empty"}
 	case got.Record != nil:
+		prev := got.Record.Rebuilt
 		r = *got.Record
 		r.Rebuilt = &Rebuilt{From: got.From, Status: got.Status, Closed: got.Closed, At: now, Note: got.Note}
+		if refuses && prev != nil && prev.Unproven {
+			// The run taken over had not been restored: neither is this
+			// one, from the time that one found so.
+			r.Rebuilt.Unproven, r.Rebuilt.At = true, prev.At
+			r.Rebuilt.Note = joinNotes(got.Note, "the run taken over had found nothing to trust: "+prev.Note)
+		}
 		ps.seen = got.Seen
 		if r.Fences == nil {
 			r.Fences = []FenceEntry{}
 		}
 	case got.Note != "":
-		r.Rebuilt = &Rebuilt{At: now, Note: got.Note}
+		r.Rebuilt = &Rebuilt{At: now, Note: got.Note, Unproven: refuses && got.Unproven}
 	}
 	if r.Rebuilt != nil {
 		workflow.GetLogger(ctx).Warn("the plan's record started anew", "plan", r.Plan, "from", r.Rebuilt.From, "note", r.Rebuilt.Note)
@@ -116,12 +158,58 @@ func (s *RecordSender) TakeOverRecord(ctx context.Context, in TakeOverInput) (Ta
 	if s == nil || s.Client == nil {
 		return TakenOver{}, temporal.NewNonRetryableApplicationError("this worker has no client to read the record's earlier runs", "NoRecordClient", nil)
 	}
+	got, err := s.lastDroversRun(ctx, in, false)
+	if err != nil || got.Record != nil || got.Note != "" {
+		return got, err
+	}
+	// No run under the record's ID: a new plan, unless the plan's action
+	// or protection ran to its end, each of which told a record.
+	res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1, Query: fmt.Sprintf(
+		"(WorkflowId = '%s' OR WorkflowId = '%s') AND (ExecutionStatus = 'Completed' OR ExecutionStatus = 'ContinuedAsNew')",
+		names.ActionID(in.Plan), names.ProtectID(in.Plan))})
+	if err != nil {
+		return TakenOver{}, fmt.Errorf("list the plan's ended actions: %w", err)
+	}
+	if xs := res.GetExecutions(); len(xs) > 0 {
+		x := xs[0]
+		return TakenOver{Unproven: true, Note: fmt.Sprintf(
+			"no run is left under the record's ID, yet the plan's %s %s (run %s) ended at %s after telling its record: the record's runs were deleted, or outlived the namespace's retention",
+			x.GetType().GetName(), x.GetExecution().GetWorkflowId(), x.GetExecution().GetRunId(), x.GetCloseTime().AsTime().UTC().Format(time.RFC3339))}, nil
+	}
+	return TakenOver{}, nil
+}
+
+// KnownVersion answers what the newest run under the plan's record ID
+// that a Drover worker made, running or not, had accepted as the plan's
+// newest version, for a failover that goes on without the record's
+// answer (recordlater.go).
+func (s *RecordSender) KnownVersion(ctx context.Context, plan string) (TakenOver, error) {
+	if s == nil || s.Client == nil {
+		return TakenOver{}, temporal.NewNonRetryableApplicationError("this worker has no client to read the record's runs", "NoRecordClient", nil)
+	}
+	got, err := s.lastDroversRun(ctx, TakeOverInput{Plan: plan}, true)
+	if err != nil || got.Record == nil {
+		return got, err
+	}
+	got.Record = &PlanRecord{Plan: plan, Version: got.Record.Version, Rebuilt: got.Record.Rebuilt}
+	got.Seen = nil
+	return got, nil
+}
+
+// lastDroversRun replays the newest run under the plan's record ID,
+// other than in.RunID, that a Drover worker made (with running, the run
+// that runs too): nothing when there is no run at all, a note of what
+// was passed over when none is one.
+func (s *RecordSender) lastDroversRun(ctx context.Context, in TakeOverInput, running bool) (TakenOver, error) {
 	id := RecordID(in.Plan)
+	query := fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'", id)
+	if running {
+		query = fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'ContinuedAsNew'", id)
+	}
 	var runs []*workflowservice.ListWorkflowExecutionsResponse
 	var token []byte
 	for range 10 {
-		res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'", id), NextPageToken: token})
+		res, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		if err != nil {
 			return TakenOver{}, fmt.Errorf("list the earlier runs of %s: %w", id, err)
 		}
@@ -158,9 +246,16 @@ func (s *RecordSender) TakeOverRecord(ctx context.Context, in TakeOverInput) (Ta
 		}
 	}
 	if len(passed) > 0 {
-		return TakenOver{Note: "no earlier run a Drover worker made; passed over " + strings.Join(passed, "; ")}, nil
+		return TakenOver{Note: "no earlier run a Drover worker made could be read; passed over " + strings.Join(passed, "; "), Unproven: true}, nil
 	}
 	return TakenOver{}, nil
+}
+
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 func statusWord(s enumspb.WorkflowExecutionStatus) string {

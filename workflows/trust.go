@@ -37,6 +37,13 @@ type Origin struct {
 	// (checkedBySiteAction); any other workflow reads the record itself
 	// and ignores it.
 	View *RecordView `json:"view,omitempty"`
+	// RecordOverride is the operator's reason to run a failover without
+	// its plan's record's answer (drctl failover --override), when a
+	// workflow that is not Drover's record holds its ID or the record
+	// does not answer: the failover goes on with the plan's signature
+	// checked, says so, and its changes go to the record once one
+	// answers (RecordLater). Every other action ignores it.
+	RecordOverride string `json:"recordOverride,omitempty"`
 }
 
 // MemoBy is the memo field where Start and StartProtect record who
@@ -88,6 +95,18 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 		// Signed and trusted: the newest version of the plan, or refused.
 		// (A worker that runs unsigned plans has nothing to compare.)
 		view, err = acceptVersion(ctx, p, o)
+		if err != nil && ctx.Err() == nil && o.RecordOverride != "" && !bySite && recordUnanswered(err) &&
+			workflow.GetInfo(ctx).WorkflowType.Name == names.Failover &&
+			workflow.GetVersion(ctx, recordOverrideVersion, workflow.DefaultVersion, 1) >= 1 {
+			// The operator's word: an emergency failover goes on without
+			// the record (begin says so in a step of its own).
+			workflow.GetLogger(ctx).Warn("the failover goes on without the plan's record, by the operator's override", "plan", p.Metadata.Name, "reason", o.RecordOverride, "error", err)
+			why := ErrorText(err)
+			var checked string
+			if checked, err = checkWithoutRecord(ctx, p, o); err == nil {
+				view = RecordView{Without: why + "; " + checked}
+			}
+		}
 	default:
 		view, err = readView(ctx, p)
 	}
@@ -100,6 +119,61 @@ func trust(ctx workflow.Context, p *plans.Plan, o Origin) (string, RecordView, e
 		p.ApplyDefaults()
 	}
 	return note, view, err
+}
+
+// recordOverrideVersion marks a failover that may go on without its
+// plan's record's answer by the operator's override (Origin.RecordOverride).
+const recordOverrideVersion = "failover-record-override"
+
+// checkWithoutRecord is an overridden failover's own check of its plan
+// version, with no answer from the record: against the version the
+// newest run under the record's ID that a Drover worker made had
+// accepted (read from its history). An older version is refused as the
+// record would; with no such run to read, the note says so.
+func checkWithoutRecord(ctx workflow.Context, p *plans.Plan, o Origin) (string, error) {
+	var rs *RecordSender
+	var known TakenOver
+	if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, takeOverOptions), rs.KnownVersion, p.Metadata.Name).Get(ctx, &known); err != nil {
+		return "its version compared with none: the record's runs could not be read (" + ErrorText(err) + ")", nil
+	}
+	if known.Record == nil || known.Record.Version == nil {
+		note := "no run of the record a Drover worker made holds a version"
+		if known.Note != "" {
+			note += " (" + known.Note + ")"
+		}
+		return "its version compared with none: " + note, nil
+	}
+	kv := known.Record.Version
+	// The same canonical JSON as acceptVersion's digest.
+	//workflowcheck:ignore
+	digest, err := planDigest(p)
+	if err != nil {
+		return "", err
+	}
+	at := o.Signature.SignedAt
+	if at.Before(kv.SignedAt) || (at.Equal(kv.SignedAt) && digest != kv.Digest) {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"Failover refused plan %q without its record's answer: the plan was signed at %s; the last run of its record a Drover worker made (run %s) had accepted a version signed at %s by key %s: sign the current plan, or fail over with it",
+			p.Metadata.Name, at.UTC().Format(time.RFC3339Nano), known.From, kv.SignedAt.UTC().Format(time.RFC3339Nano), kv.KeyID), activities.ErrUntrustedPlan, nil)
+	}
+	return fmt.Sprintf("its version is not older than the one the last run of the record a Drover worker made (run %s) had accepted, signed at %s",
+		known.From, kv.SignedAt.UTC().Format(time.RFC3339)), nil
+}
+
+// recordUnanswered tells an error of the record's acceptance that is no
+// answer (a workflow at its ID that is not Drover's record, a record that
+// did not answer in time) from the record's refusals, which no override
+// passes: an older version, an unsealed one, a record with nothing to
+// trust.
+func recordUnanswered(err error) bool {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		switch ae.Type() {
+		case activities.ErrUntrustedPlan, ErrRecordUnproven, ErrOlderPlan, ErrRecordRefused:
+			return false
+		}
+	}
+	return true
 }
 
 // childChecksVersion marks a site action's child that checks its plan
@@ -208,6 +282,25 @@ func (r *PlanRecord) accept(ctx workflow.Context, ps *proofs, v PlanVersion) (*P
 	from := v.WorkflowID
 	v.Proof, v.View = nil, nil
 	v.Accepted = workflow.Now(ctx)
+	if b := r.Rebuilt; b != nil && b.Unproven {
+		// Nothing the record knew could be proven (takeover.go): only a
+		// version signed since it found so, a key holder's approval of
+		// the plan as it is now, restores it.
+		if !v.SignedAt.After(b.At) {
+			reason := fmt.Sprintf("the record started anew at %s and found nothing it can trust to take over (%s); it takes no plan version signed before then",
+				b.At.UTC().Format(time.RFC3339), b.Note)
+			r.refuse(RefusedEntry{What: what, Reason: reason, From: from, At: workflow.Now(ctx)})
+			workflow.GetLogger(ctx).Warn("the plan's record, with nothing proven, refused a plan version", "plan", r.Plan, "workflowId", from)
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"%s. What it knew (the newest plan version, fences, holds, points, restored volumes) is lost or cannot be proven, and an older signature could otherwise run again. "+
+					"To restore it: check the storage (drctl status %s --verify), sign the plan again (drctl plan sign FILE --key KEY) and start the action with the new signature: "+
+					"the record starts from that version, naming who restored it", reason, r.Plan), ErrRecordUnproven, nil)
+		}
+		b.Unproven = false
+		restored := v
+		b.Restored = &restored
+		workflow.GetLogger(ctx).Warn("the plan's record was restored by a plan version signed since it found nothing to trust", "plan", r.Plan, "workflowId", from, "by", v.By)
+	}
 	cur := r.Version
 	switch {
 	case cur == nil || v.SignedAt.After(cur.SignedAt):
@@ -291,6 +384,9 @@ func (s *RecordSender) AcceptPlanVersion(ctx context.Context, in VersionRequest)
 	if errors.As(err, &ae) && (ae.Type() == ErrOlderPlan || ae.Type() == ErrRecordRefused) {
 		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s refused plan %q: %s", in.Version.Workflow, in.Plan, ae.Message()), activities.ErrUntrustedPlan, nil)
 	}
+	if errors.As(err, &ae) && ae.Type() == ErrRecordUnproven {
+		return PlanVersion{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the record of plan %q refused %s's plan version: %s", in.Plan, in.Version.Workflow, ae.Message()), ErrRecordUnproven, nil)
+	}
 	mu.Lock()
 	notOurs := why
 	mu.Unlock()
@@ -368,7 +464,7 @@ type VersionRequest struct {
 var acceptOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout:    20 * time.Second,
 	ScheduleToCloseTimeout: time.Minute,
-	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan, ErrRecordNotDrovers}},
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: []string{activities.ErrUntrustedPlan, ErrRecordNotDrovers, ErrRecordUnproven}},
 }
 
 // acceptVersion presents the run's plan version to the plan's record,
@@ -390,8 +486,8 @@ func acceptVersion(ctx workflow.Context, p *plans.Plan, o Origin) (RecordView, e
 	err = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, acceptOptions), rs.AcceptPlanVersion,
 		VersionRequest{Plan: p.Metadata.Name, Version: v}).Get(ctx, &out)
 	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && ae.Type() == activities.ErrUntrustedPlan {
-		return RecordView{}, temporal.NewNonRetryableApplicationError(ae.Message(), activities.ErrUntrustedPlan, nil)
+	if errors.As(err, &ae) && (ae.Type() == activities.ErrUntrustedPlan || ae.Type() == ErrRecordUnproven) {
+		return RecordView{}, temporal.NewNonRetryableApplicationError(ae.Message(), ae.Type(), nil)
 	}
 	if err != nil || out.View == nil {
 		return RecordView{}, err

@@ -33,6 +33,9 @@ type actionFlags struct {
 	yes      bool
 	wait     bool
 	override bool
+	// recordOverride is the operator's reason to fail over without the
+	// plan's record's answer (failover --override).
+	recordOverride string
 }
 
 func (f *actionFlags) add(cmd *cobra.Command, needTo bool, destructive bool) {
@@ -81,13 +84,20 @@ after the point's last sync are left on the replicas.`
 	failover.Flags().StringVar(&foPoint, "point", "", "bring the workloads up on volumes made from a point in time: the newest cut at --to at or before this time (RFC 3339), point id, or newest")
 	failover.Flags().BoolVar(&confirmUnfenced, "confirm-unfenced", false, "accept a forced promotion without a fence, for a lost site the plan says cannot be fenced")
 	failover.Flags().BoolVar(&fo.takeOver, "take-over-namespace", false, "when the namespace is global and active on a Temporal cluster that does not answer (the lost site's), make the cluster drctl reaches active for it first (at once, before the failover's confirmation)")
+	failover.Flags().StringVar(&fo.recordOverride, "override", "", "REASON: go on without the plan's record when it does not answer (a workflow that is not Drover's record holds its ID): the signature is still checked, the reason shown and kept, and what the failover does goes to the record once one answers")
 	failover.Flags().StringVar(&lost, "site", "", "fail over every plan (files, or directories of them) that uses this lost site, tier by tier, as one site action")
 	failover.Flags().IntVar(&plansAtOnce, "plans-at-once", workflows.DefaultSiteParallelism, "with --site: the plans of a tier that fail over at once")
 	failover.Args = cobra.MinimumNArgs(1)
 	failover.RunE = func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().Changed("override") && strings.TrimSpace(fo.recordOverride) == "" {
+			return badInput("--override takes the reason the failover goes on without the plan's record, which is kept with it")
+		}
 		if lost != "" {
 			if foPoint != "" {
 				return badInput("--point is for one plan's failover, not a site's")
+			}
+			if fo.recordOverride != "" {
+				return badInput("--override is for one plan's failover, not a site's")
 			}
 			return a.siteFailover(cmd.Context(), args, lost, plansAtOnce, fo, confirmUnfenced)
 		}
@@ -330,6 +340,7 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 	if in.Origin, err = a.origin(file, p); err != nil {
 		return err
 	}
+	in.Origin.RecordOverride = strings.TrimSpace(f.recordOverride)
 	if in.LastSync, in.Clients, err = a.protection(ctx, c, p, from); err != nil {
 		return err
 	}
@@ -346,7 +357,11 @@ func (a *app) failover(ctx context.Context, file string, f actionFlags, confirmU
 			fmt.Fprintf(a.stderr, "warning: %s\n", w)
 		}
 	}
-	if err := a.confirm(f.yes, failoverText(p, from, to, fence, pointAt)); err != nil {
+	what := failoverText(p, from, to, fence, pointAt)
+	if in.Origin.RecordOverride != "" {
+		what += fmt.Sprintf("\nIf the plan's record does not answer, the failover goes on without it (--override %q): no check that this is the newest version of the plan the record accepted.", in.Origin.RecordOverride)
+	}
+	if err := a.confirm(f.yes, what); err != nil {
 		return err
 	}
 	return a.start(ctx, c, p, "failover", workflows.Failover, in, f.wait)

@@ -265,7 +265,9 @@ func TestProtectIntervalFollowsTheRPOTarget(t *testing.T) {
 
 // TestRecordSaysItWasRebuilt: a record that took over the last run under
 // its ID says so in status, with the run, how it ended and what it passed
-// over; one that found nothing to take over says that.
+// over; one that found nothing to take over says that; one that found
+// nothing it can trust says that no action runs until the plan is signed
+// again, and once restored, by which version and whom.
 func TestRecordSaysItWasRebuilt(t *testing.T) {
 	now := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
 	r := &workflows.PlanRecord{Plan: "shop", Primary: "east", Rebuilt: &workflows.Rebuilt{From: "run-1", Status: "terminated",
@@ -281,6 +283,20 @@ func TestRecordSaysItWasRebuilt(t *testing.T) {
 	renderRecord(&b, r, now, "")
 	if out := b.String(); !strings.Contains(out, "STARTED ANEW at ") || !strings.Contains(out, "could not be read") {
 		t.Errorf("status of a record started anew:\n%s", out)
+	}
+	r.Rebuilt = &workflows.Rebuilt{At: now, Unproven: true, Note: "no earlier run a Drover worker made could be read; passed over run run-2"}
+	b.Reset()
+	renderRecord(&b, r, now, "")
+	if out := b.String(); !strings.Contains(out, "NOTHING TO TRUST since ") || !strings.Contains(out, "refuses every plan version signed before then") ||
+		!strings.Contains(out, "drctl plan sign FILE") || !strings.Contains(out, "passed over run run-2") {
+		t.Errorf("status of a record with nothing to trust:\n%s", out)
+	}
+	r.Rebuilt.Unproven = false
+	r.Rebuilt.Restored = &workflows.PlanVersion{SignedAt: now.Add(time.Minute), KeyID: "k1", Workflow: "Drill", WorkflowID: "drover-action-shop", By: "alice@ops", Accepted: now.Add(2 * time.Minute)}
+	b.Reset()
+	renderRecord(&b, r, now, "")
+	if out := b.String(); !strings.Contains(out, "RESTORED at ") || !strings.Contains(out, "by key k1, presented by Drill drover-action-shop (by alice@ops)") {
+		t.Errorf("status of a restored record:\n%s", out)
 	}
 }
 

@@ -996,6 +996,10 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 	fmt.Fprintf(w, "\nrecord (workflow %s, updated %s):\n  primary: %s\n", workflows.RecordID(r.Plan), r.Updated.Local().Format(time.DateTime), primary)
 	if b := r.Rebuilt; b != nil {
 		switch {
+		case b.Unproven:
+			fmt.Fprintf(w, "  NOTHING TO TRUST since %s: this run of the record started anew and took nothing over; it refuses every plan version signed before then, "+
+				"so no action of the plan runs until the plan is signed again (check the storage with drctl status %s --verify, then drctl plan sign FILE --key KEY)",
+				b.At.Local().Format(time.DateTime), r.Plan)
 		case b.From != "":
 			fmt.Fprintf(w, "  REBUILT at %s: this run of the record took over run %s (%s at %s), the last a Drover worker made",
 				b.At.Local().Format(time.DateTime), b.From, b.Status, b.Closed.Local().Format(time.DateTime))
@@ -1006,6 +1010,10 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 			fmt.Fprintf(w, ": %s", oneLine(b.Note))
 		}
 		fmt.Fprintln(w)
+		if v := b.Restored; v != nil {
+			fmt.Fprintf(w, "  RESTORED at %s by the plan version signed at %s by key %s, presented by %s %s (by %s)\n",
+				v.Accepted.Local().Format(time.DateTime), v.SignedAt.Local().Format(time.DateTime), v.KeyID, v.Workflow, v.WorkflowID, oneLine(v.By))
+		}
 	}
 	if len(r.Fences) == 0 {
 		fmt.Fprintf(w, "  fenced: nothing\n")
@@ -1021,6 +1029,9 @@ func renderRecord(w io.Writer, r *workflows.PlanRecord, now time.Time, reprotect
 		fmt.Fprintf(w, "  last action: %s %s → %s, %s%s (workflow %s, run %s)\n", x.Action, x.From, x.To, x.Outcome, end, x.WorkflowID, x.RunID)
 		if x.Error != "" {
 			fmt.Fprintf(w, "    error: %s\n", x.Error)
+		}
+		if x.WithoutRecord != "" {
+			fmt.Fprintf(w, "    WITHOUT THE RECORD: %s\n", oneLine(x.WithoutRecord))
 		}
 	}
 	if x := r.Restored; x != nil {
