@@ -229,8 +229,11 @@
 // workflow id (ActionID) with the conflict policy Fail, and refuses a
 // second with a *BusyError naming the running action.
 //
-// Versioning: the workflows say only what they do now, with no patch
-// branches (no workflow.GetVersion). testdata/ holds one history per
+// Versioning: a change of what a workflow does is a patch branch
+// (workflow.GetVersion, its change ID a named constant beside the code
+// it guards), since Protect and PlanRecorder run on across builds and
+// the workers of a global namespace run unversioned, so a run may meet a
+// build newer than the one it started on. testdata/ holds one history per
 // workflow type and shape, recorded from the current code by `make
 // histories` (the dev-server tests with DROVER_RECORD_HISTORIES=1): each
 // plan action with a small plan and with one that fans out in batches, a
