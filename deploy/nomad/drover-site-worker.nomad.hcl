@@ -6,7 +6,7 @@
 # worker cannot reach the site's storage or orchestrator. Each site's is
 # a job of its own, drover-site-worker-SITE, with its own Nomad Variable
 # nomad/jobs/drover-site-worker-SITE, so that two sites' workers can run
-# side by side in one cluster too (docs/deploy-nomad.md):
+# side by side in one cluster too (docs/guides/nomad-worker.md):
 #
 #   nomad var put -out none nomad/jobs/drover-site-worker-east @site-worker-east.nv.hcl
 #   nomad job run -var site=east -var version=v1.4.0 \

@@ -16,14 +16,14 @@
 # {env: PREFIX}`. plan_keys holds the public keys of the plan signers
 # (PEM), written to a file the worker trusts. The job reads the variable
 # through Nomad's workload identity; nothing secret is in this file
-# (docs/deploy-nomad.md writes the variable without printing it).
+# (docs/guides/nomad-worker.md writes the variable without printing it).
 #
 # The worker comes from the release's archive for the clients'
 # architecture, checked against its SHA-256 (from the release's
 # SHA256SUMS) before it runs; nothing is assumed installed on the
 # clients.
 #
-# Upgrades run the new build beside the old one (docs/deploy-nomad.md,
+# Upgrades run the new build beside the old one (docs/guides/nomad-worker.md,
 # "Upgrading"): give the builds as a map of version to that release's
 # worker archive checksum, one group of workers per build
 # (worker-VERSION, polling as build VERSION), and run the job again with
@@ -259,7 +259,7 @@ job "drover-worker" {
           DROVER_TRUSTED_PLAN_KEYS = "${NOMAD_SECRETS_DIR}/plan-keys.pub"
         }
 
-        # From the worker's measured resident memory (README, "Running it
+        # From the worker's measured resident memory (docs/guides/deploy-nomad.md, "Running it
         # for real"): limits well above the peak, a hard ceiling beyond.
         resources {
           cpu        = 200
