@@ -79,7 +79,10 @@ const (
 func Judge(r *Record) string {
 	if r.Outcome != "completed" {
 		why := r.Outcome
-		if r.Error != "" {
+		switch {
+		case r.Error != "" && r.Outcome == "failed":
+			why = r.Error
+		case r.Error != "":
 			why += ": " + r.Error
 		}
 		return Failed + ": " + why

@@ -106,7 +106,7 @@ func TestListSinceAndExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 2 || es[0].RunID != "a" || es[1].RunID != "b" || es[0].Verdict != evidence.Met || !strings.HasPrefix(es[1].Verdict, "failed: failed") {
+	if len(es) != 2 || es[0].RunID != "a" || es[1].RunID != "b" || es[0].Verdict != evidence.Met || es[1].Verdict != "failed: failed" {
 		t.Fatalf("list since %v: %+v", t0, es)
 	}
 	var buf bytes.Buffer
@@ -150,7 +150,8 @@ func TestJudge(t *testing.T) {
 		{evidence.Record{Outcome: "completed", RTO: time.Minute, RTOTarget: 2 * time.Minute, RPO: time.Second, RPOKnown: true, RPOTarget: time.Minute}, "met"},
 		{evidence.Record{Outcome: "completed", RTO: 3 * time.Minute, RTOTarget: 2 * time.Minute}, "missed: RTO 3m0s over the target 2m0s"},
 		{evidence.Record{Outcome: "completed", RPO: 2 * time.Minute, RPOKnown: true, RPOTarget: time.Minute}, "missed: RPO 2m0s over the target 1m0s"},
-		{evidence.Record{Outcome: "failed", Error: "site west unreachable"}, "failed: failed: site west unreachable"},
+		{evidence.Record{Outcome: "failed", Error: "site west unreachable"}, "failed: site west unreachable"},
+		{evidence.Record{Outcome: "canceled", Error: "canceled by ops"}, "failed: canceled: canceled by ops"},
 		{evidence.Record{Outcome: "partial"}, "failed: partial"},
 	} {
 		if got := evidence.Judge(&tc.r); got != tc.want {

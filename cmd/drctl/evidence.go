@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/drover-dr/drover/internal/evidence"
+	"github.com/drover-dr/drover/internal/names"
+	"github.com/drover-dr/drover/plans"
+)
+
+// Evidence: the reports of drills, test recoveries and failovers kept
+// where Temporal's retention does not reach, sealed so that an auditor
+// can check them (see internal/evidence and docs/evidence.md).
+
+// evidenceTypes are the workflow types whose runs are evidence.
+var evidenceTypes = []string{names.Drill, names.TestRecovery, names.Failover}
+
+// evidenceActions names each type as the evidence says it.
+var evidenceActions = map[string]string{names.Drill: "drill", names.TestRecovery: "test recovery", names.Failover: "failover"}
+
+func (a *app) evidenceCommand() *cobra.Command {
+	var dir, since, trust, export string
+	var verify bool
+	cmd := &cobra.Command{
+		Use:   "evidence PLAN",
+		Short: "The stored evidence of a plan's drills, test recoveries and failovers: outcome, RTO, RPO, verdict; verify, export",
+		Long: `Lists the evidence stored for PLAN (a name or plan file) in --dir: each run's
+action, start, who started it, outcome, RTO, RPO and the verdict against the
+plan's targets (met, missed, failed). With Temporal reachable, a run Temporal
+still knows that has no evidence stored is listed as NOT STORED.
+
+--verify checks each entry's seal against the keys of --trust (PEM public
+keys) and the digest of every file of its report: a changed, missing or added
+file, or a record changed after it was stored, is named and the command exits 1.
+--export FILE writes the listed entries into one gzipped tar archive.
+drctl evidence collect stores the evidence.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err := sinceArg(since)
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				return badInput("--dir: the evidence store (or DROVER_EVIDENCE_DIR)")
+			}
+			var keys []ed25519.PublicKey
+			if verify {
+				if trust == "" {
+					return badInput("--verify needs --trust FILE: the public key(s) evidence is sealed with (or DROVER_EVIDENCE_TRUST)")
+				}
+				if keys, err = plans.ReadPublicKeys(trust); err != nil {
+					return badInput("--trust: %v", err)
+				}
+			}
+			return a.evidence(cmd.Context(), planName(args[0]), evidence.Dir{Root: dir}, from, keys, verify, export)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", os.Getenv("DROVER_EVIDENCE_DIR"), "the evidence store: a directory (default DROVER_EVIDENCE_DIR)")
+	cmd.Flags().StringVar(&since, "since", "", "only runs started on or after this date (2026-01-01) or instant (RFC 3339)")
+	cmd.Flags().BoolVar(&verify, "verify", false, "verify each entry's seal and files; exit 1 if any is not as stored")
+	cmd.Flags().StringVar(&trust, "trust", os.Getenv("DROVER_EVIDENCE_TRUST"), "PEM public key(s) evidence is sealed with, for --verify (default DROVER_EVIDENCE_TRUST)")
+	cmd.Flags().StringVar(&export, "export", "", "write the listed entries into this archive (.tar.gz)")
+
+	var key, cdir string
+	var every time.Duration
+	collect := &cobra.Command{
+		Use:   "collect",
+		Short: "Store the evidence of every closed drill, test recovery and failover not stored yet",
+		Long: `Reads the runs of drills, test recoveries and failovers that Temporal has
+closed since --since (default: 30 days ago) and stores each one not stored yet
+in --dir: its report as JSON, Markdown and HTML, and a record of plan, action,
+who, when, outcome, RTO, RPO, the plan's targets and a verdict, sealed with the
+ed25519 key --key. A run whose evidence cannot be stored is named on standard
+error, and the command exits 1 (with --every it goes on and tries again at
+the next round). With --every it runs until stopped, a round each interval:
+run it beside the worker, well within the namespace's retention.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err := sinceArg(since)
+			if err != nil {
+				return err
+			}
+			if since == "" {
+				from = time.Now().AddDate(0, 0, -30)
+			}
+			if cdir == "" {
+				return badInput("--dir: the evidence store (or DROVER_EVIDENCE_DIR)")
+			}
+			if key == "" {
+				return badInput("--key: the ed25519 key (PEM) that seals the evidence (or DROVER_EVIDENCE_KEY)")
+			}
+			k, err := plans.ReadPrivateKey(key)
+			if err != nil {
+				return badInput("--key: %v", err)
+			}
+			return a.collect(cmd.Context(), evidence.Dir{Root: cdir}, k, from, every)
+		},
+	}
+	collect.Flags().StringVar(&cdir, "dir", os.Getenv("DROVER_EVIDENCE_DIR"), "the evidence store: a directory (default DROVER_EVIDENCE_DIR)")
+	collect.Flags().StringVar(&key, "key", os.Getenv("DROVER_EVIDENCE_KEY"), "the ed25519 private key (PEM) that seals the evidence (default DROVER_EVIDENCE_KEY; drctl plan keygen makes one)")
+	collect.Flags().StringVar(&since, "since", "", "runs started on or after this date or instant (default: 30 days ago)")
+	collect.Flags().DurationVar(&every, "every", 0, "run until stopped, a round each interval (0: one round)")
+	cmd.AddCommand(collect)
+	return cmd
+}
+
+// sinceArg reads a date (2026-01-01, UTC) or an RFC 3339 instant; "" is
+// no bound.
+func sinceArg(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, badInput("--since %q: want a date (2026-01-01) or an RFC 3339 instant", s)
+}
+
+// evidenceRow is a line of drctl evidence.
+type evidenceRow struct {
+	evidence.Record
+	Path string `json:"path,omitempty"`
+	// Verified is --verify's word: "ok" or what is wrong.
+	Verified string `json:"verified,omitempty"`
+}
+
+func (a *app) evidence(ctx context.Context, plan string, store evidence.Dir, since time.Time, trust []ed25519.PublicKey, verify bool, export string) error {
+	entries, err := store.List(plan, since)
+	if err != nil {
+		return failed("%v", err)
+	}
+	var rows []evidenceRow
+	bad := 0
+	for _, e := range entries {
+		row := evidenceRow{Record: e.Record, Path: e.Path}
+		if verify {
+			row.Verified = "ok"
+			if err := evidence.Verify(e.Path, trust); err != nil {
+				row.Verified, bad = err.Error(), bad+1
+			}
+		}
+		rows = append(rows, row)
+	}
+	// Runs Temporal still knows that have no evidence: said, not hidden.
+	if missing, err := a.unstored(ctx, store, plan, since); err != nil {
+		fmt.Fprintf(a.stderr, "drctl: note: runs not compared with Temporal's: %v\n", err)
+	} else {
+		rows = append(rows, missing...)
+	}
+	if export != "" {
+		var buf bytes.Buffer
+		if err := evidence.Export(&buf, entries); err != nil {
+			return failed("export: %v", err)
+		}
+		if err := os.WriteFile(export, buf.Bytes(), 0o644); err != nil {
+			return failed("export: %v", err)
+		}
+		fmt.Fprintf(a.stderr, "%d entr(ies) of %s exported to %s\n", len(entries), plan, export)
+	}
+	if a.json() {
+		if rows == nil {
+			rows = []evidenceRow{}
+		}
+		writeJSON(a.stdout, rows)
+	} else {
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		head := "STARTED\tACTION\tBY\tOUTCOME\tRTO\tRPO\tVERDICT"
+		if verify {
+			head += "\tVERIFIED"
+		}
+		fmt.Fprintln(tw, head)
+		for _, r := range rows {
+			rto, rpo := "-", "-"
+			if r.RTO > 0 {
+				rto = dur(r.RTO)
+			}
+			if r.RPOKnown {
+				rpo = dur(r.RPO)
+			}
+			line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", stamp(r.Start), r.Action, r.StartedBy, r.Outcome, rto, rpo, r.Verdict)
+			if verify {
+				line += "\t" + r.Verified
+			}
+			fmt.Fprintln(tw, line)
+		}
+		tw.Flush()
+		if len(rows) == 0 {
+			fmt.Fprintf(a.stdout, "no evidence of %s in %s\n", plan, store.Root)
+		}
+	}
+	if bad > 0 {
+		return failed("%d of %d entr(ies) of %s are not as they were stored", bad, len(entries), plan)
+	}
+	return nil
+}
+
+// notStored is the verdict of a run Temporal knows whose evidence is not
+// in the store.
+const notStored = "NOT STORED: no evidence of this run in the store"
+
+// unstored lists the closed runs of plan since that Temporal knows and
+// the store lacks. Without a reachable Temporal it says so.
+func (a *app) unstored(ctx context.Context, store evidence.Dir, plan string, since time.Time) ([]evidenceRow, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := a.dial(dctx)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := closedRuns(dctx, c, plan, since)
+	if err != nil {
+		return nil, err
+	}
+	var out []evidenceRow
+	for _, x := range runs {
+		if store.Has(x.Plan, x.RunID) {
+			continue
+		}
+		out = append(out, evidenceRow{Record: evidence.Record{Plan: x.Plan, Action: evidenceActions[x.Type], WorkflowID: x.WorkflowID, RunID: x.RunID,
+			Outcome: x.Status, StartedBy: x.By, Start: x.Start, End: x.Close, Verdict: notStored}})
+	}
+	return out, nil
+}
+
+// closedRuns are the closed runs of evidence types started since, of
+// plan ("" for every plan), oldest first.
+func closedRuns(ctx context.Context, c client.Client, plan string, since time.Time) ([]execution, error) {
+	q := "WorkflowType IN ('" + strings.Join(evidenceTypes, "','") + "') AND ExecutionStatus != 'Running' AND StartTime >= '" +
+		since.UTC().Format(time.RFC3339Nano) + "'"
+	if plan != "" {
+		q = names.AttrPlan + " = '" + strings.ReplaceAll(plan, "'", "") + "' AND " + q
+	}
+	var out []execution
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 100, NextPageToken: token})
+		if err != nil {
+			return nil, temporalError("list the closed runs", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			out = append(out, executionOf(e))
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+// collect stores the evidence of each closed run not stored yet: one
+// round, or one each interval until ctx ends.
+func (a *app) collect(ctx context.Context, store evidence.Dir, key ed25519.PrivateKey, since time.Time, every time.Duration) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		err := a.collectRound(ctx, c, store, key, since)
+		if every <= 0 {
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "drctl: %v\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+func (a *app) collectRound(ctx context.Context, c client.Client, store evidence.Dir, key ed25519.PrivateKey, since time.Time) error {
+	runs, err := closedRuns(ctx, c, "", since)
+	if err != nil {
+		return err
+	}
+	var lost []string
+	for _, x := range runs {
+		if store.Has(x.Plan, x.RunID) {
+			continue
+		}
+		path, err := a.storeRun(ctx, c, store, key, x)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "drctl: NOT STORED: the evidence of the %s of %s (run %s): %v\n", evidenceActions[x.Type], x.Plan, x.RunID, err)
+			lost = append(lost, x.RunID)
+			continue
+		}
+		fmt.Fprintf(a.stderr, "stored the evidence of the %s of %s (run %s) in %s\n", evidenceActions[x.Type], x.Plan, x.RunID, path)
+	}
+	if len(lost) > 0 {
+		return failed("the evidence of %d run(s) could not be stored: %s", len(lost), strings.Join(lost, ", "))
+	}
+	return nil
+}
+
+// storeRun builds the report of one run and stores it as evidence.
+func (a *app) storeRun(ctx context.Context, c client.Client, store evidence.Dir, key ed25519.PrivateKey, x execution) (string, error) {
+	r, err := buildReport(ctx, c, x.WorkflowID, x.RunID)
+	if err != nil {
+		return "", err
+	}
+	files := map[string][]byte{}
+	var js, md, html bytes.Buffer
+	enc := json.NewEncoder(&js)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return "", err
+	}
+	if err := r.Markdown(&md); err != nil {
+		return "", err
+	}
+	if err := r.HTML(&html); err != nil {
+		return "", err
+	}
+	files["report.json"], files["report.md"], files["report.html"] = js.Bytes(), md.Bytes(), html.Bytes()
+	rec := evidence.Record{Plan: x.Plan, Action: evidenceActions[x.Type], WorkflowID: x.WorkflowID, RunID: x.RunID, Outcome: r.Status,
+		StartedBy: r.StartedBy, Start: r.Start, End: r.End, RTO: r.RTO, RPO: r.RPO, RPOKnown: r.RPOKnown,
+		RTOTarget: r.RTOTarget, RPOTarget: r.RPOTarget, Error: r.Error}
+	if len(r.Failures) > 0 {
+		// A drill runs to its end whatever its checks find: a check
+		// that failed fails the drill's evidence.
+		rec.Outcome, rec.Error = "failed", fmt.Sprintf("%d check(s) failed: %s", len(r.Failures), strings.Join(r.Failures, "; "))
+	}
+	e, err := store.Put(rec, files, key, time.Now())
+	if err != nil {
+		return "", err
+	}
+	return e.Path, nil
+}
