@@ -6,8 +6,14 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -73,7 +79,7 @@ drctl evidence collect stores the evidence.`,
 	cmd.Flags().StringVar(&trust, "trust", os.Getenv("DROVER_EVIDENCE_TRUST"), "PEM public key(s) evidence is sealed with, for --verify (default DROVER_EVIDENCE_TRUST)")
 	cmd.Flags().StringVar(&export, "export", "", "write the listed entries into this archive (.tar.gz)")
 
-	var key, cdir string
+	var key, cdir, metrics, planDir string
 	var every time.Duration
 	collect := &cobra.Command{
 		Use:   "collect",
@@ -105,13 +111,24 @@ run it beside the worker, well within the namespace's retention.`,
 			if err != nil {
 				return badInput("--key: %v", err)
 			}
-			return a.collect(cmd.Context(), evidence.Dir{Root: cdir}, k, from, every)
+			col := &collector{store: evidence.Dir{Root: cdir}, key: k, since: from, plans: planDir}
+			if metrics != "" {
+				if every <= 0 {
+					return badInput("--metrics serves while collect runs: give --every too")
+				}
+				if err := col.serve(metrics, a.stderr); err != nil {
+					return failed("--metrics %s: %v", metrics, err)
+				}
+			}
+			return a.collect(cmd.Context(), col, every)
 		},
 	}
 	collect.Flags().StringVar(&cdir, "dir", os.Getenv("DROVER_EVIDENCE_DIR"), "the evidence store: a directory (default DROVER_EVIDENCE_DIR)")
 	collect.Flags().StringVar(&key, "key", os.Getenv("DROVER_EVIDENCE_KEY"), "the ed25519 private key (PEM) that seals the evidence (default DROVER_EVIDENCE_KEY; drctl plan keygen makes one)")
 	collect.Flags().StringVar(&since, "since", "", "runs started on or after this date or instant (default: 30 days ago)")
 	collect.Flags().DurationVar(&every, "every", 0, "run until stopped, a round each interval (0: one round)")
+	collect.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics of each plan's tests on this address (/metrics): last success, overdue, last failed, runs not stored")
+	collect.Flags().StringVar(&planDir, "plans", "", "a directory of plan files: their policy.drills count a test never run as overdue")
 	cmd.AddCommand(collect)
 	return cmd
 }
@@ -265,15 +282,54 @@ func closedRuns(ctx context.Context, c client.Client, plan string, since time.Ti
 	return out, nil
 }
 
+// collector is drctl evidence collect's state: the store, its key,
+// and what the last round found, for its metrics.
+type collector struct {
+	store evidence.Dir
+	key   ed25519.PrivateKey
+	since time.Time
+	plans string // plan files' directory, for their policy.drills
+
+	mu        sync.Mutex
+	health    []evidence.Health
+	notStored int
+}
+
+// serve serves the collector's metrics on addr until the process ends.
+func (col *collector) serve(addr string, log io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		col.mu.Lock()
+		hs, n := col.health, col.notStored
+		col.mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_ = evidence.WriteMetrics(w, hs, n)
+	})
+	fmt.Fprintf(log, "metrics on http://%s/metrics\n", ln.Addr())
+	go func() { _ = http.Serve(ln, mux) }()
+	return nil
+}
+
 // collect stores the evidence of each closed run not stored yet: one
 // round, or one each interval until ctx ends.
-func (a *app) collect(ctx context.Context, store evidence.Dir, key ed25519.PrivateKey, since time.Time, every time.Duration) error {
+func (a *app) collect(ctx context.Context, col *collector, every time.Duration) error {
 	c, err := a.dial(ctx)
 	if err != nil {
 		return err
 	}
 	for {
-		err := a.collectRound(ctx, c, store, key, since)
+		n, err := a.collectRound(ctx, c, col)
+		hs, herr := col.healthNow(time.Now())
+		if herr != nil {
+			fmt.Fprintf(a.stderr, "drctl: %v\n", herr)
+		}
+		col.mu.Lock()
+		col.health, col.notStored = hs, n
+		col.mu.Unlock()
 		if every <= 0 {
 			return err
 		}
@@ -288,17 +344,63 @@ func (a *app) collect(ctx context.Context, store evidence.Dir, key ed25519.Priva
 	}
 }
 
-func (a *app) collectRound(ctx context.Context, c client.Client, store evidence.Dir, key ed25519.PrivateKey, since time.Time) error {
-	runs, err := closedRuns(ctx, c, "", since)
+// healthNow is where every plan's tests stand: the plans of the store,
+// and those of the plan files (their policy.drills).
+func (col *collector) healthNow(now time.Time) ([]evidence.Health, error) {
+	every := map[string]map[string]time.Duration{}
+	var errs []string
+	if col.plans != "" {
+		files, _ := filepath.Glob(filepath.Join(col.plans, "*.yaml"))
+		yml, _ := filepath.Glob(filepath.Join(col.plans, "*.yml"))
+		for _, f := range append(files, yml...) {
+			p, err := plans.Load(f)
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			if d := p.Policy.Drills; d != nil {
+				every[p.Metadata.Name] = map[string]time.Duration{"drill": d.Every("drill"), "test recovery": d.Every("test recovery")}
+			}
+		}
+	}
+	names, err := col.store.Plans()
 	if err != nil {
-		return err
+		errs = append(errs, err.Error())
+	}
+	for n := range every {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	var out []evidence.Health
+	for _, n := range names {
+		entries, err := col.store.List(n, time.Time{})
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		out = append(out, evidence.HealthOf(n, entries, every[n], now)...)
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("the tests' health: %s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+// collectRound stores what is not stored yet and returns how many runs
+// it could not store.
+func (a *app) collectRound(ctx context.Context, c client.Client, col *collector) (int, error) {
+	runs, err := closedRuns(ctx, c, "", col.since)
+	if err != nil {
+		return 0, err
 	}
 	var lost []string
 	for _, x := range runs {
-		if store.Has(x.Plan, x.RunID) {
+		if col.store.Has(x.Plan, x.RunID) {
 			continue
 		}
-		path, err := a.storeRun(ctx, c, store, key, x)
+		path, err := a.storeRun(ctx, c, col.store, col.key, x)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "drctl: NOT STORED: the evidence of the %s of %s (run %s): %v\n", evidenceActions[x.Type], x.Plan, x.RunID, err)
 			lost = append(lost, x.RunID)
@@ -307,9 +409,9 @@ func (a *app) collectRound(ctx context.Context, c client.Client, store evidence.
 		fmt.Fprintf(a.stderr, "stored the evidence of the %s of %s (run %s) in %s\n", evidenceActions[x.Type], x.Plan, x.RunID, path)
 	}
 	if len(lost) > 0 {
-		return failed("the evidence of %d run(s) could not be stored: %s", len(lost), strings.Join(lost, ", "))
+		return len(lost), failed("the evidence of %d run(s) could not be stored: %s", len(lost), strings.Join(lost, ", "))
 	}
-	return nil
+	return 0, nil
 }
 
 // storeRun builds the report of one run and stores it as evidence.
@@ -334,7 +436,7 @@ func (a *app) storeRun(ctx context.Context, c client.Client, store evidence.Dir,
 	files["report.json"], files["report.md"], files["report.html"] = js.Bytes(), md.Bytes(), html.Bytes()
 	rec := evidence.Record{Plan: x.Plan, Action: evidenceActions[x.Type], WorkflowID: x.WorkflowID, RunID: x.RunID, Outcome: r.Status,
 		StartedBy: r.StartedBy, Start: r.Start, End: r.End, RTO: r.RTO, RPO: r.RPO, RPOKnown: r.RPOKnown,
-		RTOTarget: r.RTOTarget, RPOTarget: r.RPOTarget, Error: r.Error}
+		RTOTarget: r.RTOTarget, RPOTarget: r.RPOTarget, Error: r.Error, Every: r.Drills.Every(evidenceActions[x.Type])}
 	if len(r.Failures) > 0 {
 		// A drill runs to its end whatever its checks find: a check
 		// that failed fails the drill's evidence.

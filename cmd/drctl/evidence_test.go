@@ -2,12 +2,18 @@ package main_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +26,7 @@ type evidenceRow struct {
 	RPOKnown                                                                            bool
 	RPO, RPOTarget                                                                      time.Duration
 	Files                                                                               map[string]string
+	End                                                                                 time.Time
 }
 
 // TestEvidence: drctl evidence collect stores the report of each closed
@@ -33,7 +40,7 @@ func TestEvidence(t *testing.T) {
 	st := newSiteStack(t)
 	c := st.c
 	since := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339)
-	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "")
+	shop := st.plan(t, "", "shop", "west", 0, "{groupID: vg-1}", simtest.NodeA+"/32", "  drills: {drill: 1h, testRecovery: 2160h}\n")
 	st.protect(shop)
 	var o outcome
 	c.ok(&o, "--by", "auditor-drill@example", "drill", shop, "--to", "west", "--wait")
@@ -105,6 +112,23 @@ func TestEvidence(t *testing.T) {
 		t.Errorf("evidence as text: exit %d\n%s\n%s", code, out, errs)
 	}
 
+	// The collector's metrics: the drill succeeded within its hour, but
+	// its newest run failed; the test recovery the plan asks for never
+	// ran, so it is overdue.
+	metrics := collectMetrics(t, c, store, key, since, filepath.Dir(shop))
+	for _, want := range []string{
+		`drover_test_overdue{plan="shop",kind="drill"} 0`,
+		`drover_test_last_failed{plan="shop",kind="drill"} 1`,
+		`drover_test_overdue{plan="shop",kind="test-recovery"} 1`,
+		`drover_test_required_every_seconds{plan="shop",kind="drill"} 3600`,
+		`drover_test_last_success_timestamp_seconds{plan="shop",kind="drill"} ` + strconv.FormatInt(good.End.Unix(), 10),
+		"drover_evidence_not_stored 0",
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("the collector's metrics lack %q:\n%s", want, metrics)
+		}
+	}
+
 	// Export: one archive with both entries.
 	archive := filepath.Join(t.TempDir(), "audit.tar.gz")
 	c.ok(nil, "evidence", "shop", "--dir", store, "--since", since, "--export", archive)
@@ -138,6 +162,57 @@ func TestEvidence(t *testing.T) {
 	}
 	c.want(2, "--verify needs --trust", "evidence", "shop", "--dir", store, "--verify", "--trust", "")
 	c.want(2, "--since", "evidence", "shop", "--dir", store, "--since", "last tuesday")
+}
+
+// collectMetrics runs drctl evidence collect --every with --metrics on
+// an ephemeral port, reads its metrics once its first round is done, and
+// stops it.
+func collectMetrics(t *testing.T, c cli, store, key, since, plansDir string) string {
+	t.Helper()
+	cmd := exec.Command(c.bin, "evidence", "collect", "--dir", store, "--key", key, "--since", since, "--every", "1s",
+		"--metrics", "127.0.0.1:0", "--plans", plansDir)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.addr, "TEMPORAL_NAMESPACE=default")
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr := regexp.MustCompile(`metrics on (http://[0-9.:]+/metrics)`)
+	var body string
+	simtest.Eventually(t, time.Minute, "the collector's metrics", func() bool {
+		m := addr.FindStringSubmatch(errb.String())
+		if m == nil {
+			return false
+		}
+		resp, err := http.Get(m[1])
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(body, "drover_test_overdue{")
+	})
+	return body
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // untar unpacks a .tar.gz into dir and returns the names it held.

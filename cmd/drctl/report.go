@@ -68,6 +68,8 @@ type Report struct {
 	// The plan's targets (a site action: none).
 	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
 	RTOTarget time.Duration `json:"rtoTarget,omitempty"`
+	// Drills is how often the plan says its tests must succeed.
+	Drills    *plans.Drills `json:"drills,omitempty"`
 	Error     string        `json:"error,omitempty"`
 	Generated time.Time     `json:"generated"`
 }
@@ -202,6 +204,7 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 		r.Plans = append(r.Plans, reportPlanOf(in.Plan, in.Signature))
 		in.Plan.ApplyDefaults()
 		r.RPOTarget = in.Plan.Policy.RPOTarget.D()
+		r.Drills = in.Plan.Policy.Drills
 	}
 	for _, sp := range in.Plans {
 		r.Plans = append(r.Plans, reportPlanOf(sp.Plan, sp.Signature))

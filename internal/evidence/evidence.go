@@ -57,6 +57,9 @@ type Record struct {
 	// The plan's targets the verdict is against (zero: none).
 	RTOTarget time.Duration `json:"rtoTarget,omitempty"`
 	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
+	// Every is how often the plan's policy.drills says this kind of
+	// test must succeed (zero: it does not say).
+	Every time.Duration `json:"every,omitempty"`
 	// Verdict is Judge's word on the run.
 	Verdict string `json:"verdict"`
 	// Error is the run's error, if it ended with one.
