@@ -219,6 +219,7 @@ func (a *app) evidence(ctx context.Context, plan string, store evidence.Dir, sin
 		if len(rows) == 0 {
 			fmt.Fprintf(a.stdout, "no evidence of %s in %s\n", plan, store.Root)
 		}
+		renderTests(a.stdout, testsOf(store, plan, nil), time.Now())
 	}
 	if bad > 0 {
 		return failed("%d of %d entr(ies) of %s are not as they were stored", bad, len(entries), plan)
@@ -447,4 +448,67 @@ func (a *app) storeRun(ctx context.Context, c client.Client, store evidence.Dir,
 		return "", err
 	}
 	return e.Path, nil
+}
+
+// testsOf is where plan's tests stand, from the store: against the
+// plan file's policy.drills when status was given the file, else the
+// newest records' own.
+func testsOf(store evidence.Dir, plan string, p *plans.Plan) []evidence.Health {
+	entries, err := store.List(plan, time.Time{})
+	if err != nil {
+		return nil
+	}
+	var every map[string]time.Duration
+	if p != nil && p.Policy.Drills != nil {
+		every = map[string]time.Duration{}
+		for _, k := range evidence.Kinds {
+			every[k] = p.Policy.Drills.Every(k)
+		}
+	}
+	return evidence.HealthOf(plan, entries, every, time.Now())
+}
+
+// renderTests writes the tests' lines of drctl status and drctl
+// evidence: the last run and its verdict, the last success, and when
+// the next success is due (OVERDUE past it).
+func renderTests(w io.Writer, hs []evidence.Health, now time.Time) {
+	if len(hs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\ntests (from the evidence store):\n")
+	for _, h := range hs {
+		line := "  " + h.Kind + ": "
+		if h.LastRun.IsZero() {
+			line += "never run"
+		} else {
+			line += "last run " + h.LastRun.Local().Format(time.DateTime) + ", " + shortVerdict(h.LastVerdict)
+			if h.LastVerdict != evidence.Met {
+				if h.LastSuccess.IsZero() {
+					line += "; no success on record"
+				} else {
+					line += "; last success " + h.LastSuccess.Local().Format(time.DateTime)
+				}
+			}
+		}
+		switch {
+		case h.Every == 0:
+		case h.Overdue && h.Due.IsZero():
+			line += fmt.Sprintf("; OVERDUE (policy.drills: every %s)", h.Every)
+		case h.Overdue:
+			line += fmt.Sprintf("; OVERDUE since %s (every %s)", h.Due.Local().Format(time.DateTime), h.Every)
+		default:
+			line += fmt.Sprintf("; next due by %s (every %s)", h.Due.Local().Format(time.DateTime), h.Every)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// shortVerdict is a verdict on one short line (drctl evidence has it
+// whole).
+func shortVerdict(v string) string {
+	v, _, _ = strings.Cut(v, "\n")
+	if r := []rune(v); len(r) > 100 {
+		v = string(r[:99]) + "…"
+	}
+	return v
 }

@@ -129,6 +129,29 @@ func TestEvidence(t *testing.T) {
 		}
 	}
 
+	// drctl status shows where the tests stand, from the store: the
+	// newest drill failed, the last success and when the next is due;
+	// the test recovery the plan file asks for never ran.
+	withStore := c
+	withStore.env = []string{"DROVER_EVIDENCE_DIR=" + store}
+	code, out, errs = withStore.run("status", shop)
+	if code != 0 || !strings.Contains(out, "tests (from the evidence store):") ||
+		!regexp.MustCompile(`drill: last run [0-9: -]+, failed: .*; last success [0-9: -]+; next due by [0-9: -]+ \(every 1h0m0s\)`).MatchString(out) ||
+		!strings.Contains(out, "test recovery: never run; OVERDUE (policy.drills: every 2160h0m0s)") {
+		t.Errorf("status with the evidence store: exit %d\n%s\n%s", code, out, errs)
+	}
+	var sj struct {
+		Tests []struct {
+			Kind    string
+			Overdue bool
+			Due     time.Time
+		}
+	}
+	withStore.ok(&sj, "status", "shop")
+	if len(sj.Tests) != 1 || sj.Tests[0].Kind != "drill" || sj.Tests[0].Overdue || !sj.Tests[0].Due.Equal(good.End.Add(time.Hour)) {
+		t.Errorf("status -o json: tests %+v", sj.Tests)
+	}
+
 	// Export: one archive with both entries.
 	archive := filepath.Join(t.TempDir(), "audit.tar.gz")
 	c.ok(nil, "evidence", "shop", "--dir", store, "--since", since, "--export", archive)
