@@ -108,7 +108,8 @@ func TestEvidence(t *testing.T) {
 			}
 		}
 	}
-	if code, out, errs := c.run("evidence", "shop", "--dir", store, "--since", since); code != 0 || !strings.Contains(out, "VERDICT") || !strings.Contains(out, "met") {
+	if code, out, errs := c.run("evidence", "shop", "--dir", store, "--since", since); code != 0 || !strings.Contains(out, "VERDICT") || !strings.Contains(out, "met") ||
+		!strings.Contains(out, "tests (from the evidence store):\n  drill: last run ") {
 		t.Errorf("evidence as text: exit %d\n%s\n%s", code, out, errs)
 	}
 

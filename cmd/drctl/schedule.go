@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/drover-dr/drover/workflows"
 )
@@ -218,8 +219,7 @@ func (a *app) scheduleCreate(ctx context.Context, file string, s scheduleSpec) e
 			Memo:      map[string]any{workflows.MemoBy: workflows.ScheduledBy(in.Schedule, in.CreatedBy)},
 		},
 	})
-	var exists *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &exists) || (err != nil && strings.Contains(err.Error(), "already")) {
+	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
 		return failed("schedule %s exists already: drctl schedule delete %s first, or give --id", in.Schedule, in.Schedule)
 	}
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	enums "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/drover-dr/drover/internal/simtest"
@@ -64,6 +65,11 @@ func TestSchedules(t *testing.T) {
 	id := "drover-schedule-shop-drill"
 	by := "schedule " + id + " (created by ops@example)"
 	c.want(1, "exists already", "schedule", "create", shop, "--to", "west", "--every", "3s")
+	// A run due while the previous one runs is skipped, never run beside it.
+	desc, err := st.srv.Client.ScheduleClient().GetHandle(t.Context(), id).Describe(t.Context())
+	if err != nil || desc.Schedule.Policy == nil || desc.Schedule.Policy.Overlap != enums.SCHEDULE_OVERLAP_POLICY_SKIP {
+		t.Fatalf("the schedule's overlap policy: %v %+v", err, desc)
+	}
 	var runs []listed
 	simtest.Eventually(t, 3*time.Minute, "two scheduled drills to complete", func() bool {
 		runs = nil
