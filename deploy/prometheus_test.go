@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/drover-dr/drover/internal/evidence"
 	"github.com/drover-dr/drover/workflows"
 )
 
@@ -46,11 +47,19 @@ func TestPrometheusRules(t *testing.T) {
 		workflows.MetricActionDuration + "_seconds_count", workflows.MetricStepFailures + "_total",
 		workflows.MetricReplicationLag, workflows.MetricOutOfRPO, workflows.MetricUnprotected, workflows.MetricPointAge, workflows.MetricPointMaxAge,
 		workflows.MetricSignatureEnds, workflows.MetricProtectionEnded, "temporal_num_pollers", "up",
+		// drctl evidence collect's.
+		evidence.MetricOverdue, evidence.MetricLastFailed, evidence.MetricNotStored,
 	}
 	readme, err := os.ReadFile("../docs/reference/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The evidence collector's alerts are in the evidence guide's table.
+	guide, err := os.ReadFile("../docs/guides/evidence.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme = append(readme, guide...)
 	metric := regexp.MustCompile(`\b(drover_[a-z_]+|temporal_[a-z_]+|up)\b[{\[ )]`)
 	n := 0
 	for _, g := range file.Groups {
@@ -108,6 +117,9 @@ func TestPrometheusRules(t *testing.T) {
 		{"DroverPointInTimeLate", workflows.MetricPointAge, "> 0"},
 		{"DroverPlanSignatureEnding", workflows.MetricSignatureEnds, ending},
 		{"DroverProtectionEnded", workflows.MetricProtectionEnded, "== 1"},
+		{"DroverTestOverdue", evidence.MetricOverdue, "== 1"},
+		{"DroverTestFailed", evidence.MetricLastFailed, "== 1"},
+		{"DroverEvidenceNotStored", evidence.MetricNotStored, "> 0"},
 	} {
 		expr, ok := exprs[w.alert]
 		if !ok || !regexp.MustCompile(`\b`+w.names+`\b`).MatchString(expr) || !strings.Contains(expr, w.says) {

@@ -197,6 +197,11 @@ func TestInvalidPlans(t *testing.T) {
 			`plan.yaml:23:7: volumeGroups[0].sites.east: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
 			`plan.yaml:24:7: volumeGroups[0].sites.west: storage group "vg-db" needs its volumes listed under members for points in time (a group snapshot of them)`,
 			`plan.yaml:26:38: policy.pointsInTime.keepFor: keepFor 30m0s is shorter than every 1h0m0s: each point would be pruned before the next is cut`}},
+		{"drills that ask for nothing", "workloads:", "policy:\n  drills: {}\nworkloads:", []string{
+			`plan.yaml:26:3: policy.drills: say how often a drill (drill: 168h), a test recovery (testRecovery: 2160h) or both must succeed`}},
+		{"drills too often", "workloads:", "policy:\n  drills: {drill: 10s, testRecovery: -1h}\nworkloads:", []string{
+			`plan.yaml:26:19: policy.drills.drill: 10s is too short: at least 1m0s (e.g. drill: 168h)`,
+			`plan.yaml:26:38: policy.drills.testRecovery: "-1h" is negative`}},
 		{"decoding and semantic errors together", "      cidrs: [10.0.0.0/24]", "      cidrs: 10.0.0.0/24", []string{
 			`plan.yaml:10:14: sites[0].fence.cidrs: want a list, got "10.0.0.0/24"`,
 			`plan.yaml:12:24: sites[0].orchestrator.nomad.address: "http://127.0.0.1:4646x" is not an http(s) URL`}},

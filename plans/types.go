@@ -243,6 +243,29 @@ type Policy struct {
 	Approvals     []string            `yaml:"approvals,omitempty" json:"approvals,omitempty" doc:"Gates that wait for drctl approve: beforeFence, beforePromote, beforeStart, beforeDemote."`
 	TestTimeLimit Duration            `yaml:"testTimeLimit,omitempty" json:"testTimeLimit,omitempty" doc:"How long a test recovery's workloads run on their copies before it cleans up without the operator's word (default 1h)."`
 	PointsInTime  *PointsInTime       `yaml:"pointsInTime,omitempty" json:"pointsInTime,omitempty" doc:"Points in time: protection keeps snapshots of the replicas at the recovery site (the site that is not primary), cut on schedule and pruned by count or age."`
+	Drills        *Drills             `yaml:"drills,omitempty" json:"drills,omitempty" doc:"How often each kind of test must succeed: past it without a success in the evidence store, the test is overdue (metric drover_test_overdue, alert DroverTestOverdue). See docs/guides/evidence.md."`
+}
+
+// Drills is how often a plan's tests must succeed. There is no default:
+// a plan without it asks for none.
+type Drills struct {
+	Drill        Duration `yaml:"drill,omitempty" json:"drill,omitempty" doc:"A drill must succeed at least this often (e.g. 168h)."`
+	TestRecovery Duration `yaml:"testRecovery,omitempty" json:"testRecovery,omitempty" doc:"A test recovery must succeed at least this often (e.g. 2160h)."`
+}
+
+// Every is how often the kind of test ("drill" or "test recovery") must
+// succeed; zero when the plan does not say.
+func (d *Drills) Every(kind string) time.Duration {
+	if d == nil {
+		return 0
+	}
+	switch kind {
+	case "drill":
+		return d.Drill.D()
+	case "test recovery":
+		return d.TestRecovery.D()
+	}
+	return 0
 }
 
 // PointsInTime is how protection keeps points in time: snapshots of every

@@ -271,7 +271,21 @@ func (p *Plan) validate(d *decoder) {
 	if pit := pol.PointsInTime; pit != nil {
 		p.validatePoints(bad, func(path string) bool { return d.present[path] }, pit)
 	}
+	if dr := pol.Drills; dr != nil {
+		if dr.Drill < 0 || (dr.Drill > 0 && dr.Drill < MinDrillEvery) {
+			bad("policy.drills.drill", "%s is too short: at least %s (e.g. drill: 168h)", dr.Drill, MinDrillEvery)
+		}
+		if dr.TestRecovery < 0 || (dr.TestRecovery > 0 && dr.TestRecovery < MinDrillEvery) {
+			bad("policy.drills.testRecovery", "%s is too short: at least %s (e.g. testRecovery: 2160h)", dr.TestRecovery, MinDrillEvery)
+		}
+		if dr.Drill == 0 && dr.TestRecovery == 0 {
+			bad("policy.drills", "say how often a drill (drill: 168h), a test recovery (testRecovery: 2160h) or both must succeed")
+		}
+	}
 }
+
+// MinDrillEvery is the shortest interval policy.drills accepts.
+const MinDrillEvery = Duration(time.Minute)
 
 // MinPointEvery is the shortest interval between points in time.
 const MinPointEvery = Duration(time.Second)

@@ -35,6 +35,13 @@
 //     replication fresh, workloads and their CSI volumes present), and
 //     the steps the real action would take.
 //
+//   - Scheduled (scheduled.go): what a schedule (drctl schedule, on
+//     Temporal Schedules) starts each time: the plan's drill, or its test
+//     recovery run unattended (TestRecoveryInput.Unattended: a step that
+//     fails for good fails it, and its workloads run for a time limit at
+//     most), as a child under the plan's own id, so that a plan busy with
+//     another action fails the scheduled run instead of running beside it.
+//
 //   - Protect (protect.go): long-running per plan (ProtectID); enables
 //     replication on the primary, polls each group's last sync, lag and
 //     status, marks the plan out of RPO past the target, records each

@@ -149,6 +149,10 @@ type run struct {
 	// overridden are the steps the operator retried with --override (a
 	// start on copies a skipped promotion left as they were).
 	overridden map[string]bool
+	// unattended: nobody waits on this run (a scheduled test
+	// recovery): a step that fails for good fails it, as with the
+	// policy onFailure: abort, rather than pause for an operator.
+	unattended bool
 }
 
 // begin checks that the worker trusts the plan (before anything else),
@@ -280,7 +284,7 @@ func (r *run) step(ctx workflow.Context, ref stepRef, guard bool, fn func(ctx wo
 		tags := r.tags()
 		tags["code"] = failureCode(err)
 		workflow.GetMetricsHandler(ctx).WithTags(tags).Counter(MetricStepFailures).Inc(1)
-		if r.plan.Policy.OnFailure == "abort" {
+		if r.plan.Policy.OnFailure == "abort" || r.unattended {
 			s.State, s.End = StateFailed, workflow.Now(ctx)
 			return err
 		}

@@ -57,7 +57,7 @@ func ActionID(plan string) string { return names.ActionID(plan) }
 func Register(w interface {
 	RegisterWorkflowWithOptions(any, workflow.RegisterOptions)
 }) {
-	for _, wf := range []any{Failover, Reprotect, Failback, Drill, Release, GroupBatch, Verify, SiteFailover, TestRecovery, TestCleanup, RecordLater} {
+	for _, wf := range []any{Failover, Reprotect, Failback, Drill, Release, GroupBatch, Verify, SiteFailover, TestRecovery, TestCleanup, RecordLater, Scheduled} {
 		w.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{VersioningBehavior: workflow.VersioningBehaviorPinned})
 	}
 	for _, wf := range []any{Protect, PlanRecorder} {

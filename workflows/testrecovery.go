@@ -61,7 +61,17 @@ type TestRecoveryInput struct {
 	// of new snapshots: the newest point the plan's record has at At cut
 	// at or before PointAt (drctl test-recovery --point).
 	PointAt time.Time `json:"pointAt,omitzero"`
+	// Unattended is a test nobody waits on (a schedule's): a step that
+	// fails for good fails the test, which then cleans up, rather than
+	// pause for the operator; and the workloads run on the copies for
+	// TimeLimit at most, when shorter than the plan's testTimeLimit.
+	Unattended bool          `json:"unattended,omitempty"`
+	TimeLimit  time.Duration `json:"timeLimit,omitempty"`
 }
+
+// unattendedTestVersion marks a test recovery that runs unattended
+// (TestRecoveryInput.Unattended).
+const unattendedTestVersion = "unattended-test"
 
 // TestCopy is one volume's snapshot and copy: their ids once the storage
 // answered, and the names they were asked for under, recorded before the
@@ -172,6 +182,9 @@ func TestRecovery(ctx workflow.Context, in TestRecoveryInput) (*TestRecoveryResu
 		return nil, err
 	}
 	r.origin, r.progress.By, r.progress.Trust = in.Origin, in.By, note
+	if in.Unattended && workflow.GetVersion(ctx, unattendedTestVersion, workflow.DefaultVersion, 1) >= 1 {
+		r.unattended = true
+	}
 	res := &TestRecoveryResult{At: in.At, RTO: map[string]time.Duration{}}
 	if err := workflow.SetQueryHandler(ctx, QueryTestCopies, func() (*TestRecoveryResult, error) {
 		out := *res
@@ -313,6 +326,9 @@ func testRecovery(ctx workflow.Context, r *run, in TestRecoveryInput, res *TestR
 	limit := p.Policy.TestTimeLimit.D()
 	if limit <= 0 {
 		limit = DefaultTestTimeLimit
+	}
+	if r.unattended && in.TimeLimit > 0 && in.TimeLimit < limit {
+		limit = in.TimeLimit
 	}
 	s := r.add(approveStep(GateEndTest), false)
 	s.State, s.Start = StateWaiting, workflow.Now(ctx)

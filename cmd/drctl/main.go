@@ -228,7 +228,7 @@ cannot be reached, refuses drctl's credentials or has no such namespace.`,
 	root.AddCommand(a.planCommand())
 	root.AddCommand(a.actionCommands()...)
 	root.AddCommand(a.runCommands()...)
-	root.AddCommand(a.reportCommand(), a.uiCommand())
+	root.AddCommand(a.reportCommand(), a.evidenceCommand(), a.scheduleCommand(), a.uiCommand())
 	root.AddCommand(a.conformanceCommand(), a.pointsCommand(), a.genDocsCommand())
 	root.AddCommand(&cobra.Command{
 		Use:   "version",

@@ -61,9 +61,17 @@ type Report struct {
 	LeftBehind []string `json:"leftBehind,omitempty"`
 	// Undone says what each skipped step left undone: the action ran
 	// to its end incomplete.
-	Undone    []string  `json:"undone,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	Generated time.Time `json:"generated"`
+	Undone []string `json:"undone,omitempty"`
+	// Failures are the checks a drill found failing (it completes
+	// whatever they find).
+	Failures []string `json:"failures,omitempty"`
+	// The plan's targets (a site action: none).
+	RPOTarget time.Duration `json:"rpoTarget,omitempty"`
+	RTOTarget time.Duration `json:"rtoTarget,omitempty"`
+	// Drills is how often the plan says its tests must succeed.
+	Drills    *plans.Drills `json:"drills,omitempty"`
+	Error     string        `json:"error,omitempty"`
+	Generated time.Time     `json:"generated"`
 }
 
 // ReportPlan is a plan the action ran, with the SHA-256 of its canonical
@@ -194,6 +202,9 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 	r.StartedBy = in.By
 	if in.Plan != nil {
 		r.Plans = append(r.Plans, reportPlanOf(in.Plan, in.Signature))
+		in.Plan.ApplyDefaults()
+		r.RPOTarget = in.Plan.Policy.RPOTarget.D()
+		r.Drills = in.Plan.Policy.Drills
 	}
 	for _, sp := range in.Plans {
 		r.Plans = append(r.Plans, reportPlanOf(sp.Plan, sp.Signature))
@@ -259,6 +270,7 @@ func buildReport(ctx context.Context, c client.Client, id, run string) (*Report,
 		r.Status = workflows.StatePartial
 	}
 	r.Undone = workflows.Undone(&res.Progress)
+	r.Failures = res.Failures
 	r.Status = actionState(r.Status, progress)
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/drover-dr/drover/internal/evidence"
 	"github.com/drover-dr/drover/internal/names"
 	"github.com/drover-dr/drover/plans"
 	"github.com/drover-dr/drover/workflows"
@@ -801,6 +803,9 @@ type planStatus struct {
 	Action     *actionStatus           `json:"action"`
 	Protection *workflows.ProtectState `json:"protection"`
 	ProtectRun *execution              `json:"protectRun,omitempty"`
+	// Tests: where the plan's drills and test recoveries stand, from the
+	// evidence store (DROVER_EVIDENCE_DIR), when drctl is given one.
+	Tests []evidence.Health `json:"tests,omitempty"`
 }
 
 type actionStatus struct {
@@ -917,6 +922,13 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 		// protection lines, the dashboard and the metrics do.
 		st.Record.Protection = newestLook(st.Record.Protection, st.Protection, st.ProtectRun.Status == "running")
 	}
+	if dir := os.Getenv("DROVER_EVIDENCE_DIR"); dir != "" && !siteAction {
+		p := plan
+		if p == nil && isPlanFile(arg) {
+			p, _ = loadPlan(arg) // its policy.drills, when it loads
+		}
+		st.Tests = testsOf(evidence.Dir{Root: dir}, name, p)
+	}
 	if a.json() {
 		writeJSON(a.stdout, st)
 		if len(unreadable) > 0 {
@@ -973,6 +985,7 @@ func (a *app) status(ctx context.Context, arg string, verify bool) error {
 			}
 		}
 	}
+	renderTests(a.stdout, st.Tests, time.Now())
 	if len(unreadable) > 0 {
 		return &exitError{exitFailed, errors.New(strings.Join(unreadable, "\n"))}
 	}

@@ -59,13 +59,18 @@ policy:
 }
 
 func newSiteStack(t *testing.T) *siteStack {
+	return newSiteStackWith(t, "--allow-unsigned-plans")
+}
+
+// newSiteStackWith is newSiteStack with the worker's trust flags given.
+func newSiteStackWith(t *testing.T, trust ...string) *siteStack {
 	bins := bintest.Build(t, "drctl", "worker")
 	srv := devserver.Start(t, nil)
 	east, west := simtest.StartPair(t, simtest.Options{Interval: 50 * time.Millisecond,
 		Groups:  []sim.GroupSpec{{ID: "vg-1", Volumes: []string{"v1"}}, {ID: "vg-2", Volumes: []string{"v2"}}},
 		Volumes: []string{"solo"},
 		TweakA:  func(c *sim.Config) { c.Name = "east" }, TweakB: func(c *sim.Config) { c.Name = "west" }})
-	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), "--metrics", "", "--allow-unsigned-plans")
+	worker := bintest.Start(t, []string{"TEMPORAL_ADDRESS=" + srv.Address()}, filepath.Join(bins, "worker"), append([]string{"--metrics", ""}, trust...)...)
 	simtest.Eventually(t, 30*time.Second, "the worker to start", func() bool { return strings.Contains(worker.Log.String(), "worker started") })
 	return &siteStack{c: cli{t: t, bin: filepath.Join(bins, "drctl"), addr: srv.Address()}, srv: srv, east: east, west: west, dir: t.TempDir()}
 }
