@@ -75,8 +75,14 @@ func TestFailoverFansOut(t *testing.T) {
 		t.Fatalf("promotion steps:\n%s\nwant:\n%s", strings.Join(batches, "\n"), strings.Join(want, "\n"))
 	}
 	// Every group once, and the two failed ones once more.
-	if n := count(*calls, "PromoteVolume"); n != 153+2 {
-		t.Fatalf("%d PromoteVolume calls, want 155", n)
+	// Each group promoted, and the failed ones again: at least one call
+	// a group and one per failed attempt. Not exactly so many: a batch's
+	// local attempt stops starting calls after its report time, and a
+	// regular batch makes what it left (or all of it, the local attempt
+	// cut under load), so how many calls the batches hold depends on the
+	// machine's speed; the roles are the outcome.
+	if n := count(*calls, "PromoteVolume"); n < 153+2 {
+		t.Fatalf("%d PromoteVolume calls, want at least 155", n)
 	}
 	allRoles(t, f.west, sim.RolePrimary)
 	mustOK(t, f.east.Up())
@@ -118,7 +124,7 @@ func TestFailbackRollsBackBatches(t *testing.T) {
 // fail with a retryable code are tried again after the plan's back-off,
 // and while the step waits for that, it shows the failed round (its
 // retries, the storage's error, what comes next) to the progress query;
-// then every group ends primary with one more call per failed attempt.
+// then every group ends primary, each failed group called again.
 func TestBatchRetriesShowOnTheStep(t *testing.T) {
 	f := newFixtureN(t, 150)
 	f.east.Down()
@@ -142,8 +148,14 @@ func TestBatchRetriesShowOnTheStep(t *testing.T) {
 		t.Fatalf("the retrying step showed %+v; want its retries, the storage's error and the next attempt", seen)
 	}
 	t.Logf("while retrying: %s: %d retries, %q, %q", seen.Name, seen.Retries, seen.LastError, seen.Note)
-	if n := count(*calls, "PromoteVolume"); n != 153+2 {
-		t.Fatalf("%d PromoteVolume calls, want 155", n)
+	// Each group promoted, and the failed ones again: at least one call
+	// a group and one per failed attempt. Not exactly so many: a batch's
+	// local attempt stops starting calls after its report time, and a
+	// regular batch makes what it left (or all of it, the local attempt
+	// cut under load), so how many calls the batches hold depends on the
+	// machine's speed; the roles are the outcome.
+	if n := count(*calls, "PromoteVolume"); n < 153+2 {
+		t.Fatalf("%d PromoteVolume calls, want at least 155", n)
 	}
 	allRoles(t, f.west, sim.RolePrimary)
 }
