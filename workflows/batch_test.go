@@ -160,10 +160,13 @@ func TestBatchAttemptOutlastsItsCalls(t *testing.T) {
 
 // TestBatchGoesLocalFirst: a batch's first attempt is a local activity
 // on the workflow's own worker that starts calls for 700 ms. A batch
-// done by then needs no regular activity, and a failover of 152 groups
-// runs in one workflow task; a batch that takes longer (each promotion
-// 120 ms here: 75 groups of a priority, ten at a time, take 900 ms)
-// leaves the rest to a regular activity, and every group is promoted.
+// done by then needs no regular activity (on an idle machine a failover
+// of 152 groups runs in one workflow task); a batch that takes longer
+// (each promotion 120 ms here: 75 groups of a priority, ten at a time,
+// take 900 ms) leaves the rest to a regular activity, which is handed
+// only the groups the local attempt left, and every group is promoted.
+// Which attempts end locally depends on the machine's speed, so the
+// test checks the rule for each attempt in the history, not a count.
 func TestBatchGoesLocalFirst(t *testing.T) {
 	srv := devserver.Start(t, nil)
 	for _, c := range []struct {
@@ -187,24 +190,70 @@ func TestBatchGoesLocalFirst(t *testing.T) {
 			run, res := failOverEast(t, ctx, srv, f)
 			allRoles(t, f.west, sim.RolePrimary)
 
-			batches, tasks := 0, 0
+			// What each batch attempt was and did, in the history's order:
+			// a local attempt's outcome is its marker's, a regular one's
+			// the groups it was handed.
+			var locals, left, tasks int
+			var batches [][]string
+			var lastLocal *activities.BatchResult // nil: failed or none yet
 			it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 			for it.HasNext() {
 				ev, err := it.Next()
 				mustOK(t, err)
-				if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "ReplicateBatch" {
-					batches++
+				if m := ev.GetMarkerRecordedEventAttributes(); m != nil && m.GetMarkerName() == "LocalActivity" {
+					var data struct{ ActivityType string }
+					mustOK(t, converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &data))
+					if data.ActivityType != "ReplicateBatch" {
+						continue
+					}
+					locals++
+					lastLocal = nil
+					if m.GetFailure() == nil {
+						var r activities.BatchResult
+						mustOK(t, converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["result"], &r))
+						lastLocal = &r
+						if len(r.NotRun) > 0 {
+							left++
+						}
+					}
+				}
+				if a := ev.GetActivityTaskScheduledEventAttributes(); a.GetActivityType().GetName() == "ReplicateBatch" {
+					var in activities.BatchInput
+					mustOK(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &in))
+					var groups []string
+					for _, it := range in.Items {
+						groups = append(groups, it.Group)
+					}
+					// The rule: a regular batch only for what the local
+					// attempt before it left (or all of it, the local
+					// attempt having failed), never after one that did
+					// every group.
+					switch {
+					case lastLocal != nil && len(lastLocal.NotRun) == 0:
+						t.Errorf("a regular batch of %v after a local attempt that left nothing: the batches end within their local attempt", groups)
+					case lastLocal != nil && !slices.Equal(slices.Sorted(slices.Values(groups)), slices.Sorted(slices.Values(lastLocal.NotRun))):
+						t.Errorf("a regular batch of %v after a local attempt that left %v: want only those", groups, lastLocal.NotRun)
+					}
+					// A regular batch that reports before it is done
+					// is followed by another for its rest.
+					lastLocal = nil
+					batches = append(batches, groups)
 				}
 				if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
 					tasks++
 				}
 			}
+			// How many attempts end locally depends on how fast the
+			// machine starts calls (the local attempt stops starting them
+			// at 700 ms): on an idle one every quick batch does, and the
+			// failover takes two workflow tasks, the checks settling
+			// before the first side effect, then the rest in one. That
+			// is logged, not asserted: load moves it.
+			t.Logf("%d local batch attempts (%d leaving groups), %d regular, %d workflow tasks", locals, left, len(batches), tasks)
 			switch {
-			// Two tasks: the checks settle before the first side
-			// effect, then the rest runs in one.
-			case !c.regular && (batches != 0 || tasks != 2):
-				t.Errorf("%d regular batch activities and %d workflow tasks, want none and two: the batches end within their local attempt", batches, tasks)
-			case c.regular && batches == 0:
+			case locals == 0:
+				t.Errorf("no local batch attempt: a batch's first attempt runs on the workflow's worker")
+			case c.regular && len(batches) == 0:
 				t.Errorf("no regular batch activity: want one for the groups the local attempt left")
 			}
 			for _, s := range res.Steps {

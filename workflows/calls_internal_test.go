@@ -38,16 +38,31 @@ type flaky struct {
 }
 
 type attempt struct {
-	local    bool
-	deadline time.Duration // the attempt's deadline from its start
-	at       time.Time     // the workflow time it started at
+	local bool
+	// deadline is how long the attempt's timeouts give it: the smaller of
+	// its start-to-close and schedule-to-close timeouts, as the SDK sets
+	// its context's deadline from them. Read from the options, not from
+	// the clock: the deadline less the start time also holds the time
+	// the machine took between the two reads, a second and more under
+	// load.
+	deadline time.Duration
+	at       time.Time // the workflow time it started at
+}
+
+// limitOf is the time an attempt's timeouts give it (see attempt.deadline).
+func limitOf(info activity.Info) time.Duration {
+	d := info.StartToCloseTimeout
+	if s := info.ScheduleToCloseTimeout; s > 0 && (d <= 0 || s < d) {
+		d = s
+	}
+	return d
 }
 
 func (f *flaky) PromoteVolume(ctx context.Context, _ string) (string, error) {
 	info := activity.GetInfo(ctx)
 	f.mu.Lock()
 	n := len(f.attempts) + 1
-	f.attempts = append(f.attempts, attempt{local: info.IsLocalActivity, deadline: info.Deadline.Sub(info.StartedTime).Round(time.Second), at: f.now()})
+	f.attempts = append(f.attempts, attempt{local: info.IsLocalActivity, deadline: limitOf(info), at: f.now()})
 	f.mu.Unlock()
 	if n == 1 && f.noticing {
 		<-ctx.Done()
@@ -232,7 +247,7 @@ func TestRetriedGivesTheLastAttemptASecond(t *testing.T) {
 	if len(as) != 3 || r.Out != "promoted" {
 		t.Fatalf("%d attempts, result %q (%s): want 3, promoted", len(as), r.Out, r.Err)
 	}
-	if got, want := []time.Duration{as[1].deadline, as[2].deadline}, []time.Duration{3 * time.Second, time.Second}; !slices.Equal(got, want) {
+	if got, want := []time.Duration{as[1].deadline, as[2].deadline}, []time.Duration{2500 * time.Millisecond, time.Second}; !slices.Equal(got, want) {
 		t.Errorf("regular attempts' deadlines %v, want %v (2.5 s left, then 0.5 s raised to 1 s)", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,8 +76,14 @@ func TestFailoverFansOut(t *testing.T) {
 		t.Fatalf("promotion steps:\n%s\nwant:\n%s", strings.Join(batches, "\n"), strings.Join(want, "\n"))
 	}
 	// Every group once, and the two failed ones once more.
-	if n := count(*calls, "PromoteVolume"); n != 153+2 {
-		t.Fatalf("%d PromoteVolume calls, want 155", n)
+	// Each group promoted, and the failed ones again: at least one call
+	// a group and one per failed attempt. Not exactly so many: a batch's
+	// local attempt stops starting calls after its report time, and a
+	// regular batch makes what it left (or all of it, the local attempt
+	// cut under load), so how many calls the batches hold depends on the
+	// machine's speed; the roles are the outcome.
+	if n := count(*calls, "PromoteVolume"); n < 153+2 {
+		t.Fatalf("%d PromoteVolume calls, want at least 155", n)
 	}
 	allRoles(t, f.west, sim.RolePrimary)
 	mustOK(t, f.east.Up())
@@ -118,7 +125,7 @@ func TestFailbackRollsBackBatches(t *testing.T) {
 // fail with a retryable code are tried again after the plan's back-off,
 // and while the step waits for that, it shows the failed round (its
 // retries, the storage's error, what comes next) to the progress query;
-// then every group ends primary with one more call per failed attempt.
+// then every group ends primary, each failed group called again.
 func TestBatchRetriesShowOnTheStep(t *testing.T) {
 	f := newFixtureN(t, 150)
 	f.east.Down()
@@ -142,8 +149,14 @@ func TestBatchRetriesShowOnTheStep(t *testing.T) {
 		t.Fatalf("the retrying step showed %+v; want its retries, the storage's error and the next attempt", seen)
 	}
 	t.Logf("while retrying: %s: %d retries, %q, %q", seen.Name, seen.Retries, seen.LastError, seen.Note)
-	if n := count(*calls, "PromoteVolume"); n != 153+2 {
-		t.Fatalf("%d PromoteVolume calls, want 155", n)
+	// Each group promoted, and the failed ones again: at least one call
+	// a group and one per failed attempt. Not exactly so many: a batch's
+	// local attempt stops starting calls after its report time, and a
+	// regular batch makes what it left (or all of it, the local attempt
+	// cut under load), so how many calls the batches hold depends on the
+	// machine's speed; the roles are the outcome.
+	if n := count(*calls, "PromoteVolume"); n < 153+2 {
+		t.Fatalf("%d PromoteVolume calls, want at least 155", n)
 	}
 	allRoles(t, f.west, sim.RolePrimary)
 }
@@ -187,21 +200,30 @@ func TestBatchStopsAtTheTimeLimit(t *testing.T) {
 		BackoffCoefficient: 1, TimeLimit: plans.Duration(5 * time.Second)}
 	f.plan.Policy.OnFailure = "abort"
 	mustOK(t, f.west.SetFaults([]sim.FaultRule{{Method: "PromoteVolume", Code: "UNAVAILABLE", Probability: 1, Subject: "vg-0001", Message: "pool offline"}}))
-	env, calls := f.env(t)
+	env, _ := f.env(t)
+	// When (in the workflow's time) each batch holding vg-0001 started:
+	// a local attempt cut under load and the regular batch that takes
+	// over start at the same time, one try of the plan's.
+	var at []time.Duration
+	var first time.Time
+	f.onCall = func(c call) {
+		if c.name == "PromoteVolume" && c.subject == "vg-0001" {
+			if first.IsZero() {
+				first = env.Now()
+			}
+			if d := env.Now().Sub(first).Round(time.Second); !slices.Contains(at, d) {
+				at = append(at, d)
+			}
+		}
+	}
 	env.ExecuteWorkflow(workflows.Failover, workflows.FailoverInput{Plan: f.plan, From: "east", To: "west"})
 	var ae *temporal.ApplicationError
 	if err := env.GetWorkflowError(); !errors.As(err, &ae) || !strings.Contains(ae.Error(), "vg-0001") {
 		t.Fatalf("error %v, want the step to fail naming vg-0001", err)
 	}
-	n := 0
-	for _, c := range *calls {
-		if c.name == "PromoteVolume" && c.subject == "vg-0001" {
-			n++
-		}
-	}
 	// Tries at 0 s, 1 s, 2 s, 3 s and 4 s start within the 5 s limit;
 	// a sixth would start at 5 s, when the limit is spent.
-	if n != 5 {
-		t.Fatalf("vg-0001 tried %d times within a 5 s limit at 1 s intervals, want 5", n)
+	if want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}; !slices.Equal(at, want) {
+		t.Fatalf("vg-0001 tried at %v within a 5 s limit at 1 s intervals, want %v", at, want)
 	}
 }

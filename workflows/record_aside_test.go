@@ -173,14 +173,11 @@ func TestRecordChangesGoTogether(t *testing.T) {
 	if n := fo[enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]; n != 0 {
 		t.Errorf("the failover signalled its record itself %d times, want the worker to", n)
 	}
-	// Two: the checks settle before the first side effect; the record's
-	// changes add none.
-	if n := fo[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]; n != 2 {
-		t.Errorf("the failover took %d workflow tasks, want 2", n)
-	}
 	// No version marker, and no upsert of TemporalChangeVersion: the
 	// workflows carry no patches (a worker build is pinned instead).
 	versions := 0
+	locals := map[string]bool{} // the activities that ran a local attempt
+	var handed []string         // regular attempts of those
 	it := srv.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
@@ -188,6 +185,23 @@ func TestRecordChangesGoTogether(t *testing.T) {
 		if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "Version" {
 			versions++
 		}
+		if m := ev.GetMarkerRecordedEventAttributes(); m.GetMarkerName() == "LocalActivity" {
+			var data struct{ ActivityType string }
+			mustOK(t, converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &data))
+			locals[data.ActivityType] = true
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && locals[a.GetActivityType().GetName()] {
+			handed = append(handed, a.GetActivityType().GetName())
+		}
+	}
+	// Two: the checks settle before the first side effect; the record's
+	// changes add none. A step's local attempt cut at its budget (a slow
+	// machine) goes on as a regular activity, which takes workflow tasks
+	// of its own: the count holds only where every step ended local.
+	if n := fo[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]; len(handed) == 0 && n != 2 {
+		t.Errorf("the failover took %d workflow tasks with every step ended local, want 2", n)
+	} else if len(handed) > 0 {
+		t.Logf("the failover took %d workflow tasks; local attempts of %v went on as regular activities", n, handed)
 	}
 	if n := fo[enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES]; versions != 0 || n != 0 {
 		t.Errorf("the failover recorded %d version markers and %d upserts, want none", versions, n)
