@@ -4,7 +4,7 @@ SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin
 PKGS      := ./...
-TEST_FLAGS ?= -race -count=1 -timeout 20m
+TEST_FLAGS ?= -race -count=1 -timeout 30m
 E2E_FLAGS  ?= -count=1 -timeout 20m
 
 TEMPORAL_CLI ?= v1.5.1
