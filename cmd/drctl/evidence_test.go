@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"archive/tar"
-	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -196,7 +194,7 @@ func collectMetrics(t *testing.T, c cli, store, key, since, plansDir string) str
 	cmd := exec.Command(c.bin, "evidence", "collect", "--dir", store, "--key", key, "--since", since, "--every", "1s",
 		"--metrics", "127.0.0.1:0", "--plans", plansDir)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.addr, "TEMPORAL_NAMESPACE=default")
-	var errb syncBuffer
+	var errb simtest.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -219,24 +217,6 @@ func collectMetrics(t *testing.T, c cli, store, key, since, plansDir string) str
 		return strings.Contains(body, "drover_test_overdue{")
 	})
 	return body
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // untar unpacks a .tar.gz into dir and returns the names it held.
