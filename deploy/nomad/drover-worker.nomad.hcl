@@ -7,8 +7,8 @@
 # they seal the changes they send to plans' records.
 #
 #   nomad var put -out none nomad/jobs/drover-worker @worker.nv.hcl
-#   nomad job run -var 'datacenters=["east"]' -var version=v1.4.0 \
-#     -var worker_checksum=sha256:... drover-worker.nomad.hcl
+#   nomad job run -var 'datacenters=["east"]' \
+#     -var 'builds={"v1.4.0"="sha256:..."}' drover-worker.nomad.hcl
 #
 # Every item of the Nomad Variable nomad/jobs/drover-worker but plan_keys
 # becomes an environment variable of the worker: the TEMPORAL_*
