@@ -4,7 +4,7 @@ SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin
 PKGS      := ./...
-TEST_FLAGS ?= -race -count=1 -timeout 30m
+TEST_FLAGS ?= -race -count=1 -timeout 40m
 E2E_FLAGS  ?= -count=1 -timeout 20m
 
 TEMPORAL_CLI ?= v1.5.1
